@@ -1,0 +1,24 @@
+"""Queue names: the one home of every Celery queue the product uses (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Queue(StrEnum):
+    ORCHESTRATOR = "orchestrator"  # the dispatch cycle and housekeeping: short, one at a time
+    GENERATION = "generation"  # the three LLM calls for one outreach: slow, budget-bound
+    SEND = "send"  # SMTP delivery, including approved drafts (no LLM)
+    DEAD_LETTER = "dead_letter"  # recording terminal failures, off the hot queues
+
+
+# Task name prefix -> queue. Task names are stable strings (`<app>.<action>`), so a route
+# never depends on where the function lives.
+TASK_ROUTES: dict[str, dict[str, str]] = {
+    "orchestrator.dispatch": {"queue": Queue.ORCHESTRATOR},
+    "orchestrator.*": {"queue": Queue.ORCHESTRATOR},
+    "nurture.generate": {"queue": Queue.GENERATION},
+    "nurture.send": {"queue": Queue.SEND},
+    "nurture.*": {"queue": Queue.ORCHESTRATOR},
+    "dead_letter.*": {"queue": Queue.DEAD_LETTER},
+}

@@ -1,0 +1,172 @@
+"""Django settings, read from the environment through config/env.py (one reader).
+
+Defaults are the demo's embedded defaults (SQLite file, Redis on localhost). With
+DJANGO_DEBUG off (the default), secrets have no default and must come from the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.env import (
+    REQUIRED,
+    database_from_url,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+)
+from config.queues import TASK_ROUTES, Queue
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# Production secrets have no default: only a debug (demo/dev) process may run on a throwaway key.
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "dev-insecure-key-for-demo-only" if DEBUG else REQUIRED)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "outreach",
+    "nurture",
+    "orchestrator",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# PostgreSQL in production and tests; a SQLite file is the demo's embedded default.
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'demo.sqlite3'}")
+DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# Security: on by default outside debug; `check --deploy` passes with production env set.
+CSRF_COOKIE_SECURE = not DEBUG
+SESSION_COOKIE_SECURE = not DEBUG
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_HSTS_SECONDS = 0 if DEBUG else env_int("DJANGO_HSTS_SECONDS", 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = not DEBUG
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- Redis: Celery broker, the LLM budget and the dispatcher lock ---------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# --- LLM provider (any OpenAI-compatible chat-completions endpoint) -------------------------
+LLM_BASE_URL = env_str("LLM_BASE_URL", "http://127.0.0.1:8900/v1")
+LLM_API_KEY = env_str("LLM_API_KEY", "sk-demo" if DEBUG else REQUIRED)
+LLM_MODEL = env_str("LLM_MODEL", "sim-1")
+LLM_RPM = env_int("LLM_RPM", 300, minimum=1)  # provider requests/min on the shared key
+LLM_TPM = env_int("LLM_TPM", 300_000, minimum=1)  # provider tokens/min on the shared key
+LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 30.0, minimum=1.0)
+LLM_CALLS_PER_OUTREACH = 3  # plan -> context -> message
+LLM_EST_TOKENS_PER_CALL = env_int("LLM_EST_TOKENS_PER_CALL", 600, minimum=1)
+# Redis unreachable: "open" lets work run unmetered (the limiter protects the provider, not
+# our users), "closed" stops dispatching LLM work until Redis is back. See README.
+BUDGET_FAILURE_POLICY = env_choice("BUDGET_FAILURE_POLICY", ["open", "closed"], "open")
+
+# --- Email ----------------------------------------------------------------------------------
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = env_str("EMAIL_HOST", "127.0.0.1")
+EMAIL_PORT = env_int("EMAIL_PORT", 1025, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 20, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "outreach@example.com")
+
+# --- Dispatcher -----------------------------------------------------------------------------
+DISPATCH_INTERVAL = env_float("DISPATCH_INTERVAL", 2.0, minimum=0.1)  # seconds between cycles
+DISPATCH_MAX_IN_FLIGHT = env_int("DISPATCH_MAX_IN_FLIGHT", 64, minimum=1)
+DISPATCH_STUCK_AFTER_S = env_int("DISPATCH_STUCK_AFTER_S", 600, minimum=10)
+RETRY_MAX_ATTEMPTS = env_int("RETRY_MAX_ATTEMPTS", 5, minimum=1)
+
+# --- Inbound webhook ------------------------------------------------------------------------
+WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
+
+# --- Flower ---------------------------------------------------------------------------------
+FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "admin:admin" if DEBUG else REQUIRED)
+
+# --- Celery ---------------------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None  # tasks record outcomes in PostgreSQL; nobody reads results
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_DEFAULT_QUEUE = Queue.ORCHESTRATOR
+CELERY_TASK_ROUTES = TASK_ROUTES
+CELERY_TASK_CREATE_MISSING_QUEUES = False
+# A message is acknowledged after the task returns, and re-delivered if the worker dies:
+# every task is idempotent by its guarded state transition, so a redelivery is harmless.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis re-delivers an unacknowledged message after visibility_timeout. Every time limit is
+# well under it, so a slow-but-alive task is killed long before Redis would hand its message
+# to a second worker (which would run it twice).
+CELERY_BROKER_VISIBILITY_TIMEOUT_S = 3600
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT_S}
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_SEND_TASK_EVENTS = True  # Flower
+CELERY_TASK_SEND_SENT_EVENT = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

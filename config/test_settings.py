@@ -1,0 +1,18 @@
+"""Settings for the test suite: real PostgreSQL and Redis (never SQLite, never eager Celery).
+
+TEST_DB_NAME and REDIS_URL let two test runs on one machine keep out of each other's way.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/outreach")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("DJANGO_DEBUG", "1")
+
+from config.settings import *  # noqa: F403
+from config.settings import DATABASES
+
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DB_NAME", "test_outreach")}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users

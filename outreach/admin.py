@@ -1,0 +1,212 @@
+"""Admin: lists for operators, and the approval queue for reviewers. Actions call services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+
+from outreach import services
+from outreach.models import (
+    DeadLetter,
+    DraftForApproval,
+    Lead,
+    Organization,
+    Outreach,
+    OutreachEvent,
+    Owner,
+    State,
+)
+from outreach.transitions import TransitionLost
+
+APPROVE_PERMISSION = "outreach.approve_outreach"
+
+
+def _approver(request: HttpRequest) -> AbstractBaseUser:
+    # Admin views only run for authenticated staff; the permission check already passed.
+    assert isinstance(request.user, AbstractBaseUser)
+    return request.user
+
+
+@admin.register(Organization)
+class OrganizationAdmin(admin.ModelAdmin):
+    list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "created_at")
+    search_fields = ("name",)
+
+
+@admin.register(Owner)
+class OwnerAdmin(admin.ModelAdmin):
+    list_display = (
+        "name", "kind", "organization", "daily_limit", "hours_start", "hours_end", "working_days",
+        "timezone", "review_required", "weight", "active",
+    )  # fmt: skip
+    list_filter = ("kind", "review_required", "active", "organization")
+    search_fields = ("name",)
+
+
+@admin.register(Lead)
+class LeadAdmin(admin.ModelAdmin):
+    list_display = ("email", "first_name", "last_name", "company", "owner", "status", "timezone")
+    list_filter = ("status", "owner__organization", "owner")
+    search_fields = ("email", "first_name", "last_name", "company")
+    list_select_related = ("owner",)
+    raw_id_fields = ("owner",)
+
+
+class OutreachEventInline(admin.TabularInline):
+    model = OutreachEvent
+    extra = 0
+    can_delete = False
+    fields = ("at", "from_state", "to_state", "attempt", "error_class", "note", "actor")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Outreach)
+class OutreachAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "tier",
+        "state",
+        "owner",
+        "lead",
+        "not_before",
+        "attempts",
+        "waiting_because",
+    )
+    list_filter = ("state", "tier", "kind", "owner", "error_class")
+    search_fields = ("lead__email", "idempotency_key", "message_id")
+    list_select_related = ("owner", "lead")
+    # The state machine owns state and everything it writes: read-only here.
+    readonly_fields = [f.name for f in Outreach._meta.fields]
+    inlines = [OutreachEventInline]
+    # Drafts can be long: keep them out of the list query.
+    defer_fields = ("draft_body", "context", "last_error")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
+        return super().get_queryset(request).defer(*self.defer_fields)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="Why waiting")
+    def waiting_because(self, obj: Outreach) -> str:
+        if obj.state != State.QUEUED:
+            return ""
+        if obj.blocked_reason:
+            return obj.blocked_reason
+        if obj.not_before > timezone.now():
+            return f"not before {obj.not_before:%Y-%m-%d %H:%M} UTC"
+        return "ready: waiting for a slot"
+
+
+@admin.register(DraftForApproval)
+class ApprovalQueueAdmin(admin.ModelAdmin):
+    """Only users holding outreach.approve_outreach see this; everyone else gets 403."""
+
+    list_display = ("subject_line", "lead", "company", "owner", "kind", "waiting_for")
+    list_filter = ("owner", "kind")
+    search_fields = ("lead__email", "draft_subject", "lead__company")
+    list_select_related = ("owner", "lead")
+    ordering = ("state_changed_at", "id")
+    fields = ("lead_context", "owner", "kind", "draft_subject", "draft_body")
+    readonly_fields = ("lead_context", "owner", "kind")
+    actions = ("approve_selected", "reject_selected")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
+        return super().get_queryset(request).filter(state=State.AWAITING_APPROVAL)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(APPROVE_PERMISSION)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(APPROVE_PERMISSION)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(APPROVE_PERMISSION)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="Subject")
+    def subject_line(self, obj: Outreach) -> str:
+        return obj.draft_subject or "(no subject)"
+
+    @admin.display(description="Company")
+    def company(self, obj: Outreach) -> str:
+        return obj.lead.company
+
+    @admin.display(description="Waiting for")
+    def waiting_for(self, obj: Outreach) -> str:
+        minutes = int((timezone.now() - obj.state_changed_at).total_seconds() // 60)
+        return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+    @admin.display(description="Lead")
+    def lead_context(self, obj: Outreach) -> str:
+        lead = obj.lead
+        return format_html(
+            "{} {} &lt;{}&gt;<br>{} at {}<br>time zone {}",
+            lead.first_name, lead.last_name, lead.email, lead.title or "(no title)", lead.company or "(no company)",
+            lead.timezone,
+        )  # fmt: skip
+
+    def save_model(self, request: HttpRequest, obj: Outreach, form: Any, change: bool) -> None:
+        # The form already wrote its edits onto `obj`; the service compares against the stored
+        # draft to record "edited and approved", so hand it the row as stored.
+        stored = Outreach.objects.get(pk=obj.pk)
+        try:
+            if "_reject" in request.POST:
+                services.draft_reject(outreach=stored, by=_approver(request))
+            else:
+                services.draft_approve(
+                    outreach=stored,
+                    by=_approver(request),
+                    subject=form.cleaned_data.get("draft_subject"),
+                    body=form.cleaned_data.get("draft_body"),
+                )
+        except TransitionLost:
+            self.message_user(request, "Someone else already handled this draft.", messages.WARNING)
+
+    @admin.action(description="Approve selected drafts")
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Outreach]) -> None:
+        self._bulk(request, queryset, approve=True)
+
+    @admin.action(description="Reject selected drafts")
+    def reject_selected(self, request: HttpRequest, queryset: QuerySet[Outreach]) -> None:
+        self._bulk(request, queryset, approve=False)
+
+    def _bulk(self, request: HttpRequest, queryset: QuerySet[Outreach], *, approve: bool) -> None:
+        by, done, skipped = _approver(request), 0, 0
+        for outreach in queryset:
+            try:
+                if approve:
+                    services.draft_approve(outreach=outreach, by=by)
+                else:
+                    services.draft_reject(outreach=outreach, by=by)
+                done += 1
+            except TransitionLost:
+                skipped += 1
+        verb = "approved" if approve else "rejected"
+        self.message_user(request, f"{done} draft(s) {verb}; {skipped} already handled by someone else.")
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(admin.ModelAdmin):
+    list_display = ("id", "outreach", "job_type", "failure_class", "status", "suggested_action", "created_at")
+    list_filter = ("status", "failure_class", "job_type")
+    search_fields = ("reason",)
+    readonly_fields = [f.name for f in DeadLetter._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

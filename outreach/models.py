@@ -1,0 +1,293 @@
+"""The records: organizations, owners (execution contexts), leads, outreach and their history.
+
+Fields, choices and constraints only. Writes live in services.py; state moves in transitions.py.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import time
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+
+from outreach.tiers import Tier
+
+
+def validate_timezone(value: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(
+            f"{value!r} is not a known time zone: use an IANA name such as Europe/Berlin."
+        ) from None
+
+
+working_days_validator = RegexValidator(
+    r"^[1-7]{1,7}$", "Working days are ISO weekday digits, Monday=1 .. Sunday=7, e.g. 12345."
+)
+
+
+class Organization(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    # Per-organization LLM limits (a share of the provider key); empty = provider limits only.
+    llm_rpm = models.PositiveIntegerField(null=True, blank=True, help_text="Requests/min; empty = no cap.")
+    llm_tpm = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens/min; empty = no cap.")
+    allowed_link_domains = models.CharField(
+        max_length=500, blank=True, help_text="Comma-separated domains links in emails may point to."
+    )
+    sender_email = models.EmailField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Owner(models.Model):
+    """An execution context: an AI agent (bot user) or a human seller. Fairness is per owner."""
+
+    class Kind(models.TextChoices):
+        AGENT = "agent", "AI agent"
+        HUMAN = "human", "Human seller"
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="owners")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="owner"
+    )
+    daily_limit = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    hours_start = models.TimeField(default=time(9, 0))
+    hours_end = models.TimeField(default=time(17, 0))
+    working_days = models.CharField(max_length=7, default="12345", validators=[working_days_validator])
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    review_required = models.BooleanField(default=False)
+    weight = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "name"], name="owner_unique_name_per_org"),
+            models.CheckConstraint(
+                condition=Q(hours_start__lt=models.F("hours_end")), name="owner_hours_order"
+            ),
+            models.CheckConstraint(condition=Q(daily_limit__gte=1), name="owner_daily_limit_positive"),
+            models.CheckConstraint(condition=Q(weight__gte=1), name="owner_weight_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()})"
+
+
+class Lead(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        REPLIED = "replied", "Replied"
+        OPTED_OUT = "opted_out", "Opted out"
+        CONVERTED = "converted", "Converted"
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="leads")
+    owner = models.ForeignKey(Owner, on_delete=models.PROTECT, related_name="leads")
+    email = models.EmailField()
+    first_name = models.CharField(max_length=100, blank=True)
+    last_name = models.CharField(max_length=100, blank=True)
+    company = models.CharField(max_length=200, blank=True)
+    title = models.CharField(max_length=200, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "email"], name="lead_unique_email_per_org"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.first_name} {self.last_name} <{self.email}>".strip()
+
+
+class State(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    DISPATCHED = "dispatched", "Dispatched"
+    GENERATING = "generating", "Generating"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    APPROVED = "approved", "Approved (queued to send)"
+    SENDING = "sending", "Sending"
+    SENT = "sent", "Sent"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+    DEAD = "dead", "Dead"
+
+
+class ErrorClass(models.TextChoices):
+    RATE_LIMITED = "rate_limited", "Rate limited (429)"
+    TRANSIENT = "transient", "Transient"
+    PERMANENT = "permanent", "Permanent"
+    POLICY = "policy", "Policy check failed"
+    EXHAUSTED = "exhausted", "Retries exhausted"
+    STUCK = "stuck", "Stuck (recovered)"
+
+
+class Outreach(models.Model):
+    """The unit of work: one email (reply, intro or nudge) to one lead, written then sent."""
+
+    class Kind(models.TextChoices):
+        REPLY = "reply", "Reply"
+        INTRO = "intro", "Intro"
+        NUDGE = "nudge", "Nudge"
+
+    KIND_TIER = {Kind.REPLY: Tier.REPLY, Kind.INTRO: Tier.INTRO, Kind.NUDGE: Tier.NUDGE}
+
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="outreach")
+    owner = models.ForeignKey(Owner, on_delete=models.PROTECT, related_name="outreach")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    tier = models.PositiveSmallIntegerField(choices=[(t.value, t.name.lower()) for t in Tier])
+    state = models.CharField(max_length=20, choices=State.choices, default=State.QUEUED)
+    not_before = models.DateTimeField(help_text="Not dispatched before this time (sequence step or backoff).")
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    step = models.PositiveSmallIntegerField(default=0, help_text="Sequence step: 0 intro, 1.. nudges.")
+    context = models.JSONField(
+        default=dict, blank=True, help_text="Kind-specific input, e.g. the inbound reply."
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    error_class = models.CharField(max_length=16, choices=ErrorClass.choices, blank=True)
+    blocked_reason = models.CharField(max_length=200, blank=True, help_text="Why queued work is waiting.")
+    reservation_id = models.CharField(max_length=64, blank=True)
+    draft_subject = models.CharField(max_length=300, blank=True)
+    draft_body = models.TextField(blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    message_id = models.CharField(max_length=255, blank=True)
+    in_reply_to = models.CharField(max_length=255, blank=True, help_text="Message-ID this email answers.")
+    tokens_used = models.PositiveIntegerField(default=0)
+    llm_calls = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    state_changed_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "outreach"
+        permissions = [("approve_outreach", "Can approve, edit-and-approve or reject drafts")]
+        indexes = [
+            # orchestrator.selectors.ready_candidates: per-owner top-k of ready work in one
+            # tier (LATERAL ... WHERE owner_id=? AND tier=? AND state='queued' AND
+            # not_before<=now ORDER BY not_before, id LIMIT k). Partial, so its size is the
+            # queue's, not the history's, and the scan stops after k rows.
+            models.Index(
+                fields=["owner", "tier", "not_before", "id"],
+                condition=Q(state="queued"),
+                name="outreach_ready_by_owner_tier",
+            ),
+            # orchestrator.selectors.approved_candidates: approved drafts waiting to be sent.
+            models.Index(
+                fields=["owner", "state_changed_at", "id"],
+                condition=Q(state="approved"),
+                name="outreach_approved_by_owner",
+            ),
+            # orchestrator.recovery.recover_stuck: in-flight work older than the timeout.
+            models.Index(
+                fields=["state_changed_at"],
+                condition=Q(state__in=["dispatched", "generating", "sending"]),
+                name="outreach_in_flight_age",
+            ),
+            # orchestrator.capacity: emails an owner sent in its local day (bounded by the limit).
+            models.Index(
+                fields=["owner", "sent_at"], condition=Q(state="sent"), name="outreach_sent_by_owner"
+            ),
+            # admin approval queue: drafts per owner, oldest first.
+            models.Index(
+                fields=["owner", "state_changed_at"],
+                condition=Q(state="awaiting_approval"),
+                name="outreach_awaiting_by_owner",
+            ),
+            models.Index(fields=["lead", "state"], name="outreach_lead_state"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(kind="reply", tier=Tier.REPLY)
+                    | Q(kind="intro", tier=Tier.INTRO)
+                    | Q(kind="nudge", tier=Tier.NUDGE)
+                ),
+                name="outreach_tier_matches_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind} to {self.lead_id} [{self.state}]"
+
+
+class OutreachEvent(models.Model):
+    """One row per transition (and per attempt outcome): the outreach's history."""
+
+    outreach = models.ForeignKey(Outreach, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=20, choices=State.choices)
+    to_state = models.CharField(max_length=20, choices=State.choices)
+    at = models.DateTimeField(auto_now_add=True)
+    attempt = models.PositiveSmallIntegerField(default=0)
+    error_class = models.CharField(max_length=16, choices=ErrorClass.choices, blank=True)
+    note = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["outreach", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.from_state} -> {self.to_state}"
+
+
+class DeadLetter(models.Model):
+    """A terminal failure an operator can replay, cancel or escalate."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        REPLAYED = "replayed", "Replayed"
+        CANCELLED = "cancelled", "Cancelled"
+        ESCALATED = "escalated", "Escalated"
+
+    outreach = models.ForeignKey(Outreach, on_delete=models.CASCADE, related_name="dead_letters")
+    job_type = models.CharField(max_length=40, help_text="generation or send")
+    payload = models.JSONField(default=dict, help_text="The original job: ids and idempotency key.")
+    failure_class = models.CharField(max_length=16, choices=ErrorClass.choices)
+    reason = models.TextField()
+    retry_history = models.JSONField(default=list)
+    suggested_action = models.CharField(max_length=200)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    lead_id_ref = models.BigIntegerField(help_text="Lead id at failure time.")
+    owner_id_ref = models.BigIntegerField(help_text="Owner id at failure time.")
+    organization_id_ref = models.BigIntegerField(help_text="Organization id at failure time.")
+    first_failed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    replay_succeeded = models.BooleanField(null=True, blank=True, help_text="Set when a replayed job ends.")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "failure_class"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"dead letter #{self.pk} ({self.failure_class}) for outreach {self.outreach_id}"
+
+
+class DraftForApproval(Outreach):
+    """The approval queue in admin: drafts awaiting a person's decision."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "draft awaiting approval"
+        verbose_name_plural = "approval queue"

@@ -1,0 +1,165 @@
+"""The Outreach state machine: the one place that writes `Outreach.state`.
+
+Every move is one conditional UPDATE with the from-state in the WHERE clause. A row count of 0
+means someone else moved the row first (a duplicate delivery, a racing worker, a recovery
+sweep): the caller gets `TransitionLost` and must not act as if it owned the work. This is
+what makes at-least-once task delivery safe: only the winner of a move does its side effect.
+
+    QUEUED --claim--> DISPATCHED --worker--> GENERATING --review--> AWAITING_APPROVAL
+      ^                  |   \\                 |   \\                  |        \\
+      |  (recover, 429,  |    `--send--> SENDING --> SENT         autonomous  approve   reject
+      |   backoff)       |                 ^                       -> DISPATCHED -> APPROVED  -> REJECTED
+      `------------------'                 `-- DISPATCHED <--claim-- APPROVED
+    any unfinished state -> CANCELLED (opt-out, reply stops a sequence); failures -> DEAD -> replay
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from outreach.models import ErrorClass, Outreach, OutreachEvent, State
+
+S = State
+
+ALLOWED: dict[State, frozenset[State]] = {
+    # claim by the dispatcher; cancel (opt-out / reply stops the sequence); dead (replay refused)
+    S.QUEUED: frozenset({S.DISPATCHED, S.CANCELLED, S.DEAD}),
+    # worker starts generating or sending; recovery of stuck work; opt-out seen by the worker
+    S.DISPATCHED: frozenset({S.GENERATING, S.SENDING, S.QUEUED, S.APPROVED, S.CANCELLED, S.DEAD}),
+    # draft for review; autonomous draft routed to send; retry (429/transient/stuck); failure
+    S.GENERATING: frozenset({S.AWAITING_APPROVAL, S.DISPATCHED, S.QUEUED, S.DEAD, S.CANCELLED}),
+    S.AWAITING_APPROVAL: frozenset({S.APPROVED, S.REJECTED, S.CANCELLED}),
+    # the approved-send path: claimed by the dispatcher under owner limits, no LLM
+    S.APPROVED: frozenset({S.DISPATCHED, S.CANCELLED}),
+    # SMTP outcome recorded; stuck/transient -> back to approved (same Message-ID on resend)
+    S.SENDING: frozenset({S.SENT, S.APPROVED, S.DEAD, S.CANCELLED}),
+    # replay: back to the queue (generation failed) or to approved (send failed); or give up
+    S.DEAD: frozenset({S.QUEUED, S.APPROVED, S.CANCELLED}),
+    S.SENT: frozenset(),
+    S.REJECTED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+TERMINAL = frozenset(state for state, targets in ALLOWED.items() if not targets)
+UNFINISHED = frozenset(State) - TERMINAL - {S.DEAD}
+
+
+class IllegalTransition(ValueError):
+    """The move is not in the table: a programming error, never retried."""
+
+    def __init__(self, from_: State, to: State) -> None:
+        allowed = ", ".join(sorted(ALLOWED[from_])) or "nothing (terminal state)"
+        super().__init__(f"Outreach cannot move from {from_} to {to}; from {from_} it may move to {allowed}.")
+
+
+class TransitionLost(RuntimeError):
+    """The row was not in the expected state: another process moved it first."""
+
+    def __init__(self, outreach_id: int, from_: Iterable[State], to: State) -> None:
+        self.outreach_id = outreach_id
+        states = "/".join(sorted(from_))
+        super().__init__(f"Outreach {outreach_id} was not {states} any more, so it was not moved to {to}.")
+
+
+def _check(from_states: Sequence[State], to: State) -> None:
+    for from_ in from_states:
+        if to not in ALLOWED[from_]:
+            raise IllegalTransition(from_, to)
+
+
+def _as_states(from_: State | Iterable[State]) -> tuple[State, ...]:
+    return (State(from_),) if isinstance(from_, str) else tuple(State(s) for s in from_)
+
+
+def transition(
+    *,
+    outreach_id: int,
+    from_: State | Iterable[State],
+    to: State,
+    note: str = "",
+    error_class: ErrorClass | str = "",
+    actor_id: int | None = None,
+    **fields: Any,
+) -> None:
+    """Move one outreach from `from_` (one state or several) to `to`, setting `fields` too.
+
+    Raises IllegalTransition if the table forbids it, TransitionLost if the row was not in
+    `from_` any more. The event row is written in the same transaction as the move.
+    """
+    from_states = _as_states(from_)
+    _check(from_states, to)
+    now = timezone.now()
+    with transaction.atomic():
+        # Lock the row while it is in a from-state (SELECT ... FOR UPDATE): a racing mover
+        # blocks here, then finds the row moved and loses. The state read feeds the history.
+        previous = (
+            Outreach.objects.select_for_update()
+            .filter(id=outreach_id, state__in=from_states)
+            .values_list("state", "attempts")
+            .first()
+        )
+        if previous is None:
+            raise TransitionLost(outreach_id, from_states, to)
+        Outreach.objects.filter(id=outreach_id, state=previous[0]).update(
+            state=to, state_changed_at=now, updated_at=now, **fields
+        )
+        OutreachEvent.objects.create(
+            outreach_id=outreach_id,
+            from_state=previous[0],
+            to_state=to,
+            attempt=fields.get("attempts", previous[1]),
+            error_class=error_class,
+            note=note,
+            actor_id=actor_id,
+        )
+
+
+def transition_many(
+    *,
+    outreach_ids: Sequence[int],
+    from_: State | Iterable[State],
+    to: State,
+    note: str = "",
+    error_class: ErrorClass | str = "",
+    **fields: Any,
+) -> list[int]:
+    """Move every row of `outreach_ids` still in `from_` to `to`; return the ids that moved.
+
+    Rows locked by another transaction are skipped (SKIP LOCKED on PostgreSQL), not waited
+    for: two dispatchers claiming overlapping ids end with disjoint sets. On SQLite the
+    IMMEDIATE transaction already holds the database's only write lock, so the conditional
+    UPDATE alone is enough there.
+    """
+    from_states = _as_states(from_)
+    _check(from_states, to)
+    if not outreach_ids:
+        return []
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(
+            Outreach.objects.select_for_update(skip_locked=True)
+            .filter(id__in=outreach_ids, state__in=from_states)
+            .values_list("id", "state", "attempts")
+        )
+        ids = [row[0] for row in rows]
+        if not ids:
+            return []
+        Outreach.objects.filter(id__in=ids, state__in=from_states).update(
+            state=to, state_changed_at=now, updated_at=now, **fields
+        )
+        OutreachEvent.objects.bulk_create(
+            OutreachEvent(
+                outreach_id=oid,
+                from_state=state,
+                to_state=to,
+                attempt=attempts,
+                error_class=error_class,
+                note=note,
+            )
+            for oid, state, attempts in rows
+        )
+    return ids

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import database_from_url, env_bool, env_int
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRODUCTION_ENV = {
+    "DJANGO_DEBUG": "0",
+    "DJANGO_SECRET_KEY": "x" * 60 + "-not-a-real-production-secret-but-long-and-random-enough-9f8e7d",
+    "DJANGO_ALLOWED_HOSTS": "outreach.example.com",
+    "LLM_API_KEY": "sk-live",
+    "WEBHOOK_SECRET": "whsec",
+    "FLOWER_BASIC_AUTH": "ops:secret",
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/outreach",
+}
+
+
+def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "LLM", "WEBHOOK", "FLOWER"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_bad_integer_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_RPM", "lots")
+    with pytest.raises(ImproperlyConfigured, match="LLM_RPM='lots': expected a whole number"):
+        env_int("LLM_RPM", 300)
+
+
+def test_bad_bool_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DJANGO_DEBUG", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="DJANGO_DEBUG='maybe'"):
+        env_bool("DJANGO_DEBUG", False)
+
+
+def test_database_url_parsing() -> None:
+    pg = database_from_url("DATABASE_URL", "postgres://u:p%40ss@db:6543/outreach")
+    assert (pg["ENGINE"], pg["NAME"], pg["PASSWORD"], pg["PORT"]) == (
+        "django.db.backends.postgresql", "outreach", "p@ss", "6543"
+    )  # fmt: skip
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL='mysql://x': expected a postgres"):
+        database_from_url("DATABASE_URL", "mysql://x")
+
+
+def test_production_without_secret_key_refuses_to_start() -> None:
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
+    result = _manage("check", env=env)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is not set" in result.stderr
+
+
+def test_check_deploy_passes_with_production_env() -> None:
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bad_dispatch_interval_is_a_clear_startup_error() -> None:
+    result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_INTERVAL": "soon"})
+    assert "DISPATCH_INTERVAL='soon': expected a number" in result.stderr

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+
+from outreach.models import Outreach, OutreachEvent, State
+from tests.factories import make_outreach
+
+pytestmark = pytest.mark.django_db
+
+QUEUE_URL = "admin:outreach_draftforapproval_changelist"
+
+
+def _staff(*, can_approve: bool) -> Client:
+    user = User.objects.create_user(f"staff{can_approve}", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_outreach"))
+    if can_approve:
+        user.user_permissions.add(Permission.objects.get(codename="approve_outreach"))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _draft() -> Outreach:
+    return make_outreach(state=State.AWAITING_APPROVAL, draft_subject="Hello Pat", draft_body="Short note.")
+
+
+def test_staff_without_approve_permission_gets_403_on_queue_and_draft() -> None:
+    draft = _draft()
+    client = _staff(can_approve=False)
+    change_url = reverse("admin:outreach_draftforapproval_change", args=[draft.pk])
+    assert client.get(reverse(QUEUE_URL)).status_code == 403
+    assert client.get(change_url).status_code == 403
+    response = client.post(change_url, {"draft_subject": "x", "draft_body": "y", "_approve": "1"})
+    assert response.status_code == 403
+    draft.refresh_from_db()
+    assert draft.state == State.AWAITING_APPROVAL
+
+
+def test_approver_sees_queue_and_edits_and_approves() -> None:
+    # given a draft and a user with the approve permission
+    draft = _draft()
+    client = _staff(can_approve=True)
+    assert "Hello Pat" in client.get(reverse(QUEUE_URL)).content.decode()
+    # when they edit the body and approve
+    change_url = reverse("admin:outreach_draftforapproval_change", args=[draft.pk])
+    response = client.post(
+        change_url, {"draft_subject": "Hello Pat", "draft_body": "Edited.", "_approve": "1"}
+    )
+    # then the draft is approved with the edit, by that user, and the history says edited
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    assert (draft.state, draft.draft_body) == (State.APPROVED, "Edited.")
+    assert draft.approved_by is not None
+    assert draft.approved_by.username == "staffTrue"
+    assert OutreachEvent.objects.get(outreach=draft, to_state=State.APPROVED).note == "edited and approved"
+
+
+def test_approver_rejects_from_the_form() -> None:
+    draft = _draft()
+    client = _staff(can_approve=True)
+    change_url = reverse("admin:outreach_draftforapproval_change", args=[draft.pk])
+    client.post(change_url, {"draft_subject": "Hello Pat", "draft_body": "Short note.", "_reject": "1"})
+    draft.refresh_from_db()
+    assert draft.state == State.REJECTED
+
+
+def test_bulk_approve_action_skips_drafts_already_handled() -> None:
+    drafts = [_draft() for _ in range(3)]
+    already = make_outreach(state=State.REJECTED, draft_subject="s", draft_body="b")
+    client = _staff(can_approve=True)
+    ids = [d.pk for d in drafts] + [already.pk]
+    client.post(reverse(QUEUE_URL), {"action": "approve_selected", "_selected_action": ids})
+    states = sorted(o.state for o in Outreach.objects.filter(pk__in=ids))
+    assert states == [State.APPROVED] * 3 + [State.REJECTED]
+
+
+def test_outreach_list_shows_why_queued_work_waits() -> None:
+    make_outreach(blocked_reason="daily limit 50 reached, resumes 09:00 Europe/Berlin")
+    user = User.objects.create_superuser("root", password="pw")
+    client = Client()
+    client.force_login(user)
+    page = client.get(reverse("admin:outreach_outreach_changelist")).content.decode()
+    assert "daily limit 50 reached, resumes 09:00 Europe/Berlin" in page

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+from django.db import connection
+
+from outreach.models import OutreachEvent, State
+from outreach.transitions import ALLOWED, IllegalTransition, TransitionLost, transition, transition_many
+from tests.factories import make_outreach
+from tests.subprocesses import race_transition
+
+ALLOWED_PAIRS = [(f, t) for f, targets in ALLOWED.items() for t in sorted(targets)]
+REFUSED_PAIRS = [(f, t) for f in State for t in State if t not in ALLOWED[f]]
+
+
+def test_every_state_the_issue_names_exists() -> None:
+    names = {
+        "QUEUED", "DISPATCHED", "GENERATING", "AWAITING_APPROVAL", "APPROVED",
+        "SENDING", "SENT", "REJECTED", "CANCELLED", "DEAD",
+    }  # fmt: skip
+    assert names <= {s.name for s in State}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("from_", "to"), ALLOWED_PAIRS)
+def test_allowed_transition_moves_and_records_history(from_: State, to: State) -> None:
+    # given an outreach in the from-state
+    outreach = make_outreach(state=from_)
+    # when it is moved
+    transition(outreach_id=outreach.pk, from_=from_, to=to, note="test", attempts=2)
+    # then the row moved, the field was set and one history row says so
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.attempts) == (to, 2)
+    event = OutreachEvent.objects.get(outreach=outreach)
+    assert (event.from_state, event.to_state, event.note, event.attempt) == (from_, to, "test", 2)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("from_", "to"), REFUSED_PAIRS)
+def test_refused_transition_raises_and_changes_nothing(from_: State, to: State) -> None:
+    outreach = make_outreach(state=from_)
+    with pytest.raises(IllegalTransition, match=f"cannot move from {from_} to {to}"):
+        transition(outreach_id=outreach.pk, from_=from_, to=to)
+    outreach.refresh_from_db()
+    assert outreach.state == from_
+    assert not OutreachEvent.objects.filter(outreach=outreach).exists()
+
+
+@pytest.mark.django_db
+def test_lost_transition_when_row_already_moved() -> None:
+    # given an outreach someone else already dispatched
+    outreach = make_outreach(state=State.DISPATCHED)
+    # when a second dispatcher tries to claim it from QUEUED, it loses and nothing is written
+    with pytest.raises(TransitionLost, match="was not queued"):
+        transition(outreach_id=outreach.pk, from_=State.QUEUED, to=State.DISPATCHED)
+    outreach.refresh_from_db()
+    assert outreach.state == State.DISPATCHED
+    assert OutreachEvent.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_transition_many_moves_only_rows_still_in_from_state() -> None:
+    queued = [make_outreach() for _ in range(3)]
+    taken = make_outreach(state=State.DISPATCHED)
+    moved = transition_many(
+        outreach_ids=[o.pk for o in [*queued, taken]], from_=State.QUEUED, to=State.DISPATCHED
+    )
+    assert sorted(moved) == sorted(o.pk for o in queued)
+    assert OutreachEvent.objects.filter(to_state=State.DISPATCHED).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_racing_the_same_transition_exactly_one_wins() -> None:
+    # given a committed queued outreach on PostgreSQL
+    assert connection.vendor == "postgresql"
+    outreach = make_outreach()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    # when two processes try to claim it at the same moment
+    procs = [
+        ctx.Process(
+            target=race_transition, args=(connection.settings_dict["NAME"], outreach.pk, barrier, results)
+        )
+        for _ in range(2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    outcomes = sorted(results.get(timeout=5) for _ in procs)
+    # then exactly one wins and exactly one history row exists
+    assert outcomes == ["lost", "won"]
+    assert OutreachEvent.objects.filter(outreach_id=outreach.pk, to_state=State.DISPATCHED).count() == 1
