@@ -1,0 +1,245 @@
+"""The LLM client: the only module that talks to the provider (any OpenAI-compatible endpoint).
+
+One call = one HTTP request. The SDK's own retries are off (`max_retries=0`): retrying is a
+decision for the pipeline (backoff, attempt caps, dead letters) and every retry must pass the
+budget again, so a hidden SDK retry would both double-spend and hide 429s from the limiter.
+Every failure leaves this module as one class of nurture.errors, classified here only.
+Budget settlement is the caller's job: this module returns usage and rate-limit headers.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal, TypedDict, cast
+
+import openai
+from django.conf import settings
+
+from nurture.errors import PermanentError, PipelineError, RateLimited, RateLimitInfo, TransientError
+
+# When a 429 carries no retry-after and no reset time, wait this long before re-queueing.
+DEFAULT_RETRY_AFTER_S = 5.0
+# A broken or hostile retry-after must not park work for days; a re-queued job that is still
+# early just meets another 429, which costs one request.
+MAX_RETRY_AFTER_S = 3600.0
+# Statuses that may pass on a retry besides 5xx: request timeout, conflict (the SDK retries these too).
+_TRANSIENT_4XX = frozenset({408, 409})
+
+
+class ChatMessage(TypedDict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class LLMResult:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    headers: dict[str, str]  # the raw x-ratelimit-* headers, lower-cased names
+    rate_limits: RateLimitInfo
+    finish_reason: str | None = None
+    usage_estimated: bool = False  # the provider sent no usage: tokens are a chars/4 estimate
+    request_id: str | None = None
+
+
+def chat(
+    *, messages: Sequence[ChatMessage], max_tokens: int, temperature: float | None = None, model: str = ""
+) -> LLMResult:
+    """One chat completion. Raises RateLimited, TransientError or PermanentError, nothing else."""
+    try:
+        client = _client_for_settings()
+    except openai.OpenAIError as exc:  # e.g. no API key: configuration, not luck
+        raise PermanentError(f"LLM client misconfigured: {exc}") from exc
+    extra: dict[str, Any] = {} if temperature is None else {"temperature": temperature}
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model=model or settings.LLM_MODEL,
+            messages=cast(Any, list(messages)),
+            max_tokens=max_tokens,
+            **extra,
+        )
+    except openai.APIStatusError as exc:
+        raise classify_status(
+            status=exc.status_code, headers=exc.response.headers, code=exc.code, message=exc.message
+        ) from exc
+    except openai.APIConnectionError as exc:  # includes APITimeoutError
+        raise TransientError(f"LLM provider unreachable: {exc.message}") from exc
+    except openai.OpenAIError as exc:
+        raise TransientError(f"LLM call failed: {exc}") from exc
+    return _result(raw=raw, messages=messages)
+
+
+def classify_status(
+    *, status: int, headers: Mapping[str, str], code: str | None = None, message: str = ""
+) -> PipelineError:
+    """Map an HTTP error status to the taxonomy. Public so the simulator and tests share it."""
+    info = rate_limit_info(headers)
+    text = f"LLM provider answered {status}: {message[:300]}"
+    if status == 429 and code == "insufficient_quota":
+        # A billing quota, not a rate window: waiting does not help, so it is not a RateLimited.
+        return PermanentError(text, status=status, rate_limits=info)
+    if status == 429:
+        return RateLimited(text, retry_after_s=retry_after_s(headers, info), rate_limits=info)
+    if status >= 500 or status in _TRANSIENT_4XX:
+        return TransientError(text, status=status, rate_limits=info)
+    if 400 <= status < 500:
+        return PermanentError(text, status=status, rate_limits=info)
+    return TransientError(text, status=status, rate_limits=info)
+
+
+def _result(*, raw: Any, messages: Sequence[ChatMessage]) -> LLMResult:
+    info = rate_limit_info(raw.headers)
+    try:
+        completion = raw.parse()
+        choice = completion.choices[0]
+    except (openai.OpenAIError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        # A 200 we cannot read is most often a proxy or gateway glitch; the next try may be fine.
+        raise TransientError(f"unreadable LLM response: {exc}", rate_limits=info) from exc
+    text = choice.message.content or ""
+    if not text.strip():
+        if choice.finish_reason == "content_filter":
+            raise PermanentError("LLM refused the prompt (content filter)", rate_limits=info)
+        raise TransientError("LLM returned an empty completion", rate_limits=info)
+    return LLMResult(
+        text=text,
+        **_usage(completion=completion, messages=messages, text=text),
+        headers=dict(info.raw),
+        rate_limits=info,
+        finish_reason=choice.finish_reason,
+        request_id=raw.headers.get("x-request-id"),
+    )
+
+
+def _usage(*, completion: Any, messages: Sequence[ChatMessage], text: str) -> dict[str, Any]:
+    usage = completion.usage
+    if usage is not None and usage.total_tokens:
+        return {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        }
+    # Some compatible servers omit usage. The budget must still be settled with something
+    # close, or it would refund tokens the provider did count; ~4 chars per token.
+    prompt = sum(len(m["content"]) for m in messages) // 4 + 1
+    done = len(text) // 4 + 1
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": done,
+        "total_tokens": prompt + done,
+        "usage_estimated": True,
+    }
+
+
+def _client_for_settings() -> openai.OpenAI:
+    timeout = float(getattr(settings, "LLM_TIMEOUT_S", 30.0))
+    return _client(settings.LLM_BASE_URL, settings.LLM_API_KEY, timeout, os.getpid())
+
+
+@lru_cache(maxsize=8)
+def _client(base_url: str, api_key: str, timeout_s: float, pid: int) -> openai.OpenAI:
+    # Cached per process (pid in the key): one connection pool per worker process, never a
+    # pool inherited across a prefork fork, whose sockets the parent would share.
+    del pid
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key=api_key,
+        timeout=openai.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+        max_retries=0,
+    )
+
+
+# --- provider headers --------------------------------------------------------------------------
+
+
+def rate_limit_info(headers: Mapping[str, str]) -> RateLimitInfo:
+    """Parse x-ratelimit-{limit,remaining,reset}-{requests,tokens}; unreadable values are None."""
+    raw = {k.lower(): v for k, v in headers.items() if k.lower().startswith("x-ratelimit-")}
+    return RateLimitInfo(
+        limit_requests=_int(raw.get("x-ratelimit-limit-requests")),
+        limit_tokens=_int(raw.get("x-ratelimit-limit-tokens")),
+        remaining_requests=_int(raw.get("x-ratelimit-remaining-requests")),
+        remaining_tokens=_int(raw.get("x-ratelimit-remaining-tokens")),
+        reset_requests_s=parse_duration_s(raw.get("x-ratelimit-reset-requests")),
+        reset_tokens_s=parse_duration_s(raw.get("x-ratelimit-reset-tokens")),
+        raw=raw,
+    )
+
+
+def retry_after_s(headers: Mapping[str, str], info: RateLimitInfo) -> float:
+    """Seconds to wait after a 429: retry-after-ms, retry-after (seconds or HTTP date), the
+    reset time of the exhausted limit, else DEFAULT_RETRY_AFTER_S; clamped to [0, MAX]."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    seconds = _float(lower.get("retry-after-ms"))
+    if seconds is not None:
+        return _clamp(seconds / 1000)
+    seconds = _retry_after_header(lower.get("retry-after"))
+    if seconds is None:
+        seconds = _exhausted_reset_s(info)
+    return _clamp(DEFAULT_RETRY_AFTER_S if seconds is None else seconds)
+
+
+def _retry_after_header(value: str | None) -> float | None:
+    if value is None:
+        return None
+    seconds = _float(value)
+    if seconds is not None:
+        return seconds
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed.timestamp() - time.time()
+
+
+def _exhausted_reset_s(info: RateLimitInfo) -> float | None:
+    # Wait for the limit that ran out; if the headers do not say which, for the later reset.
+    if info.remaining_tokens == 0 and info.reset_tokens_s is not None:
+        return info.reset_tokens_s
+    if info.remaining_requests == 0 and info.reset_requests_s is not None:
+        return info.reset_requests_s
+    resets = [s for s in (info.reset_requests_s, info.reset_tokens_s) if s is not None]
+    return max(resets) if resets else None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration_s(value: str | None) -> float | None:
+    """'1s', '6m0s', '20ms', '1h2m3.5s' (OpenAI style) or plain seconds -> seconds."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    plain = _float(text)
+    if plain is not None:
+        return max(plain, 0.0)
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        number = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _int(value: str | None) -> int | None:
+    number = _float(value)
+    return int(number) if number is not None else None
+
+
+def _clamp(seconds: float) -> float:
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)

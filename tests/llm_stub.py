@@ -1,0 +1,122 @@
+"""A small real HTTP server speaking OpenAI chat-completions JSON, scripted per test.
+
+Tests queue responses (status, headers, text, usage, delay); each request takes the next one,
+or `default` when the queue is empty. Requests are recorded so tests can check what was sent.
+Deliberately dumb: the limit-enforcing simulator is `llm_sim`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StubResponse:
+    status: int = 200
+    text: str = "Subject: Hello\n\nHi there, a short note from the stub."
+    headers: dict[str, str] = field(default_factory=dict)
+    usage: tuple[int, int] | None = (12, 8)  # (prompt, completion); None = no usage object
+    body: str | None = None  # raw body, overriding the JSON built from text/usage/status
+    delay_s: float = 0.0
+    finish_reason: str = "stop"
+
+
+@dataclass(frozen=True)
+class StubRequest:
+    path: str
+    headers: dict[str, str]
+    json: Any
+
+
+class LLMStub:
+    def __init__(self) -> None:
+        self.default = StubResponse()
+        self.requests: list[StubRequest] = []
+        self._queue: deque[StubResponse] = deque()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True  # a handler sleeping for a timeout test never blocks stop()
+        # A short poll so stop() returns quickly (shutdown waits for the loop to notice).
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def push(self, *responses: StubResponse) -> None:
+        with self._lock:
+            self._queue.extend(responses)
+
+    def next_response(self, request: StubRequest) -> StubResponse:
+        with self._lock:
+            self.requests.append(request)
+            return self._queue.popleft() if self._queue else self.default
+
+    def start(self) -> LLMStub:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def completion_body(response: StubResponse, *, model: str) -> str:
+    if response.body is not None:
+        return response.body
+    if response.status >= 400:
+        return json.dumps({"error": {"message": response.text, "type": "stub_error", "code": None}})
+    payload: dict[str, Any] = {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": response.text},
+                "finish_reason": response.finish_reason,
+            }
+        ],
+    }
+    if response.usage is not None:
+        prompt, done = response.usage
+        payload["usage"] = {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+    return json.dumps(payload)
+
+
+def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                data = json.loads(self.rfile.read(length) or b"null")
+            except ValueError:
+                data = None
+            request = StubRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, data)
+            response = stub.next_response(request)
+            time.sleep(response.delay_s)
+            model = data.get("model", "") if isinstance(data, dict) else ""
+            body = completion_body(response, model=model).encode()
+            try:
+                self.send_response(response.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in response.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test): nothing to answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+    return Handler

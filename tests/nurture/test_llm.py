@@ -1,0 +1,231 @@
+"""nurture.llm over real HTTP: every provider answer lands in exactly one error class."""
+
+from __future__ import annotations
+
+import time
+from email.utils import formatdate
+from typing import Any
+
+import pytest
+
+from nurture.errors import PermanentError, PipelineError, RateLimited, TransientError
+from nurture.llm import (
+    DEFAULT_RETRY_AFTER_S,
+    MAX_RETRY_AFTER_S,
+    ChatMessage,
+    chat,
+    parse_duration_s,
+    rate_limit_info,
+    retry_after_s,
+)
+from outreach.models import ErrorClass
+from tests.llm_stub import LLMStub, StubResponse
+from tests.smtp_sink import free_port
+
+MESSAGES: list[ChatMessage] = [
+    {"role": "system", "content": "You write emails."},
+    {"role": "user", "content": "Write one."},
+]
+LIMIT_HEADERS = {
+    "x-ratelimit-limit-requests": "300",
+    "x-ratelimit-limit-tokens": "300000",
+    "x-ratelimit-remaining-requests": "299",
+    "x-ratelimit-remaining-tokens": "299400",
+    "x-ratelimit-reset-requests": "200ms",
+    "x-ratelimit-reset-tokens": "1m0.5s",
+}
+
+
+def _raises(stub: LLMStub, response: StubResponse, error: type[PipelineError]) -> Any:
+    stub.push(response)
+    with pytest.raises(error) as caught:
+        chat(messages=MESSAGES, max_tokens=50)
+    assert type(caught.value) is error, f"classified as {type(caught.value).__name__}"
+    return caught.value
+
+
+def test_chat_returns_text_usage_and_rate_limit_headers(llm_stub: LLMStub) -> None:
+    # given
+    llm_stub.push(StubResponse(text="Subject: Hi\n\nBody", usage=(120, 40), headers=LIMIT_HEADERS))
+    # when
+    result = chat(messages=MESSAGES, max_tokens=50)
+    # then
+    assert result.text == "Subject: Hi\n\nBody"
+    assert (result.prompt_tokens, result.completion_tokens, result.total_tokens) == (120, 40, 160)
+    assert not result.usage_estimated
+    assert result.headers == LIMIT_HEADERS
+    limits = result.rate_limits
+    assert (limits.limit_requests, limits.remaining_requests, limits.remaining_tokens) == (300, 299, 299400)
+    assert (limits.reset_requests_s, limits.reset_tokens_s) == (0.2, 60.5)
+
+
+def test_chat_sends_model_messages_max_tokens_and_key(llm_stub: LLMStub) -> None:
+    chat(messages=MESSAGES, max_tokens=77)
+
+    request = llm_stub.requests[0]
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-test"
+    assert request.json["model"] == "stub-1"
+    assert request.json["messages"] == MESSAGES
+    assert request.json["max_tokens"] == 77
+
+
+def test_sdk_retries_are_off(llm_stub: LLMStub) -> None:
+    # given a failure followed by a success the SDK could have retried into
+    llm_stub.push(StubResponse(status=500), StubResponse(text="too late"))
+    # when / then: one request, one classified error; retrying is the pipeline's decision
+    with pytest.raises(TransientError):
+        chat(messages=MESSAGES, max_tokens=50)
+    assert len(llm_stub.requests) == 1
+
+
+def test_429_with_retry_after_is_rate_limited_with_headers(llm_stub: LLMStub) -> None:
+    headers = {**LIMIT_HEADERS, "x-ratelimit-remaining-requests": "0", "retry-after": "7"}
+
+    error = _raises(llm_stub, StubResponse(status=429, headers=headers), RateLimited)
+
+    assert error.retry_after_s == 7.0
+    assert error.status == 429
+    assert error.rate_limits.remaining_requests == 0
+    assert error.rate_limits.remaining_tokens == 299400
+    assert error.rate_limits.raw["x-ratelimit-reset-tokens"] == "1m0.5s"
+
+
+def test_429_retry_after_ms_wins_over_seconds(llm_stub: LLMStub) -> None:
+    headers = {"retry-after-ms": "1500", "retry-after": "9"}
+
+    error = _raises(llm_stub, StubResponse(status=429, headers=headers), RateLimited)
+
+    assert error.retry_after_s == 1.5
+
+
+def test_429_insufficient_quota_is_permanent(llm_stub: LLMStub) -> None:
+    # A billing quota does not reset in a minute: waiting and re-queueing would loop forever.
+    body = '{"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}'
+
+    _raises(llm_stub, StubResponse(status=429, body=body), PermanentError)
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504, 408])
+def test_server_errors_are_transient(llm_stub: LLMStub, status: int) -> None:
+    error = _raises(llm_stub, StubResponse(status=status, headers=LIMIT_HEADERS), TransientError)
+
+    assert error.status == status
+    assert error.rate_limits.remaining_requests == 299  # headers kept on errors too
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_client_errors_are_permanent(llm_stub: LLMStub, status: int) -> None:
+    error = _raises(llm_stub, StubResponse(status=status), PermanentError)
+
+    assert error.status == status
+
+
+def test_timeout_is_transient(llm_stub: LLMStub, settings: Any) -> None:
+    settings.LLM_TIMEOUT_S = 0.3
+    started = time.monotonic()
+
+    _raises(llm_stub, StubResponse(delay_s=2.0), TransientError)
+
+    assert time.monotonic() - started < 1.5  # our timeout, not the server's delay
+
+
+def test_connection_refused_is_transient(settings: Any) -> None:
+    settings.LLM_BASE_URL, settings.LLM_API_KEY = f"http://127.0.0.1:{free_port()}/v1", "sk-test"
+
+    with pytest.raises(TransientError, match="unreachable"):
+        chat(messages=MESSAGES, max_tokens=50)
+
+
+def test_unreadable_200_is_transient(llm_stub: LLMStub) -> None:
+    _raises(llm_stub, StubResponse(body="<html>gateway hiccup</html>"), TransientError)
+
+
+def test_empty_completion_is_transient(llm_stub: LLMStub) -> None:
+    _raises(llm_stub, StubResponse(text=""), TransientError)
+
+
+def test_content_filter_is_permanent(llm_stub: LLMStub) -> None:
+    _raises(llm_stub, StubResponse(text="", finish_reason="content_filter"), PermanentError)
+
+
+def test_missing_usage_is_estimated(llm_stub: LLMStub) -> None:
+    llm_stub.push(StubResponse(text="x" * 400, usage=None))
+
+    result = chat(messages=MESSAGES, max_tokens=50)
+
+    assert result.usage_estimated
+    assert result.completion_tokens == 101
+    assert result.total_tokens == result.prompt_tokens + result.completion_tokens
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after-ms": "250"}, 0.25),
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after": "2.5"}, 2.5),
+        ({"Retry-After": "4"}, 4.0),
+        ({"retry-after": "soon"}, DEFAULT_RETRY_AFTER_S),
+        ({}, DEFAULT_RETRY_AFTER_S),
+        ({"retry-after": "-5"}, 0.0),
+        ({"retry-after": "99999999"}, MAX_RETRY_AFTER_S),
+        ({"retry-after": "nan"}, DEFAULT_RETRY_AFTER_S),
+        # no retry-after: wait for the limit that ran out
+        ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "12s"}, 12.0),
+        (
+            {
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "2s",
+                "x-ratelimit-reset-tokens": "30s",
+            },
+            2.0,
+        ),
+        ({"x-ratelimit-reset-requests": "2s", "x-ratelimit-reset-tokens": "30s"}, 30.0),
+    ],
+)
+def test_retry_after_s(headers: dict[str, str], expected: float) -> None:
+    assert retry_after_s(headers, rate_limit_info(headers)) == expected
+
+
+def test_retry_after_http_date() -> None:
+    headers = {"retry-after": formatdate(time.time() + 30, usegmt=True)}
+
+    assert 25 <= retry_after_s(headers, rate_limit_info(headers)) <= 31
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1s", 1.0),
+        ("20ms", 0.02),
+        ("6m0s", 360.0),
+        ("1h2m3.5s", 3723.5),
+        ("12", 12.0),
+        ("0.5", 0.5),
+        ("", None),
+        ("soon", None),
+        ("5x", None),
+        ("1s garbage", None),
+        (None, None),
+    ],
+)
+def test_parse_duration_s(value: str | None, expected: float | None) -> None:
+    result = parse_duration_s(value)
+
+    assert result is None if expected is None else result == pytest.approx(expected)
+
+
+def test_error_classes_are_known_error_classes() -> None:
+    from nurture.errors import OptedOut, PolicyViolation
+
+    for cls in (TransientError, PermanentError, RateLimited, PolicyViolation, OptedOut):
+        assert cls.error_class in ErrorClass.values
+
+
+def test_missing_api_key_is_permanent(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    settings.LLM_API_KEY = ""
+
+    with pytest.raises(PermanentError, match="misconfigured"):
+        chat(messages=MESSAGES, max_tokens=50)

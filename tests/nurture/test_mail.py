@@ -1,0 +1,190 @@
+"""nurture.mail against a real SMTP server (aiosmtpd): headers, idempotency, opt-out, errors."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core import signing
+
+from nurture.errors import OptedOut, PermanentError, TransientError
+from nurture.mail import lead_id_from_token, send_outreach_email, unsubscribe_token
+from outreach.models import Lead, Outreach
+from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.smtp_sink import SMTPSink, free_port
+
+pytestmark = pytest.mark.django_db
+
+DRAFT: dict[str, Any] = {
+    "draft_subject": "Quick question",
+    "draft_body": "Hi Pat,\n\nWould a short call help?\n\nBest, Sam",
+}
+
+
+@pytest.fixture
+def outreach(settings: Any) -> Outreach:
+    settings.PUBLIC_BASE_URL = "https://app.example.com"
+    org = make_org(sender_email="sales@seller.example")
+    lead = make_lead(owner=make_owner(organization=org, name="Sam Seller"), email="pat@prospect.example")
+    return make_outreach(lead=lead, idempotency_key="intro:lead-1:0", **DRAFT)
+
+
+def test_sends_one_email_with_the_right_headers(smtp_sink: SMTPSink, outreach: Outreach) -> None:
+    # when
+    message_id = send_outreach_email(outreach=outreach)
+    # then
+    [received] = smtp_sink.wait_for(1)
+    email = received.message
+    assert received.rcpt_tos == ["pat@prospect.example"]
+    assert received.mail_from == "sales@seller.example"
+    assert email["To"] == "pat@prospect.example"
+    assert email["From"] == "Sam Seller <sales@seller.example>"
+    assert email["Subject"] == "Quick question"
+    assert email.get_content().replace("\r\n", "\n").strip() == DRAFT["draft_body"]
+    assert email["Message-ID"] == message_id
+    assert message_id.startswith(f"<outreach-{outreach.id}.")
+    assert message_id.endswith("@seller.example>")
+    assert email["In-Reply-To"] is None
+    assert email["References"] is None
+    assert email["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    url = email["List-Unsubscribe"].strip()  # long, so folded onto its own line (valid RFC 5322)
+    assert url.startswith("<https://app.example.com/unsubscribe/")
+    assert url.endswith("/>")
+    token = url.removeprefix("<https://app.example.com/unsubscribe/").removesuffix("/>")
+    assert lead_id_from_token(token=token) == outreach.lead_id
+
+
+def test_message_id_is_stable_across_sends(smtp_sink: SMTPSink, outreach: Outreach) -> None:
+    # given the same outreach sent twice (a resend after a crash), loaded fresh each time
+    first = send_outreach_email(outreach=outreach)
+    second = send_outreach_email(outreach=Outreach.objects.get(id=outreach.id))
+    # then receivers see one identity they can de-duplicate on
+    ids = [m.message["Message-ID"] for m in smtp_sink.wait_for(2)]
+    assert first == second
+    assert ids == [first, first]
+
+
+def test_recorded_message_id_wins(smtp_sink: SMTPSink, outreach: Outreach) -> None:
+    outreach.message_id = "<recorded-1@seller.example>"
+
+    assert send_outreach_email(outreach=outreach) == "<recorded-1@seller.example>"
+    assert smtp_sink.wait_for(1)[0].message["Message-ID"] == "<recorded-1@seller.example>"
+
+
+@pytest.mark.parametrize("in_reply_to", ["<abc.123@prospect.example>", "abc.123@prospect.example"])
+def test_reply_threads_with_in_reply_to_and_references(
+    smtp_sink: SMTPSink, outreach: Outreach, in_reply_to: str
+) -> None:
+    outreach.kind, outreach.in_reply_to = Outreach.Kind.REPLY, in_reply_to
+
+    send_outreach_email(outreach=outreach)
+
+    email = smtp_sink.wait_for(1)[0].message
+    assert email["In-Reply-To"] == "<abc.123@prospect.example>"
+    assert email["References"] == "<abc.123@prospect.example>"
+
+
+def test_hostile_in_reply_to_cannot_inject_headers(smtp_sink: SMTPSink, outreach: Outreach) -> None:
+    outreach.in_reply_to = "<a@b>\r\nBcc: victim@example.com"
+
+    send_outreach_email(outreach=outreach)
+
+    [received] = smtp_sink.wait_for(1)
+    assert received.rcpt_tos == ["pat@prospect.example"]
+    assert received.message["Bcc"] is None
+    assert received.message["In-Reply-To"] is None
+
+
+def test_opted_out_lead_is_never_emailed(smtp_sink: SMTPSink, outreach: Outreach) -> None:
+    # given the lead opts out after the outreach (and its lead) was loaded
+    Lead.objects.filter(id=outreach.lead_id).update(status=Lead.Status.OPTED_OUT)
+    assert outreach.lead.status == Lead.Status.ACTIVE  # the stale copy the caller holds
+    # when / then
+    with pytest.raises(OptedOut):
+        send_outreach_email(outreach=outreach)
+    assert smtp_sink.wait_for(1, timeout_s=0.3) == []
+
+
+def test_outreach_without_draft_is_permanent(smtp_sink: SMTPSink, outreach: Outreach) -> None:
+    outreach.draft_body = "  "
+
+    with pytest.raises(PermanentError, match="no draft"):
+        send_outreach_email(outreach=outreach)
+    assert smtp_sink.messages == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        ("550 5.1.1 No such user", PermanentError),
+        ("553 5.7.1 Relaying denied", PermanentError),
+        ("451 4.3.0 Try again later", TransientError),
+        ("452 4.2.2 Mailbox full", TransientError),
+    ],
+)
+def test_recipient_refusal_is_classified(
+    smtp_sink: SMTPSink, outreach: Outreach, reply: str, error: type[Exception]
+) -> None:
+    smtp_sink.refusals["pat@prospect.example"] = reply
+
+    with pytest.raises(error) as caught:
+        send_outreach_email(outreach=outreach)
+    assert type(caught.value) is error
+    assert caught.value.status == int(reply[:3])  # type: ignore[attr-defined]
+    assert smtp_sink.messages == []
+
+
+def test_connection_refused_is_transient(settings: Any, outreach: Outreach) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()
+
+    with pytest.raises(TransientError, match="unreachable"):
+        send_outreach_email(outreach=outreach)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """Accepts TCP connections (the kernel does) but never says a word: an SMTP timeout."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(5)
+        yield server.getsockname()[1]
+
+
+def test_timeout_is_transient(settings: Any, outreach: Outreach, silent_server: int) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", silent_server, 0.3
+
+    with pytest.raises(TransientError):
+        send_outreach_email(outreach=outreach)
+
+
+def test_unsubscribe_token_round_trip() -> None:
+    token = unsubscribe_token(lead_id=42)
+
+    assert lead_id_from_token(token=token) == 42
+    assert token == unsubscribe_token(lead_id=42)  # stable: old emails keep working
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda t: "43" + t[2:],  # someone else's id with our signature
+        lambda t: t[:-1] + ("A" if t[-1] != "A" else "B"),
+        lambda t: t.split(":")[0],
+        lambda t: "",
+        lambda t: signing.Signer(salt="another.purpose").sign("42"),
+    ],
+)
+def test_tampered_token_is_rejected(tamper: Any) -> None:
+    with pytest.raises(signing.BadSignature):
+        lead_id_from_token(token=tamper(unsubscribe_token(lead_id=42)))
+
+
+def test_token_without_a_lead_id_is_rejected() -> None:
+    token = signing.Signer(salt="nurture.unsubscribe").sign("not-a-number")
+
+    with pytest.raises(signing.BadSignature):
+        lead_id_from_token(token=token)
