@@ -112,6 +112,9 @@ def database_from_url(name: str, url: str) -> dict[str, object]:
                 f"{name}={url!r}: the URL names no database, e.g. postgres://user@host:5432/outreach."
             )
         options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+        # The dispatcher's queries are short index walks; JIT compilation would cost more than
+        # it saves on every cycle (tens of ms), so it is off unless the URL asks otherwise.
+        options.setdefault("options", "-c jit=off")
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.strip("/")),

@@ -92,6 +92,8 @@ def transition(
     """
     from_states = _as_states(from_)
     _check(from_states, to)
+    if error_class:  # the row keeps its latest failure class; the event keeps each one
+        fields["error_class"] = error_class
     now = timezone.now()
     with transaction.atomic():
         # Lock the row while it is in a from-state (SELECT ... FOR UPDATE): a racing mover

@@ -32,3 +32,32 @@ def race_transition(db_name: str, outreach_id: int, barrier: Any, results: Any) 
         results.put("won")
     except TransitionLost:
         results.put("lost")
+
+
+def claim_overlapping(db_name: str, ids: list[int], barrier: Any, results: Any) -> None:
+    setup_django(db_name)
+    from outreach.models import State
+    from outreach.transitions import transition_many
+
+    barrier.wait()
+    claimed: list[int] = []
+    for start in range(0, len(ids), 7):  # many small overlapping claims, as cycles would
+        claimed += transition_many(
+            outreach_ids=ids[start : start + 20], from_=State.QUEUED, to=State.DISPATCHED
+        )
+    results.put(claimed)
+
+
+def run_cycles(db_name: str, seconds: float, results: Any) -> None:
+    """Call dispatch_cycle in a loop as a beat+worker pair would; report when each ran."""
+    setup_django(db_name)
+    import time
+
+    from orchestrator.dispatch import dispatch_cycle
+
+    spans, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        report = dispatch_cycle()
+        if report.ran:
+            spans.append(report.held)
+    results.put(spans)

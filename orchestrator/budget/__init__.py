@@ -1,0 +1,105 @@
+"""The shared LLM budget: one provider key, many workers, (almost) never a 429.
+
+Two layers, both atomic Lua in Redis, both on Redis's clock:
+- dispatch time, token buckets per scope (requests/min and tokens/min, refilled continuously):
+  `reserve` / `reserve_many` hold budget for a job, `settle` returns the unused estimate,
+  `refund` all of it; `headroom` says what a dispatch cycle may take;
+- call time, a log mirroring the provider's sliding 60 s window: `acquire_call` before each
+  provider call; `report_provider` / `report_429` adapt the limits (AIMD) when others share
+  the key. `snapshot` shows all of it.
+
+The maths (docs/budget.md, maths.py): a bucket of rate r and burst b admits at most
+b + r * 60 s in any 60 s window, so a sliding-window provider with limit L is never tripped by
+the bucket alone iff r * 60 s + b <= L. Strict limits (the default) solve r = L * 60 / (60 + B)
+for a burst of B seconds of refill; paced limits (`strict=False`) refill at L / 60 and let
+`acquire_call` trim the excess, which reaches the full limit.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from orchestrator.budget.breaker import CircuitBreaker
+from orchestrator.budget.core import BudgetUnavailable, connect
+from orchestrator.budget.maths import burst_for_cycle
+from orchestrator.budget.model import (
+    PROVIDER,
+    Adaptive,
+    CallSlot,
+    Denied,
+    FailurePolicy,
+    Headroom,
+    Limits,
+    Reservation,
+)
+from orchestrator.budget.pacing import Pacing
+from orchestrator.budget.reservations import UNMETERED, Reservations
+
+__all__ = [
+    "PROVIDER",
+    "UNMETERED",
+    "Adaptive",
+    "Budget",
+    "BudgetUnavailable",
+    "CallSlot",
+    "CircuitBreaker",
+    "Denied",
+    "Headroom",
+    "Limits",
+    "Reservation",
+    "budget_from_settings",
+    "connect",
+    "get_budget",
+]
+
+
+class Budget(Reservations, Pacing):
+    """The shared LLM budget. Build it with an injected Redis client and limits (tests,
+    benchmarks), or take the process-wide one from `get_budget()` (settings)."""
+
+
+_budget: Budget | None = None
+_lock = threading.Lock()
+
+
+def get_budget() -> Budget:
+    """The process's budget, built once from Django settings (imported here, lazily)."""
+    global _budget
+    if _budget is None:
+        with _lock:
+            if _budget is None:
+                _budget = budget_from_settings()
+    return _budget
+
+
+def budget_from_settings() -> Budget:
+    """A budget from settings: LLM_RPM, LLM_TPM, LLM_CALLS_PER_OUTREACH, LLM_EST_TOKENS_PER_CALL,
+    DISPATCH_INTERVAL, DISPATCH_STUCK_AFTER_S, BUDGET_FAILURE_POLICY, REDIS_URL, and optionally
+    LLM_BUDGET_STRICT (default True), LLM_BUDGET_MARGIN_MS (default 1000) and LLM_BUDGET_BURST_MS
+    (a floor for the computed burst)."""
+    from django.conf import settings
+
+    strict = bool(getattr(settings, "LLM_BUDGET_STRICT", True))
+    margin_ms = int(getattr(settings, "LLM_BUDGET_MARGIN_MS", 1_000))
+    calls, per_call = settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL
+    interval_ms = int(settings.DISPATCH_INTERVAL * 1000)
+    # The bucket must hold a dispatch cycle's refill plus one outreach (maths.burst_for_cycle).
+    burst_ms = max(
+        int(getattr(settings, "LLM_BUDGET_BURST_MS", 0)),
+        *(
+            burst_for_cycle(
+                limit=limit, amount=amount, interval_ms=interval_ms, strict=strict, margin_ms=margin_ms
+            )
+            for limit, amount in ((settings.LLM_RPM, calls), (settings.LLM_TPM, calls * per_call))
+        ),
+    )
+    policy: FailurePolicy = "closed" if settings.BUDGET_FAILURE_POLICY == "closed" else "open"
+    return Budget(
+        redis_client=connect(settings.REDIS_URL),
+        limits=Limits(
+            rpm=settings.LLM_RPM, tpm=settings.LLM_TPM, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms
+        ),
+        # A reservation outlives the stuck-job timeout, so the recovery's refund still finds it.
+        reservation_ttl_ms=(getattr(settings, "DISPATCH_STUCK_AFTER_S", 600) + 120) * 1000,
+        failure_policy=policy,
+    )

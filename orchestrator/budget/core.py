@@ -1,0 +1,155 @@
+"""`BudgetCore`: keys, per-scope parameters, the Redis round trip and its circuit breaker.
+
+The budget is the only code that knows these keys. Every one sits under the `{prefix}` hash tag,
+so all the keys one script touches share a Redis Cluster slot.
+  {P}:res                 hash  reservation id -> "<requests>:<tokens>"
+  {P}:res:exp             zset  reservation id -> expiry (ms, Redis clock)
+  {P}:bucket:<scope>      hash  r, t (levels, units of 1/60000), ts (ms of the last refill)
+  {P}:rate:<scope>        hash  AIMD state: base_r/t, cut_r/t, md_ms, blocked (Retry-After end),
+                                last_429, report (last provider headers, JSON), report_ms
+  {P}:calls:<scope>       zset  call-time log: "<seq>:<cumulative tokens>" -> ms
+  {P}:callmeta:<scope>    hash  seq, cum (tokens ever logged), base (cum of the last pruned call)
+Redis errors never leave the budget: they feed the breaker and the failure policy answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from orchestrator.budget import lua
+from orchestrator.budget.breaker import CircuitBreaker
+from orchestrator.budget.model import PROVIDER, SCOPE_RE, Adaptive, FailurePolicy, Limits
+
+logger = logging.getLogger("orchestrator.budget")
+
+KINDS: Final = {1: "requests", 2: "tokens", 3: "retry_after"}
+SCRIPTS: Final = ("RESERVE", "SETTLE", "HEADROOM", "ACQUIRE_CALL", "REPORT", "REPORT_429", "SNAPSHOT")
+
+
+def connect(url: str, *, timeout_s: float = 0.5) -> redis.Redis:
+    """A Redis client fit for the budget: it fails fast. Short timeouts and one immediate retry
+    (a pooled connection gone stale across a Redis restart); the circuit breaker, not client
+    retries with backoff, decides when to try again. (redis.Redis() built directly retries
+    with backoff for seconds: every budget call would stall that long during an outage.)"""
+    return redis.Redis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the bucket scripts need for one tuple of scopes, encoded once (the hot path)."""
+
+    keys: list[bytes]  # res, exp, then bucket and rate per scope
+    args: list[bytes]  # 8 per scope, see lua.py
+    capacity: tuple[int, int]  # the smallest bucket of the scopes (units): requests, tokens
+
+
+class BudgetUnavailable(Exception):
+    """Redis could not be used, or the circuit is open: the failure policy decides."""
+
+
+class BudgetCore:
+    """State and plumbing shared by the reservation and pacing halves of `Budget`.
+
+    `clock` overrides Redis TIME (ms) for tests; production leaves it None so every worker
+    shares one clock. Give it a client that fails fast (`connect`).
+    """
+
+    def __init__(
+        self,
+        *,
+        redis_client: redis.Redis,
+        limits: Limits,
+        scope_limits: Mapping[str, Limits] | None = None,
+        prefix: str = "llmbudget",
+        reservation_ttl_ms: int = 900_000,
+        failure_policy: FailurePolicy = "open",
+        adaptive: Adaptive | None = None,
+        breaker: CircuitBreaker | None = None,
+        clock: Callable[[], int] | None = None,
+    ):
+        if failure_policy not in ("open", "closed"):
+            raise ValueError(f"failure_policy must be 'open' or 'closed', not {failure_policy!r}")
+        self.limits = limits
+        self.scope_limits = dict(scope_limits or {})
+        self.prefix = prefix
+        self.reservation_ttl_ms = reservation_ttl_ms
+        self.failure_policy: FailurePolicy = failure_policy
+        self.adaptive = adaptive or Adaptive()
+        self.breaker = breaker or CircuitBreaker()
+        self._clock = clock
+        self._redis = redis_client
+        self._scripts = {name: redis_client.register_script(getattr(lua, name)) for name in SCRIPTS}
+        self._plans: dict[tuple[str, ...], Plan] = {}
+
+    def key(self, *parts: str) -> str:
+        return f"{{{self.prefix}}}:" + ":".join(parts)
+
+    def limits_for(self, scope: str) -> Limits:
+        """Limits of a scope: "provider", an exact entry, or a family entry such as "org:*"."""
+        if not SCOPE_RE.match(scope):
+            raise ValueError(f"bad scope name {scope!r}")
+        if scope == PROVIDER:
+            return self.limits
+        found = self.scope_limits.get(scope) or self.scope_limits.get(scope.split(":", 1)[0] + ":*")
+        if found is None:
+            raise ValueError(f"no limits configured for scope {scope!r}")
+        return found
+
+    def bucket_args(self, scope: str) -> list[int]:
+        """The 8 per-scope ARGV of the bucket scripts (see lua.py)."""
+        limits = self.limits_for(scope)
+        num, den = limits.rate_fraction()
+        step = self.adaptive.step
+        return [*limits.capacities(), limits.rpm, limits.tpm, num, den, step(limits.rpm), step(limits.tpm)]
+
+    def plan(self, scopes: tuple[str, ...]) -> Plan:
+        """KEYS and per-scope ARGV of the bucket scripts for these scopes, cached."""
+        plan = self._plans.get(scopes)
+        if plan is None:
+            if not scopes or len(set(scopes)) != len(scopes):
+                raise ValueError(f"scopes must be distinct and non-empty: {scopes!r}")
+            keys = [self.key("res"), self.key("res", "exp")]
+            args: list[int] = []
+            for scope in scopes:
+                keys += [self.key("bucket", scope), self.key("rate", scope)]
+                args += self.bucket_args(scope)
+            caps = [self.limits_for(scope).capacities() for scope in scopes]
+            plan = self._plans[scopes] = Plan(
+                keys=[k.encode() for k in keys],
+                args=[b"%d" % a for a in args],
+                capacity=(min(r for r, _ in caps), min(t for _, t in caps)),
+            )
+        return plan
+
+    def now_arg(self) -> bytes | int:
+        return b"" if self._clock is None else self._clock()
+
+    def run(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """One script call behind the breaker; any Redis error becomes BudgetUnavailable."""
+        if not self.breaker.allow():
+            raise BudgetUnavailable("circuit open")
+        try:
+            result = self._scripts[name](keys=keys, args=args)
+        except redis.RedisError as exc:
+            self.breaker.failure()
+            logger.warning("budget: Redis failed in %s (%s); circuit %s", name, exc, self.breaker.state)
+            raise BudgetUnavailable(str(exc)) from exc
+        self.breaker.success()
+        return result
+
+    def unavailable_wait_ms(self) -> int:
+        return max(self.breaker.retry_in_ms(), 1_000)
+
+    def reset(self) -> int:
+        """Delete every key of this budget (tests, or an operator starting over)."""
+        keys = list(self._redis.scan_iter(match=f"{{{self.prefix}}}:*", count=1000))
+        return int(self._redis.delete(*keys)) if keys else 0

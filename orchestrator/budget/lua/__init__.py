@@ -1,0 +1,37 @@
+"""The budget's Lua scripts, assembled from the .lua files beside this one.
+
+Each script runs atomically in Redis: it checks every bucket involved, then changes all of them
+or none. Only orchestrator.budget calls them (core.py registers them: EVALSHA).
+
+Conventions shared by every script:
+- ARGV[1] is a clock override in ms, '' in production: time then comes from Redis `TIME`, one
+  clock for every worker. Tests pass a fake clock to compare the Lua with the pure model.
+- Bucket levels are integers in units of 1/60000 (maths.py): a limit of L per minute refills
+  L units per ms. Lua numbers are doubles (exact to 2**53) and replies truncate to integers,
+  so everything returned is whole ms or whole units; `int()` writes numbers back exactly
+  (tostring keeps only 14 significant digits).
+- Reservations: hash `res` (id -> "<requests>:<tokens>") and zset `exp` (id -> expiry ms).
+- Per-scope bucket parameters are 8 ARGV: capacity r/t (units), configured window limits r/t,
+  refill numerator/denominator (maths.bucket_rate) and the AIMD step r/t.
+- Helpers come in snippets (clock, limits, bucket, records, call_log) and a script includes
+  only those it uses: Redis re-creates every local function on each call, on its one thread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_HERE = Path(__file__).parent
+
+
+def _script(body: str, *helpers: str) -> str:
+    return "".join((_HERE / f"{name}.lua").read_text() for name in (*helpers, body))
+
+
+RESERVE = _script("reserve", "clock", "limits", "bucket", "records")
+SETTLE = _script("settle", "clock", "limits", "bucket")
+HEADROOM = _script("headroom", "clock", "limits", "bucket")
+ACQUIRE_CALL = _script("acquire_call", "clock", "limits", "call_log")
+REPORT = _script("report", "clock", "limits", "call_log")
+REPORT_429 = _script("report_429", "clock", "limits")
+SNAPSHOT = _script("snapshot", "clock", "limits", "bucket", "records", "call_log")

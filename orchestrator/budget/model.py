@@ -1,0 +1,148 @@
+"""The budget's value types: configuration in, decisions out. No I/O here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from orchestrator.budget import maths
+
+FailurePolicy = Literal["open", "closed"]
+SCOPE_RE: Final = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")  # no '@' or ',': they delimit reservation ids
+PROVIDER: Final = "provider"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One scope's limits, as the provider counts them: per sliding 60 s window.
+
+    `burst_ms` is the bucket's capacity in milliseconds of refill: at least one dispatch cycle
+    plus one reservation (`maths.burst_for_cycle`). `strict=True` lowers the refill rate so
+    that rate * 60 s + burst <= limit: the bucket alone never admits more than the provider's
+    window holds. `strict=False` ("paced") refills at what the call pacer passes and relies on
+    `Budget.acquire_call` before every provider call. `margin_ms` widens the pacer's window
+    past the provider's 60 s: it must cover the spread of the delay between logging a call and
+    its arrival at the provider. See maths.py.
+    """
+
+    rpm: int
+    tpm: int
+    burst_ms: int = 2_000
+    strict: bool = True
+    margin_ms: int = 1_000
+
+    def __post_init__(self) -> None:
+        if self.rpm < 1 or self.tpm < 1 or self.burst_ms < 1 or self.margin_ms < 0:
+            raise ValueError(f"limits must be positive: {self}")
+
+    @property
+    def pacing_window_ms(self) -> int:
+        return maths.WINDOW_MS + self.margin_ms
+
+    def rates(self) -> tuple[int, int]:
+        """Refill rates (units per ms) at the configured limits."""
+        return (
+            maths.bucket_rate(
+                limit=self.rpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=self.margin_ms
+            ),
+            maths.bucket_rate(
+                limit=self.tpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=self.margin_ms
+            ),
+        )
+
+    def capacities(self) -> tuple[int, int]:
+        """Bucket capacities in units (requests, tokens)."""
+        rate_r, rate_t = self.rates()
+        return rate_r * self.burst_ms, rate_t * self.burst_ms
+
+    def rate_fraction(self) -> tuple[int, int]:
+        """(numerator, denominator) turning a window limit into a refill rate, for the Lua side."""
+        return maths.WINDOW_MS, maths.WINDOW_MS + (self.burst_ms if self.strict else self.margin_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Adaptive:
+    """AIMD on the provider-window limits (both requests and tokens).
+
+    A 429 multiplies the limits by `decrease` (at most once per `interval_ms`, so a volley of
+    429s from calls already in flight counts as one signal); a provider report showing less
+    room than we believe cuts them at once to what the provider says is ours. Every
+    `interval_ms` without a cut gives back `step_fraction` of the configured limit. Limits
+    never fall below `floor_fraction` of the configured ones.
+    """
+
+    decrease: float = 0.5
+    step_fraction: float = 0.02
+    interval_ms: int = 5_000
+    floor_fraction: float = 0.05
+    tolerance_fraction: float = 0.01  # report noise ignored: requests racing the header
+
+    def step(self, limit: int) -> int:
+        return max(1, int(limit * self.step_fraction))
+
+    def floor(self, limit: int) -> int:
+        return max(1, int(limit * self.floor_fraction))
+
+    def tolerance(self, limit: int) -> int:
+        return max(1, int(limit * self.tolerance_fraction))
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Budget held for one unit of work until settled, refunded or expired (`expires_at_ms`,
+    Redis clock). `unmetered` marks a fail-open grant made while Redis was unreachable."""
+
+    id: str
+    requests: int
+    tokens: int
+    ttl_ms: int
+    expires_at_ms: int
+    unmetered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    """No budget now: retry after `wait_ms`. `bucket` names what said no, e.g.
+    "provider:requests", "provider:tokens", "provider:retry_after" or "redis"."""
+
+    wait_ms: int
+    bucket: str
+
+
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """What the dispatcher may reserve now, across the scopes asked about (the tightest).
+
+    `requests`/`tokens` are available now (fractional); `requests_per_min`/`tokens_per_min` the
+    current refill rates; `limit_rpm`/`limit_tpm` the adapted provider-window limits; while
+    `blocked_ms` > 0 the provider asked us to wait (Retry-After) and nothing is granted.
+    """
+
+    requests: float
+    tokens: float
+    requests_per_min: int
+    tokens_per_min: int
+    limit_rpm: int
+    limit_tpm: int
+    blocked_ms: int = 0
+    unmetered: bool = False
+
+    def fits(self, *, requests_each: int, tokens_each: int) -> int:
+        """How many reservations of this size would be granted right now."""
+        if self.blocked_ms > 0:
+            return 0
+        by_requests = int(self.requests // requests_each) if requests_each else 1 << 30
+        by_tokens = int(self.tokens // tokens_each) if tokens_each else 1 << 30
+        return max(0, min(by_requests, by_tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class CallSlot:
+    """Answer of `Budget.acquire_call`: call now (`wait_ms == 0`; the call was logged at `at_ms`,
+    Redis clock: pass it to `report_provider(sent_at_ms=...)`) or wait `wait_ms` and ask again."""
+
+    wait_ms: int
+    at_ms: int = 0
+    bucket: str = ""
+    unmetered: bool = False

@@ -1,0 +1,152 @@
+"""Call-time pacing and adaptation: the provider's view of the shared key.
+
+The dispatcher reserves at dispatch, but the provider counts a call when it arrives, 0.5-20 s
+later, and calls from different reservations can bunch up. So every provider call first asks
+`acquire_call`, which checks a log of our calls over the provider's sliding 60 s window (plus a
+margin for arrival jitter, `Limits.margin_ms`) and either logs the call or says how long until
+the window has room: the provider never sees more than its limit from us in any window. The log
+is kept a minute longer than that, so that a provider report arriving up to a minute after its
+call can still count our calls in the window it describes.
+
+Other systems may share the key. Provider headers say how much of the window is left; our
+calls in that window plus what is left is the share we really have. When it is less than the
+limit we believe, the limit is cut to it at once; a 429 halves it (once per interval) and
+blocks calls for Retry-After. Limits then recover additively, `Adaptive.step_fraction` per
+interval. Cuts live in Redis: the next reserve, headroom or acquire_call sees them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable
+from orchestrator.budget.model import PROVIDER, CallSlot
+
+
+class Pacing(BudgetCore):
+    def acquire_call(self, *, tokens: int, scopes: Sequence[str] = (PROVIDER,)) -> CallSlot:
+        """Log one provider call of `tokens` (prompt + max output) now, or say how long to wait.
+
+        The LLM client calls this right before each HTTP call: sleep `wait_ms` and ask again
+        when it is short, re-queue the job when it is long. Never raises on Redis failure.
+        """
+        keys: list[str] = []
+        args: list[Any] = [self.now_arg(), tokens, self.adaptive.interval_ms]
+        for scope in scopes:
+            limits = self.limits_for(scope)
+            if not 0 <= tokens <= limits.tpm:
+                raise ValueError(
+                    f"a call of {tokens} tokens can never fit scope {scope!r} ({limits.tpm}/min)"
+                )
+            keys += [self.key("calls", scope), self.key("callmeta", scope), self.key("rate", scope)]
+            step = self.adaptive.step
+            args += [limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm), limits.pacing_window_ms]
+        try:
+            wait, scope_index, kind, now = self.run("ACQUIRE_CALL", keys, args)
+        except BudgetUnavailable:
+            if self.failure_policy == "closed":
+                return CallSlot(wait_ms=self.unavailable_wait_ms(), bucket="redis")
+            return CallSlot(wait_ms=0, unmetered=True)
+        if wait:
+            return CallSlot(wait_ms=wait, bucket=f"{scopes[scope_index - 1]}:{KINDS[kind]}")
+        return CallSlot(wait_ms=0, at_ms=now)
+
+    def report_provider(
+        self,
+        *,
+        remaining_requests: int | None,
+        remaining_tokens: int | None,
+        reset_requests_s: float | None = None,
+        reset_tokens_s: float | None = None,
+        sent_at_ms: int | None = None,
+        scope: str = PROVIDER,
+    ) -> None:
+        """Feed the provider's x-ratelimit-remaining-* (and reset) headers of one response.
+
+        `sent_at_ms` is the `CallSlot.at_ms` of that call: the remaining counts describe the
+        window ending then. Reset times are recorded for visibility only: under a sliding
+        window the room comes back call by call, and blocking until a full reset would waste
+        the window whenever we run at the limit (remaining 0 is then normal).
+        """
+        limits = self.limits_for(scope)
+        a = self.adaptive
+        report = json.dumps(
+            {
+                "remaining_requests": remaining_requests,
+                "remaining_tokens": remaining_tokens,
+                "reset_requests_s": reset_requests_s,
+                "reset_tokens_s": reset_tokens_s,
+                "sent_at_ms": sent_at_ms,
+            }
+        )
+        keys = [self.key("calls", scope), self.key("callmeta", scope), self.key("rate", scope)]
+        args = [
+            self.now_arg(),
+            "" if sent_at_ms is None else sent_at_ms,
+            "" if remaining_requests is None else remaining_requests,
+            "" if remaining_tokens is None else remaining_tokens,
+            a.interval_ms,
+            limits.rpm,
+            limits.tpm,
+            a.step(limits.rpm),
+            a.step(limits.tpm),
+            a.floor(limits.rpm),
+            a.floor(limits.tpm),
+            a.tolerance(limits.rpm),
+            a.tolerance(limits.tpm),
+            report,
+        ]
+        with contextlib.suppress(BudgetUnavailable):  # advisory: the pacer and the buckets still hold
+            self.run("REPORT", keys, args)
+
+    def report_429(self, *, retry_after_s: float | None = None, scope: str = PROVIDER) -> None:
+        """The provider refused a call: cut the limits and hold calls for Retry-After (default 1 s)."""
+        limits = self.limits_for(scope)
+        a = self.adaptive
+        retry_ms = 1_000 if retry_after_s is None else max(0, int(retry_after_s * 1000))
+        args = [
+            self.now_arg(),
+            retry_ms,
+            a.interval_ms,
+            limits.rpm,
+            limits.tpm,
+            a.step(limits.rpm),
+            a.step(limits.tpm),
+            a.floor(limits.rpm),
+            a.floor(limits.tpm),
+            a.decrease,
+        ]
+        with contextlib.suppress(BudgetUnavailable):
+            self.run("REPORT_429", [self.key("rate", scope)], args)
+
+    def snapshot(self, *, scopes: Sequence[str] = (PROVIDER,)) -> dict[str, Any]:
+        """Everything the budget decides on, for dashboards and `queue_stats`."""
+        keys: list[str | bytes] = [*self.plan(tuple(scopes)).keys[:2]]
+        scope_args: list[int] = []
+        for scope in scopes:
+            keys += [self.key(kind, scope) for kind in ("bucket", "rate", "calls", "callmeta")]
+            scope_args += [*self.bucket_args(scope), self.limits_for(scope).pacing_window_ms]
+        base: dict[str, Any] = {
+            "failure_policy": self.failure_policy,
+            "circuit": self.breaker.state,
+            "configured": {s: asdict(self.limits_for(s)) for s in scopes},
+            "reservation_ttl_ms": self.reservation_ttl_ms,
+        }
+        try:
+            raw = self.run(
+                "SNAPSHOT",
+                keys,
+                [self.now_arg(), self.adaptive.interval_ms, *scope_args],
+            )
+        except BudgetUnavailable:
+            return {**base, "redis": "unavailable"}
+        data = json.loads(raw)
+        for scope, info in zip(scopes, data.pop("scopes") or [], strict=True):
+            if info.get("last_report"):
+                info["last_report"] = json.loads(info["last_report"])
+            base.setdefault("scopes", {})[scope] = info
+        return {**base, **data, "redis": "ok"}

@@ -1,0 +1,146 @@
+"""Dispatch-time admission: reserve budget before work starts, settle or refund it after.
+
+A reservation is a record with an expiry. `settle` and `refund` remove it atomically, so each
+happens at most once. One never settled expires: it leaves the outstanding totals and gives
+nothing back, since its calls may have reached the provider (counting it spent is the safe
+side; the bucket refills anyway). A settle or refund after expiry is a no-op returning False.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from orchestrator.budget import maths
+from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable, Plan
+from orchestrator.budget.model import PROVIDER, Denied, Headroom, Reservation
+
+UNMETERED = "unmetered:"
+
+
+class Reservations(BudgetCore):
+    def reserve(
+        self, *, requests: int, tokens: int, scopes: Sequence[str] = (PROVIDER,)
+    ) -> Reservation | Denied:
+        """Reserve budget for one unit of work in every scope, or in none."""
+        granted, denied = self._reserve(count=1, requests=requests, tokens=tokens, scopes=tuple(scopes))
+        if granted:
+            return granted[0]
+        assert denied is not None
+        return denied
+
+    def reserve_many(
+        self, *, count: int, requests_each: int, tokens_each: int, scopes: Sequence[str] = (PROVIDER,)
+    ) -> list[Reservation]:
+        """Reserve up to `count` equal reservations in one round trip; returns those granted."""
+        return self._reserve(count=count, requests=requests_each, tokens=tokens_each, scopes=tuple(scopes))[0]
+
+    def _reserve(
+        self, *, count: int, requests: int, tokens: int, scopes: tuple[str, ...]
+    ) -> tuple[list[Reservation], Denied | None]:
+        plan = self.plan(scopes)
+        self._check_size(count=count, requests=requests, tokens=tokens, plan=plan)
+        # Ids carry their scopes, so settle() can name every key its script touches.
+        head, tail, ttl = os.urandom(6).hex() + ".", "@" + ",".join(scopes), self.reservation_ttl_ms
+        args = [
+            self.now_arg(),
+            count,
+            requests,
+            tokens,
+            ttl,
+            head,
+            tail,
+            self.adaptive.interval_ms,
+            *plan.args,
+        ]
+        try:
+            granted, wait, scope_index, kind, now = self.run("RESERVE", plan.keys, args)
+        except BudgetUnavailable:
+            return self._reserve_unavailable(count=count, requests=requests, tokens=tokens)
+        reservations = [
+            Reservation(
+                id=f"{head}{i}{tail}", requests=requests, tokens=tokens, ttl_ms=ttl, expires_at_ms=now + ttl
+            )
+            for i in range(1, granted + 1)
+        ]
+        if granted == count:
+            return reservations, None
+        return reservations, Denied(wait_ms=wait, bucket=f"{scopes[scope_index - 1]}:{KINDS[kind]}")
+
+    @staticmethod
+    def _check_size(*, count: int, requests: int, tokens: int, plan: Plan) -> None:
+        if count < 1 or requests < 0 or tokens < 0 or requests + tokens == 0:
+            raise ValueError(f"bad reservation: count={count} requests={requests} tokens={tokens}")
+        cap_r, cap_t = plan.capacity
+        if requests * maths.UNITS > cap_r or tokens * maths.UNITS > cap_t:
+            raise ValueError(
+                f"{requests} requests / {tokens} tokens can never fit these scopes (capacity "
+                f"{cap_r / maths.UNITS:g} / {cap_t / maths.UNITS:g}): raise their burst_ms"
+            )
+
+    def _reserve_unavailable(
+        self, *, count: int, requests: int, tokens: int
+    ) -> tuple[list[Reservation], Denied | None]:
+        if self.failure_policy == "closed":
+            return [], Denied(wait_ms=self.unavailable_wait_ms(), bucket="redis")
+        return [
+            Reservation(
+                id=UNMETERED + os.urandom(8).hex(),
+                requests=requests,
+                tokens=tokens,
+                ttl_ms=0,
+                expires_at_ms=0,
+                unmetered=True,
+            )
+            for _ in range(count)
+        ], None
+
+    def settle(self, *, reservation_id: str, actual_tokens: int, actual_requests: int | None = None) -> bool:
+        """Work done: give back the unused token estimate, or charge the excess. Requests are
+        kept unless `actual_requests` says fewer calls were made. False if the reservation is
+        unknown, expired, unmetered or already settled or refunded."""
+        used_requests: int | str = "" if actual_requests is None else actual_requests
+        return self._settle(reservation_id, refund=False, used=(used_requests, actual_tokens))
+
+    def refund(self, *, reservation_id: str) -> bool:
+        """Work failed before its calls were made: give all of it back. At most once."""
+        return self._settle(reservation_id, refund=True, used=("", 0))
+
+    def _settle(self, reservation_id: str, *, refund: bool, used: tuple[int | str, int]) -> bool:
+        if reservation_id.startswith(UNMETERED):
+            return False
+        try:
+            plan = self.plan(tuple(reservation_id.rpartition("@")[2].split(",")))
+        except ValueError:
+            return False
+        args = [self.now_arg(), reservation_id, int(refund), *used, self.adaptive.interval_ms, *plan.args]
+        try:
+            return bool(self.run("SETTLE", plan.keys, args) == 1)
+        except BudgetUnavailable:
+            return False
+
+    def headroom(self, *, scopes: Sequence[str] = (PROVIDER,)) -> Headroom:
+        """Budget available now across `scopes` (the tightest), with the current adapted rates."""
+        plan = self.plan(tuple(scopes))
+        try:
+            r, t, rate_r, rate_t, lim_r, lim_t, blocked, _ = self.run(
+                "HEADROOM", plan.keys[2:], [self.now_arg(), self.adaptive.interval_ms, *plan.args]
+            )
+        except BudgetUnavailable:
+            return self._headroom_unavailable(tuple(scopes))
+        return Headroom(r / maths.UNITS, t / maths.UNITS, rate_r, rate_t, lim_r, lim_t, blocked_ms=blocked)
+
+    def _headroom_unavailable(self, scopes: tuple[str, ...]) -> Headroom:
+        if self.failure_policy == "closed":
+            return Headroom(0.0, 0.0, 0, 0, 0, 0, blocked_ms=self.unavailable_wait_ms())
+        # Fail open but paced: each look offers one full bucket, what a dispatch cycle would get.
+        limits = [self.limits_for(scope) for scope in scopes]
+        return Headroom(
+            min(lim.capacities()[0] for lim in limits) / maths.UNITS,
+            min(lim.capacities()[1] for lim in limits) / maths.UNITS,
+            min(lim.rates()[0] for lim in limits),
+            min(lim.rates()[1] for lim in limits),
+            min(lim.rpm for lim in limits),
+            min(lim.tpm for lim in limits),
+            unmetered=True,
+        )

@@ -1,0 +1,226 @@
+"""The dispatch cycle: the I/O shell around the pure selection policy (orchestrator.selection).
+
+One cycle, holding the cluster-wide lease:
+  recover stuck work -> owner capacity (limits, hours) -> approved drafts to `send` (no LLM)
+  -> LLM slots = min(in-flight headroom, budget headroom / per-outreach cost)
+  -> per-tier candidates (per-owner top-k) -> select_batch -> reserve budget -> claim -> enqueue
+Every query is bounded by slots and active owners (see orchestrator.selectors), so a cycle
+costs the same at a thousand queued rows as at a million.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import redis
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Case, Value, When
+from django.utils import timezone
+
+from config.celery import app
+from orchestrator import selectors
+from orchestrator.budget import Budget, get_budget
+from orchestrator.capacity import Capacity, OwnerRules, owner_capacity
+from orchestrator.lock import Lease, dispatch_lease
+from orchestrator.recovery import recover_stuck
+from orchestrator.selection import Candidates, Cursor, Pick, rows_per_owner, select_batch
+from outreach.models import Outreach, State
+from outreach.tiers import Tier
+from outreach.transitions import transition_many
+
+log = logging.getLogger(__name__)
+
+CURSOR_KEY = "orchestrator:dispatch:cursor"
+DEFERRED_KEY = "orchestrator:dispatch:deferred"  # owner id -> reason last written (write on change)
+GENERATE_TASK = "nurture.generate"
+SEND_TASK = "nurture.send"
+
+
+@dataclass
+class CycleReport:
+    ran: bool = True
+    recovered: int = 0
+    slots: int = 0
+    picks: list[Pick] = field(default_factory=list)
+    generation: list[int] = field(default_factory=list)
+    send: list[int] = field(default_factory=list)
+    deferred: dict[int, str] = field(default_factory=dict)
+    duration_ms: float = 0.0
+    held: tuple[float, float] = (0.0, 0.0)  # wall-clock span the lease was held (metrics, tests)
+
+
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None) -> CycleReport:
+    """Run one cycle if no other is running anywhere; return what it did."""
+    client = redis_client()
+    started = time.perf_counter()
+    with dispatch_lease(client, ttl_s=max(30.0, 10 * settings.DISPATCH_INTERVAL)) as lease:
+        if lease is None:
+            return CycleReport(ran=False)
+        held_from = time.time()
+        report = _cycle(lease=lease, client=client, now=now or timezone.now(), budget=budget or get_budget())
+        report.held = (held_from, time.time())
+    report.duration_ms = (time.perf_counter() - started) * 1000
+    log.info(
+        "dispatch cycle",
+        extra={"slots": report.slots, "generation": len(report.generation), "send": len(report.send),
+               "deferred": len(report.deferred), "recovered": report.recovered, "ms": round(report.duration_ms, 1)},
+    )  # fmt: skip
+    return report
+
+
+def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) -> CycleReport:
+    report = CycleReport(
+        recovered=recover_stuck(now=now, refund=lambda rid: budget.refund(reservation_id=rid))
+    )
+    owners = selectors.active_owners()
+    capacity = _capacity(owners=[rules for rules, _ in owners], now=now)
+    report.deferred = {c.owner_id: c.blocked_reason for c in capacity.values() if c.remaining <= 0}
+    _note_deferrals(client=client, deferred=report.deferred, now=now)
+    room = {owner_id: c.remaining for owner_id, c in capacity.items() if c.remaining > 0}
+    report.send = _dispatch_approved(room=room)
+    report.slots = _llm_slots(budget=budget)
+    weights = {rules.owner_id: weight for rules, weight in owners}
+    cursor = Cursor.from_json(client.get(CURSOR_KEY))
+    selection = select_batch(_candidates(room=room, slots=report.slots, weights=weights, now=now),
+                             slots=report.slots, cursor=cursor, weights=weights)  # fmt: skip
+    report.picks = list(selection.picks)
+    report.generation = _reserve_and_claim(picks=report.picks, budget=budget)
+    lease.set_if_held(CURSOR_KEY, selection.cursor.to_json())
+    return report
+
+
+def _capacity(*, owners: list[OwnerRules], now: datetime) -> dict[int, Capacity]:
+    used = selectors.used_today(owners=owners, now=now)
+    return {r.owner_id: owner_capacity(rules=r, now=now, used_today=used.get(r.owner_id, 0)) for r in owners}
+
+
+def _note_deferrals(*, client: redis.Redis, deferred: Mapping[int, str], now: datetime) -> None:
+    """Say on each deferred owner's next-in-line rows why they wait (only when the reason changed).
+
+    Bounded: at most 50 rows per owner, and only for owners whose reason is new since the last
+    cycle, so a night in which every owner is outside its hours costs one write per owner.
+    """
+    previous = {int(k): _text(v) for k, v in client.hgetall(DEFERRED_KEY).items()}
+    for owner_id, reason in deferred.items():
+        if previous.get(owner_id) != reason:
+            head = Outreach.objects.filter(owner_id=owner_id, state=State.QUEUED).order_by(
+                "not_before", "id"
+            )[:50]
+            Outreach.objects.filter(id__in=list(head.values_list("id", flat=True))).update(
+                blocked_reason=reason
+            )
+    pipe = client.pipeline()
+    pipe.delete(DEFERRED_KEY)
+    if deferred:
+        pipe.hset(DEFERRED_KEY, mapping={str(k): v for k, v in deferred.items()})
+    pipe.execute()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _dispatch_approved(*, room: dict[int, int]) -> list[int]:
+    """Approved drafts go to `send` under owner limits only: no LLM call, no LLM budget."""
+    found = selectors.approved_candidates(k_by_owner=room)
+    ids = [i for per_owner in found.values() for i in per_owner]
+    with transaction.atomic():
+        claimed = transition_many(outreach_ids=ids, from_=State.APPROVED, to=State.DISPATCHED, note="send")
+        _enqueue_on_commit(SEND_TASK, claimed)
+    for owner_id, per_owner in found.items():
+        room[owner_id] -= len(set(per_owner) & set(claimed))
+    return claimed
+
+
+def _llm_slots(*, budget: Budget) -> int:
+    """min(in-flight headroom, how many whole outreach the budget can take now)."""
+    in_flight_room = max(0, settings.DISPATCH_MAX_IN_FLIGHT - selectors.llm_in_flight())
+    if in_flight_room == 0:
+        return 0
+    requests, tokens = _cost()
+    return min(in_flight_room, budget.headroom().fits(requests_each=requests, tokens_each=tokens))
+
+
+def _cost() -> tuple[int, int]:
+    calls = settings.LLM_CALLS_PER_OUTREACH
+    return calls, calls * settings.LLM_EST_TOKENS_PER_CALL
+
+
+def _candidates(
+    *, room: Mapping[int, int], slots: int, weights: Mapping[int, int], now: datetime
+) -> Candidates:
+    """Each tier queried once: which owners have ready work, then their top-k rows.
+
+    An owner's room (daily limit left) is spent tier by tier, replies first, so the rows offered
+    never exceed what the owner may still send today.
+    """
+    left = dict(room)
+    result: dict[Tier, dict[int, list]] = {}
+    for tier in sorted(Tier):
+        owners = selectors.owners_with_ready_work(
+            tier=tier, owner_ids=[o for o, n in left.items() if n > 0], now=now
+        )
+        k = {o: min(left[o], rows_per_owner(slots=slots, owners_with_work=len(owners), weight=weights.get(o, 1)))
+             for o in owners}  # fmt: skip
+        result[tier] = selectors.ready_candidates(tier=tier, k_by_owner=k, now=now)
+        for owner_id, rows in result[tier].items():
+            left[owner_id] -= len(rows)
+    return result
+
+
+def _reserve_and_claim(*, picks: list[Pick], budget: Budget) -> list[int]:
+    """Reserve budget for each pick, claim the rows, enqueue on commit; refund what was not claimed."""
+    if not picks:
+        return []
+    requests, tokens = _cost()
+    reservations = budget.reserve_many(count=len(picks), requests_each=requests, tokens_each=tokens)
+    by_id = {pick.outreach_id: r.id for pick, r in zip(picks, reservations, strict=False)}
+    with transaction.atomic():
+        claimed = transition_many(
+            outreach_ids=list(by_id), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason=""
+        )
+        _record_reservations({i: by_id[i] for i in claimed})
+        _enqueue_on_commit(GENERATE_TASK, claimed)
+    for outreach_id in set(by_id) - set(claimed):
+        budget.refund(reservation_id=by_id[outreach_id])  # someone else claimed it: give it back
+    return claimed
+
+
+def _record_reservations(by_id: Mapping[int, str]) -> None:
+    """Each claimed row keeps its own reservation id (refunded on recovery, settled by the worker)."""
+    if not by_id:
+        return
+    if connection.vendor == "postgresql":  # one statement for the batch
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Outreach._meta.db_table} o SET reservation_id = v.rid "
+                "FROM unnest(%s::bigint[], %s::text[]) AS v(id, rid) WHERE o.id = v.id",
+                [list(by_id), list(by_id.values())],
+            )
+        return
+    Outreach.objects.filter(id__in=list(by_id)).update(
+        reservation_id=Case(*(When(id=i, then=Value(rid)) for i, rid in by_id.items()), default=Value(""))
+    )
+
+
+def _enqueue_on_commit(task_name: str, ids: list[int]) -> None:
+    """Enqueue one task per id after the claim commits (a worker never finds a row not yet
+    DISPATCHED). Ids only in the message: no lead data in the broker or Flower. One producer
+    (one broker connection) publishes the whole batch."""
+    if ids:
+        transaction.on_commit(lambda: _publish(task_name, ids))
+
+
+def _publish(task_name: str, ids: list[int]) -> None:
+    with app.producer_or_acquire() as producer:
+        for outreach_id in ids:
+            app.send_task(task_name, args=[outreach_id], producer=producer)

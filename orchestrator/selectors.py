@@ -1,0 +1,179 @@
+"""Reads for the dispatch cycle. Every query is bounded by slots and active owners, never by
+queue depth: each uses a partial index of outreach/models.py and stops after k rows per owner.
+
+PostgreSQL runs the per-owner top-k as one LATERAL join; SQLite (the demo's embedded default)
+has no LATERAL, so it runs the same query with ROW_NUMBER() over the chosen owners instead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count, Q
+
+from orchestrator.capacity import OwnerRules, local_day_start
+from orchestrator.selection import Candidate
+from outreach.models import Outreach, Owner, State
+from outreach.tiers import Tier
+
+TABLE = Outreach._meta.db_table
+LLM_IN_FLIGHT = (State.DISPATCHED, State.GENERATING)
+# What counts against an owner's daily limit besides SENT today: emails on their way out.
+SEND_IN_FLIGHT = (State.DISPATCHED, State.GENERATING, State.SENDING)
+
+
+def active_owners() -> list[tuple[OwnerRules, int]]:
+    """(rules, weight) of every active owner: O(owners)."""
+    rows = Owner.objects.filter(active=True).values_list(
+        "id", "daily_limit", "hours_start", "hours_end", "working_days", "timezone", "weight"
+    )
+    return [(OwnerRules(*row[:6]), row[6]) for row in rows]
+
+
+def used_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, int]:
+    """Emails each owner sent in its local day plus those in flight (index outreach_sent_by_owner).
+
+    One grouped query: owners sharing a time zone share a local midnight, so the filter is one
+    OR-term per time zone, not per owner. Each owner contributes at most daily_limit rows.
+    """
+    by_zone: dict[str, list[int]] = defaultdict(list)
+    for rules in owners:
+        by_zone[rules.timezone].append(rules.owner_id)
+    if not by_zone:
+        return {}
+    sent_today = Q()
+    for zone, ids in by_zone.items():
+        sent_today |= Q(owner_id__in=ids, sent_at__gte=local_day_start(tz=zone, now=now))
+    all_ids = [i for ids in by_zone.values() for i in ids]
+    rows = (
+        Outreach.objects.filter(
+            Q(state=State.SENT) & sent_today | Q(state__in=SEND_IN_FLIGHT, owner_id__in=all_ids)
+        )
+        .values("owner_id")
+        .annotate(n=Count("id"))
+    )
+    return {row["owner_id"]: row["n"] for row in rows}
+
+
+def llm_in_flight() -> int:
+    """Outreach holding an LLM reservation now: bounded by DISPATCH_MAX_IN_FLIGHT."""
+    return Outreach.objects.filter(state__in=LLM_IN_FLIGHT, draft_body="").count()
+
+
+def _owners_with_work_sql(*, tier: Tier, owner_ids: list[int], now: datetime) -> tuple[str, list[Any]]:
+    if connection.vendor == "postgresql":
+        # LIMIT 1 in index order (not EXISTS): the planner then always walks the partial ready
+        # index, never the owner's whole history through the plain owner_id index.
+        sql = f"""
+            SELECT o.owner_id FROM unnest(%s::bigint[]) AS o(owner_id)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM {TABLE} q WHERE q.owner_id = o.owner_id AND q.tier = %s
+                AND q.state = 'queued' AND q.not_before <= %s ORDER BY q.not_before LIMIT 1
+            ) AS ready
+        """
+        return sql, [owner_ids, int(tier), now]
+    marks = ",".join("%s" for _ in owner_ids)
+    sql = f"""SELECT DISTINCT owner_id FROM {TABLE} WHERE owner_id IN ({marks}) AND tier = %s
+              AND state = 'queued' AND not_before <= %s"""
+    return sql, [*owner_ids, int(tier), now]
+
+
+def owners_with_ready_work(*, tier: Tier, owner_ids: list[int], now: datetime) -> list[int]:
+    """Which of these owners have ready work in the tier: one index probe per owner."""
+    if not owner_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(*_owners_with_work_sql(tier=tier, owner_ids=owner_ids, now=now))
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _top_k_sql(
+    *, condition: str, params: list[Any], order: tuple[str, ...], k_by_owner: Mapping[int, int]
+) -> tuple[str, list[Any]]:
+    owners = list(k_by_owner)
+    inner_order = ", ".join(f"q.{col}" for col in order)
+    if connection.vendor == "postgresql":
+        extra = ", ".join(f"q.{col}" for col in order if col != "id")
+        outer_order = ", ".join(f"c.{col}" for col in order)
+        sql = f"""
+            SELECT c.id, c.owner_id FROM unnest(%s::bigint[], %s::int[]) AS o(owner_id, k)
+            CROSS JOIN LATERAL (
+                SELECT q.id, q.owner_id, {extra} FROM {TABLE} q
+                WHERE q.owner_id = o.owner_id AND {condition} ORDER BY {inner_order} LIMIT o.k
+            ) c
+            ORDER BY c.owner_id, {outer_order}
+        """
+        return sql, [owners, [k_by_owner[o] for o in owners], *params]
+    marks = ",".join("%s" for _ in owners)
+    sql = f"""
+        SELECT id, owner_id FROM (
+            SELECT q.id, q.owner_id, ROW_NUMBER() OVER (PARTITION BY q.owner_id ORDER BY {inner_order}) AS rn
+            FROM {TABLE} q WHERE q.owner_id IN ({marks}) AND {condition}
+        ) WHERE rn <= %s ORDER BY owner_id, rn
+    """
+    return sql, [*owners, *params, max(k_by_owner.values())]
+
+
+def _top_k(
+    *, condition: str, params: list[Any], order: tuple[str, ...], k_by_owner: Mapping[int, int]
+) -> dict[int, list[int]]:
+    """Per owner, the first k ids matching `condition` in `order` (a partial index serves each)."""
+    k_by_owner = {o: k for o, k in k_by_owner.items() if k > 0}
+    if not k_by_owner:
+        return {}
+    result: dict[int, list[int]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(*_top_k_sql(condition=condition, params=params, order=order, k_by_owner=k_by_owner))
+        for outreach_id, owner_id in cursor.fetchall():
+            if len(result[owner_id]) < k_by_owner[owner_id]:
+                result[owner_id].append(outreach_id)
+    return dict(result)
+
+
+READY = "q.tier = %s AND q.state = 'queued' AND q.not_before <= %s"
+APPROVED = "q.state = 'approved'"
+
+
+def ready_candidates(
+    *, tier: Tier, k_by_owner: Mapping[int, int], now: datetime
+) -> dict[int, list[Candidate]]:
+    """Each owner's k oldest ready rows in the tier (index outreach_ready_by_owner_tier)."""
+    ids = _top_k(
+        condition=READY,
+        params=[int(tier), now],
+        order=("not_before", "id"),
+        k_by_owner=k_by_owner,
+    )
+    return {
+        owner: [Candidate(outreach_id=i, owner_id=owner, tier=tier) for i in found]
+        for owner, found in ids.items()
+    }
+
+
+def approved_candidates(*, k_by_owner: Mapping[int, int]) -> dict[int, list[int]]:
+    """Each owner's k oldest approved drafts (index outreach_approved_by_owner)."""
+    return _top_k(condition=APPROVED, params=[], order=("state_changed_at", "id"), k_by_owner=k_by_owner)
+
+
+def explain_selection_queries(*, owner_ids: list[int], now: datetime, k: int = 8) -> dict[str, str]:
+    """EXPLAIN of each selection query (PostgreSQL), for the index check in tests and docs."""
+    k_by_owner = dict.fromkeys(owner_ids, k)
+    queries = {
+        "owners_with_ready_work": _owners_with_work_sql(tier=Tier.INTRO, owner_ids=owner_ids, now=now),
+        "ready_candidates": _top_k_sql(
+            condition=READY, params=[int(Tier.INTRO), now], order=("not_before", "id"), k_by_owner=k_by_owner
+        ),
+        "approved_candidates": _top_k_sql(
+            condition=APPROVED, params=[], order=("state_changed_at", "id"), k_by_owner=k_by_owner
+        ),
+    }
+    plans = {}
+    with connection.cursor() as cursor:
+        for name, (sql, params) in queries.items():
+            cursor.execute("EXPLAIN " + sql, params)
+            plans[name] = "\n".join(row[0] for row in cursor.fetchall())
+    return plans

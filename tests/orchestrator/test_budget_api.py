@@ -1,0 +1,414 @@
+"""The budget's behaviours on real Redis, with a fake clock passed to the Lua as its `now`."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from django.conf import settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from orchestrator.budget import (
+    Adaptive,
+    Budget,
+    CircuitBreaker,
+    Denied,
+    Headroom,
+    Limits,
+    Reservation,
+    budget_from_settings,
+    connect,
+)
+from orchestrator.budget.maths import WINDOW_MS
+
+START_MS = 1_700_000_000_000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = START_MS
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    c = connect(settings.REDIS_URL)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_budget(client: redis.Redis, clock: FakeClock) -> Iterator[Callable[..., Budget]]:
+    made: list[Budget] = []
+
+    def make(**kwargs: object) -> Budget:
+        options: dict = {"limits": Limits(rpm=300, tpm=300_000), "clock": clock, **kwargs}
+        budget = Budget(redis_client=client, prefix=f"test-api-{uuid.uuid4().hex}", **options)
+        made.append(budget)
+        return budget
+
+    yield make
+    for budget in made:
+        budget.reset()
+
+
+def granted(result: Reservation | Denied) -> Reservation:
+    assert isinstance(result, Reservation), result
+    return result
+
+
+# --- reservations -----------------------------------------------------------------------------
+
+
+def test_reserve_takes_from_every_scope_or_from_none(make_budget):
+    # given an organisation whose own bucket holds one reservation
+    budget = make_budget(scope_limits={"org:*": Limits(rpm=60, tpm=60_000, burst_ms=4_000)})
+    scopes = ("provider", "org:7")
+    granted(budget.reserve(requests=3, tokens=1_800, scopes=scopes))
+    before = budget.headroom()
+    # when a second reservation needs both buckets
+    result = budget.reserve(requests=3, tokens=1_800, scopes=scopes)
+    # then the organisation says no, and the provider bucket is untouched
+    assert isinstance(result, Denied)
+    assert result.bucket == "org:7:requests"
+    assert budget.headroom() == before
+    assert budget.headroom(scopes=scopes).requests == pytest.approx(
+        56 * 4_000 / 60_000 - 3
+    )  # 60 * 60 / 64 = 56.25 rpm
+
+
+def test_settle_gives_back_the_unused_estimate_once(make_budget):
+    budget = make_budget()
+    full = budget.headroom()
+    res = granted(budget.reserve(requests=3, tokens=1_800))
+    # when the work used 500 of the 1800 tokens reserved
+    assert budget.settle(reservation_id=res.id, actual_tokens=500) is True
+    # then 1300 come back, the requests stay spent, and a second settle changes nothing
+    assert budget.headroom().tokens == pytest.approx(full.tokens - 500)
+    assert budget.headroom().requests == pytest.approx(full.requests - 3)
+    assert budget.settle(reservation_id=res.id, actual_tokens=0) is False
+    assert budget.refund(reservation_id=res.id) is False
+    assert budget.headroom().tokens == pytest.approx(full.tokens - 500)
+
+
+def test_settle_charges_tokens_used_beyond_the_estimate(make_budget):
+    budget = make_budget()
+    full = budget.headroom()
+    res = granted(budget.reserve(requests=3, tokens=1_800))
+    assert budget.settle(reservation_id=res.id, actual_tokens=2_500, actual_requests=2)
+    assert budget.headroom().tokens == pytest.approx(full.tokens - 2_500)
+    assert budget.headroom().requests == pytest.approx(full.requests - 2)
+
+
+def test_refund_gives_everything_back_once(make_budget):
+    budget = make_budget()
+    full = budget.headroom()
+    res = granted(budget.reserve(requests=3, tokens=1_800))
+    assert budget.refund(reservation_id=res.id) is True
+    assert budget.headroom() == full
+    assert budget.refund(reservation_id=res.id) is False
+    assert budget.settle(reservation_id=res.id, actual_tokens=0) is False
+    assert budget.headroom() == full
+
+
+def test_an_expired_reservation_stays_spent_and_cannot_be_settled(make_budget, clock):
+    # given a reservation never settled, and a bucket that refills slowly
+    budget = make_budget(
+        limits=Limits(rpm=6, tpm=6_000, burst_ms=40_000, strict=False), reservation_ttl_ms=1_000
+    )
+    res = granted(budget.reserve(requests=3, tokens=1_000))
+    assert budget.snapshot()["in_flight"] == 1
+    # when its TTL passes
+    clock.now += 1_000
+    spent = budget.headroom()
+    # then a late refund is a no-op: nothing is given back twice, and it is no longer in flight
+    assert budget.refund(reservation_id=res.id) is False
+    assert budget.headroom() == spent
+    snap = budget.snapshot()
+    assert (snap["in_flight"], snap["outstanding_requests"], snap["outstanding_tokens"]) == (0, 0, 0)
+
+
+def test_reserve_many_grants_what_fits_in_one_round_trip(make_budget):
+    budget = make_budget()  # strict 300 rpm, 2 s burst: 9.67 requests
+    reservations = budget.reserve_many(count=10, requests_each=3, tokens_each=1_800)
+    assert len(reservations) == 3
+    assert len({r.id for r in reservations}) == 3
+    assert budget.headroom().fits(requests_each=3, tokens_each=1_800) == 0
+    assert all(budget.refund(reservation_id=r.id) for r in reservations)
+    assert budget.headroom().fits(requests_each=3, tokens_each=1_800) == 3
+
+
+def test_denied_says_exactly_how_long_to_wait(make_budget, clock):
+    budget = make_budget()
+    budget.reserve_many(count=3, requests_each=3, tokens_each=1_800)
+    denied = budget.reserve(requests=3, tokens=1_800)
+    assert isinstance(denied, Denied)
+    assert denied.bucket == "provider:requests"
+    # 0.67 requests left, 3 needed, 290 units/ms: ceil(140000 / 290) ms
+    assert denied.wait_ms == 483
+    clock.now += denied.wait_ms - 1
+    assert isinstance(budget.reserve(requests=3, tokens=1_800), Denied)
+    clock.now += 1
+    granted(budget.reserve(requests=3, tokens=1_800))
+
+
+def test_a_reservation_that_can_never_fit_is_refused_up_front(make_budget):
+    budget = make_budget()
+    with pytest.raises(ValueError, match="raise their burst_ms"):
+        budget.reserve(requests=10, tokens=1)
+    with pytest.raises(ValueError, match="no limits configured"):
+        budget.reserve(requests=1, tokens=1, scopes=("org:1",))
+    with pytest.raises(ValueError, match="bad scope"):
+        budget.reserve(requests=1, tokens=1, scopes=("a@b",))
+
+
+def test_settle_of_a_foreign_or_malformed_id_is_false(make_budget):
+    budget = make_budget()
+    assert budget.settle(reservation_id="nothing-here", actual_tokens=1) is False
+    assert budget.refund(reservation_id="abc.1@provider") is False
+
+
+def test_headroom_counts_whole_reservations():
+    room = Headroom(
+        requests=10.5, tokens=4_000.0, requests_per_min=0, tokens_per_min=0, limit_rpm=0, limit_tpm=0
+    )
+    assert room.fits(requests_each=3, tokens_each=1_800) == 2
+    assert room.fits(requests_each=3, tokens_each=0) == 3
+    blocked = Headroom(10.0, 4_000.0, 0, 0, 0, 0, blocked_ms=5)
+    assert blocked.fits(requests_each=1, tokens_each=1) == 0
+
+
+# --- call-time pacing -------------------------------------------------------------------------
+
+
+def test_acquire_call_admits_the_window_limit_then_waits_for_the_oldest(make_budget, clock):
+    budget = make_budget(limits=Limits(rpm=10, tpm=100_000, margin_ms=1_000))
+    first = clock.now
+    for _ in range(10):
+        assert budget.acquire_call(tokens=100).wait_ms == 0
+        clock.now += 1_000
+    slot = budget.acquire_call(tokens=100)
+    assert slot.bucket == "provider:requests"
+    assert clock.now + slot.wait_ms == first + WINDOW_MS + 1_000  # the window plus the margin
+    clock.now += slot.wait_ms
+    assert budget.acquire_call(tokens=100).at_ms == clock.now
+
+
+def test_acquire_call_waits_until_enough_tokens_leave_the_window(make_budget, clock):
+    budget = make_budget(limits=Limits(rpm=100, tpm=1_000, margin_ms=0))
+    times = []
+    for tokens in (100, 200, 300, 400):  # 1000 in all
+        times.append(clock.now)
+        assert budget.acquire_call(tokens=tokens).wait_ms == 0
+        clock.now += 10
+    # a call of 450 needs the first three (600 tokens) to leave
+    slot = budget.acquire_call(tokens=450)
+    assert slot.bucket == "provider:tokens"
+    assert clock.now + slot.wait_ms == times[2] + WINDOW_MS
+
+
+@given(calls=st.lists(st.tuples(st.integers(0, 4_000), st.integers(0, 400)), min_size=1, max_size=60))
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_paced_calls_never_exceed_the_limit_in_any_window_and_waits_are_exact(client, calls):
+    clock = FakeClock()
+    budget = Budget(
+        redis_client=client,
+        limits=Limits(rpm=7, tpm=1_000, margin_ms=0),
+        prefix=f"test-pace-{uuid.uuid4().hex}",
+        clock=clock,
+    )
+    logged: list[tuple[int, int]] = []
+    try:
+        for gap, tokens in calls:
+            clock.now += gap
+            slot = budget.acquire_call(tokens=tokens)
+            if slot.wait_ms:
+                # the wait is exact: one ms earlier is still too early, then it goes through
+                clock.now += slot.wait_ms - 1
+                assert budget.acquire_call(tokens=tokens).wait_ms == 1
+                clock.now += 1
+                slot = budget.acquire_call(tokens=tokens)
+            assert slot.wait_ms == 0
+            logged.append((clock.now, tokens))
+    finally:
+        budget.reset()
+    for start, _ in logged:
+        window = [tok for at, tok in logged if start <= at < start + WINDOW_MS]
+        assert len(window) <= 7
+        assert sum(window) <= 1_000
+
+
+# --- adaptation -------------------------------------------------------------------------------
+
+
+def test_a_429_halves_the_limits_once_per_interval_and_holds_calls(make_budget, clock):
+    budget = make_budget(adaptive=Adaptive(interval_ms=5_000))
+    budget.report_429(retry_after_s=2)
+    budget.report_429(retry_after_s=2)  # a volley from calls already in flight: one signal
+    room = budget.headroom()
+    assert (room.limit_rpm, room.limit_tpm, room.blocked_ms) == (150, 150_000, 2_000)
+    assert room.requests_per_min == 150 * 60_000 // 62_000  # the dispatcher sees it at once
+    assert isinstance(budget.reserve(requests=1, tokens=1), Denied)
+    assert budget.acquire_call(tokens=1).bucket == "provider:retry_after"
+    clock.now += 2_000
+    assert budget.acquire_call(tokens=1).wait_ms == 0
+    clock.now += 3_000
+    budget.report_429(retry_after_s=0)
+    assert budget.headroom().limit_rpm == (150 + 6) // 2  # recovered one step, then halved
+
+
+def test_limits_recover_additively_per_quiet_interval(make_budget, clock):
+    budget = make_budget(adaptive=Adaptive(interval_ms=5_000, step_fraction=0.1))
+    budget.report_429(retry_after_s=0)
+    clock.now += 5_000 * 3
+    assert budget.headroom().limit_rpm == 150 + 3 * 30
+    clock.now += 5_000 * 100
+    assert budget.headroom().limit_rpm == 300
+
+
+def test_a_report_showing_another_user_cuts_to_our_share(make_budget, clock):
+    budget = make_budget()
+    sent = [budget.acquire_call(tokens=1_000) for _ in range(20)]
+    # when the provider says only 80 requests and 100k tokens of its window are left
+    budget.report_provider(
+        remaining_requests=80,
+        remaining_tokens=100_000,
+        reset_requests_s=12.0,
+        reset_tokens_s=20.0,
+        sent_at_ms=sent[-1].at_ms,
+    )
+    # then our limits are what we used plus what is left: someone else has the rest
+    room = budget.headroom()
+    assert (room.limit_rpm, room.limit_tpm) == (20 + 80, 20_000 + 100_000)
+    snap = budget.snapshot()["scopes"]["provider"]
+    assert snap["last_report"]["remaining_requests"] == 80
+    assert snap["calls_in_window"] == 20
+
+
+def test_a_report_within_tolerance_changes_nothing(make_budget):
+    budget = make_budget()
+    for _ in range(20):
+        budget.acquire_call(tokens=1_000)
+    # provider counted 2 more than we did (a call racing the header): within 1% of 300
+    budget.report_provider(remaining_requests=278, remaining_tokens=None)
+    assert budget.headroom().limit_rpm == 300
+
+
+def test_snapshot_shows_what_the_budget_decides_on(make_budget):
+    budget = make_budget()
+    budget.reserve(requests=3, tokens=1_800)
+    budget.acquire_call(tokens=600)
+    budget.report_429(retry_after_s=1)
+    snap = budget.snapshot()
+    assert snap["redis"] == "ok"
+    assert snap["configured"] == {
+        "provider": {"rpm": 300, "tpm": 300_000, "burst_ms": 2_000, "strict": True, "margin_ms": 1_000}
+    }
+    assert (snap["in_flight"], snap["outstanding_requests"], snap["outstanding_tokens"]) == (1, 3, 1_800)
+    scope = snap["scopes"]["provider"]
+    assert scope["limit_rpm"] == 150
+    assert scope["last_429_ms"] == START_MS
+    assert scope["tokens_in_window"] == 600
+
+
+# --- Redis unreachable ------------------------------------------------------------------------
+
+
+def test_breaker_opens_after_consecutive_failures_and_half_opens_after_the_cool_down():
+    now = [0.0]
+    breaker = CircuitBreaker(failures=3, cooldown_s=5.0, clock=lambda: now[0])
+    for _ in range(2):
+        breaker.failure()
+    assert breaker.state == "closed"
+    breaker.failure()
+    assert (breaker.state, breaker.allow(), breaker.retry_in_ms()) == ("open", False, 5_000)
+    now[0] = 5.0
+    assert breaker.allow() is True  # one trial call
+    assert breaker.allow() is False  # and only one
+    breaker.failure()
+    assert breaker.state == "open"
+    now[0] = 10.0
+    assert breaker.allow() is True
+    breaker.success()
+    assert breaker.state == "closed"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def dead_redis() -> Iterator[redis.Redis]:
+    c = connect(f"redis://127.0.0.1:{free_port()}/0")
+    yield c
+    c.close()
+
+
+def test_fail_open_grants_unmetered_work_and_never_raises(dead_redis):
+    budget = Budget(redis_client=dead_redis, limits=Limits(rpm=300, tpm=300_000), failure_policy="open")
+    res = granted(budget.reserve(requests=3, tokens=1_800))
+    assert res.unmetered
+    assert len(budget.reserve_many(count=4, requests_each=3, tokens_each=1_800)) == 4
+    assert budget.settle(reservation_id=res.id, actual_tokens=10) is False
+    assert budget.refund(reservation_id="abc.1@provider") is False
+    room = budget.headroom()
+    assert room.unmetered
+    assert room.fits(requests_each=3, tokens_each=1_800) == 3  # paced: one burst per look
+    assert budget.acquire_call(tokens=600).wait_ms == 0
+    budget.report_429(retry_after_s=1)
+    budget.report_provider(remaining_requests=1, remaining_tokens=1)
+    assert budget.snapshot()["redis"] == "unavailable"
+
+
+def test_fail_closed_denies_with_a_wait_and_never_raises(dead_redis):
+    budget = Budget(redis_client=dead_redis, limits=Limits(rpm=300, tpm=300_000), failure_policy="closed")
+    denied = budget.reserve(requests=3, tokens=1_800)
+    assert isinstance(denied, Denied)
+    assert denied.bucket == "redis"
+    assert denied.wait_ms >= 1_000
+    assert budget.reserve_many(count=4, requests_each=3, tokens_each=1_800) == []
+    assert budget.headroom().fits(requests_each=3, tokens_each=1_800) == 0
+    assert budget.acquire_call(tokens=600).wait_ms >= 1_000
+
+
+def test_an_open_circuit_answers_without_touching_redis(dead_redis):
+    budget = Budget(
+        redis_client=dead_redis, limits=Limits(rpm=300, tpm=300_000), breaker=CircuitBreaker(failures=2)
+    )
+    for _ in range(2):
+        budget.reserve(requests=1, tokens=1)
+    assert budget.breaker.state == "open"
+    started = time.perf_counter()
+    for _ in range(1_000):
+        budget.reserve(requests=1, tokens=1)
+    assert time.perf_counter() - started < 0.5
+
+
+# --- settings ---------------------------------------------------------------------------------
+
+
+def test_budget_from_settings_sizes_the_burst_for_a_dispatch_cycle(settings):
+    settings.LLM_RPM, settings.LLM_TPM = 60, 600_000
+    settings.DISPATCH_INTERVAL = 2.0
+    settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL = 3, 600
+    settings.BUDGET_FAILURE_POLICY = "closed"
+    budget = budget_from_settings()
+    # a cycle's refill (1.8 requests) plus one outreach (3) must fit: 5.3 s of burst at 55 rpm
+    assert budget.limits == Limits(rpm=60, tpm=600_000, burst_ms=5_273, strict=True)
+    assert budget.failure_policy == "closed"
+    assert budget.reservation_ttl_ms == (settings.DISPATCH_STUCK_AFTER_S + 120) * 1_000

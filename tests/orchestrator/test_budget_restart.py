@@ -1,0 +1,132 @@
+"""Redis goes away in the middle of a run and comes back empty, under both failure policies.
+
+The test starts its own redis-server on a free port (never the shared one). A worker thread
+reserves and settles without pause while the main thread stops and restarts the server.
+Nothing may raise; during the outage the policy answers (fail-open: unmetered grants,
+fail-closed: denials naming Redis); after the restart the breaker half-opens, the scripts are
+loaded again (the new server has none) and metered reservations resume.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from orchestrator.budget import Budget, CircuitBreaker, Denied, Limits, Reservation, connect
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server on PATH"),
+]
+
+
+class RedisServer:
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(
+            ["redis-server", *args, "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        probe = redis.Redis.from_url(f"redis://127.0.0.1:{self.port}/0", socket_connect_timeout=0.1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                probe.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        probe.close()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    srv = RedisServer()
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def classify(result: Reservation | Denied) -> str:
+    if isinstance(result, Denied):
+        return f"denied:{result.bucket}"
+    return "unmetered" if result.unmetered else "metered"
+
+
+@pytest.mark.parametrize(("policy", "outage"), [("open", "unmetered"), ("closed", "denied:redis")])
+def test_redis_restart_mid_run(server: RedisServer, policy: str, outage: str) -> None:
+    budget = Budget(
+        redis_client=connect(f"redis://127.0.0.1:{server.port}/0", timeout_s=0.2),
+        limits=Limits(rpm=6_000_000, tpm=600_000_000),  # plenty: only Redis may say no
+        failure_policy=policy,  # type: ignore[arg-type]
+        breaker=CircuitBreaker(failures=2, cooldown_s=0.2),
+    )
+    log: list[tuple[float, str]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            while not stop.is_set():
+                result = budget.reserve(requests=1, tokens=10)
+                log.append((time.monotonic(), classify(result)))
+                if isinstance(result, Reservation):
+                    budget.settle(reservation_id=result.id, actual_tokens=5)
+                budget.acquire_call(tokens=10)
+                budget.headroom()
+                time.sleep(0.002)
+        except BaseException as exc:  # the point of the test: nothing escapes
+            errors.append(exc)
+
+    # given a run in progress
+    worker = threading.Thread(target=work)
+    worker.start()
+    time.sleep(0.5)
+    held = budget.reserve(requests=1, tokens=10)
+    assert isinstance(held, Reservation)
+    # when Redis stops, stays away, and comes back empty
+    stopping_at = time.monotonic()
+    server.stop()
+    down_at = time.monotonic()
+    time.sleep(1.0)
+    during = budget.reserve(requests=1, tokens=10)
+    settled_during = budget.settle(reservation_id=held.id, actual_tokens=1)
+    up_at = time.monotonic()
+    server.start()
+    time.sleep(1.5)
+    stop.set()
+    worker.join(timeout=10)
+
+    # then nothing raised, and each phase got the answer its policy promises
+    assert not errors, errors
+    assert classify(held) == "metered"
+    assert classify(during) == outage
+    assert settled_during is False
+    before = {kind for at, kind in log if at < stopping_at}
+    outage_kinds = {kind for at, kind in log if down_at < at < up_at}
+    after = {kind for at, kind in log if at > up_at + 0.5}
+    assert before == {"metered"}
+    assert outage_kinds == {outage}
+    assert after == {"metered"}
+    # the reservation made before the restart is gone with Redis's memory: a no-op, not an error
+    assert budget.settle(reservation_id=held.id, actual_tokens=1) is False
+    assert budget.breaker.state == "closed"

@@ -1,0 +1,234 @@
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.db import connection
+from django.utils import timezone
+
+from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.dispatch import dispatch_cycle
+from orchestrator.lock import dispatch_lease
+from outreach.models import Outreach, OutreachEvent, State
+from outreach.tiers import Tier
+from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.subprocesses import claim_overlapping, run_cycles
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def budget(redis_client: redis.Redis) -> Budget:
+    # Roomy limits: these tests are about the dispatcher, not the bucket.
+    return Budget(redis_client=redis_client, limits=Limits(rpm=100_000, tpm=100_000_000, burst_ms=60_000))
+
+
+def _cycle(budget: Budget, captured: Any, **kwargs: Any) -> Any:
+    with captured(execute=True):
+        return dispatch_cycle(budget=budget, **kwargs)
+
+
+def test_cycle_serves_replies_first_round_robin_and_enqueues_ids_only(
+    budget: Budget, redis_client: redis.Redis, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given three owners: one with a reply and a deep intro backlog, two with intros
+    settings.DISPATCH_MAX_IN_FLIGHT = 4
+    org = make_org()
+    a, b, c = (make_owner(organization=org) for _ in range(3))
+    reply = make_outreach(lead=make_lead(owner=a), kind=Outreach.Kind.REPLY)
+    intros_a = [make_outreach(lead=make_lead(owner=a)) for _ in range(5)]
+    intro_b = make_outreach(lead=make_lead(owner=b))
+    intro_c = make_outreach(lead=make_lead(owner=c))
+    # when one cycle runs with 4 slots
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then the reply goes first and the intro slots are shared round-robin, one per owner
+    assert report.slots == 4
+    assert report.picks[0].outreach_id == reply.pk
+    assert set(report.generation) == {reply.pk, intro_b.pk, intro_c.pk, intros_a[0].pk}
+    assert Outreach.objects.filter(state=State.DISPATCHED).count() == 4
+    # and each claimed row holds its own reservation, and the broker got ids, not lead data
+    reservations = set(
+        Outreach.objects.filter(state=State.DISPATCHED).values_list("reservation_id", flat=True)
+    )
+    assert len(reservations) == 4
+    assert "" not in reservations
+    bodies = [str(raw) for raw in redis_client.lrange("generation", 0, -1)]
+    assert len(bodies) == 4
+    assert not any("@prospect.example" in body for body in bodies)
+
+
+def test_cycle_persists_cursor_so_every_owner_is_served(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.DISPATCH_MAX_IN_FLIGHT = 1000
+    org = make_org()
+    owners = [make_owner(organization=org) for _ in range(10)]
+    for owner in owners:
+        for _ in range(3):
+            make_outreach(lead=make_lead(owner=owner))
+    served: list[int] = []
+    for _ in range(5):  # 5 cycles of 2 slots = 10 picks
+        settings.DISPATCH_MAX_IN_FLIGHT = Outreach.objects.filter(state=State.DISPATCHED).count() + 2
+        served += [p.owner_id for p in _cycle(budget, django_capture_on_commit_callbacks).picks]
+    assert sorted(served) == sorted(o.pk for o in owners)
+
+
+def test_owner_over_daily_limit_is_deferred_with_reason_and_takes_no_slot(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an owner in Berlin who already sent its 2 emails today, and another with work
+    org = make_org()
+    full = make_owner(
+        organization=org, daily_limit=2, timezone="Europe/Berlin", hours_start=time(0), hours_end=time(23, 59)
+    )
+    other = make_owner(organization=org)
+    now = timezone.now()
+    for _ in range(2):
+        make_outreach(lead=make_lead(owner=full), state=State.SENT, sent_at=now - timedelta(minutes=1))
+    waiting = make_outreach(lead=make_lead(owner=full))
+    ready = make_outreach(lead=make_lead(owner=other))
+    # when a cycle runs
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then the full owner is deferred, never failed, and says why and when it resumes
+    assert report.generation == [ready.pk]
+    waiting.refresh_from_db()
+    assert waiting.state == State.QUEUED
+    assert waiting.blocked_reason == "daily limit 2 reached, resumes 00:00 Europe/Berlin"
+
+
+def test_daily_limit_counts_the_owners_local_day_across_dst(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # Berlin springs forward on 2026-03-29: that local day starts 2026-03-28 23:00 UTC.
+    owner = make_owner(daily_limit=1, timezone="Europe/Berlin", hours_start=time(0), hours_end=time(23, 59))
+    make_outreach(
+        lead=make_lead(owner=owner), state=State.SENT, sent_at=datetime(2026, 3, 28, 22, 30, tzinfo=UTC)
+    )
+    queued = make_outreach(lead=make_lead(owner=owner), not_before=datetime(2026, 3, 1, tzinfo=UTC))
+    # 22:30 UTC on the 28th was the previous local day (23:30 CET), so today has room
+    report = _cycle(budget, django_capture_on_commit_callbacks, now=datetime(2026, 3, 29, 10, 0, tzinfo=UTC))
+    assert report.generation == [queued.pk]
+
+
+def test_outside_hours_owner_is_deferred(budget: Budget, django_capture_on_commit_callbacks: Any) -> None:
+    owner = make_owner(timezone="Asia/Tokyo", hours_start=time(9), hours_end=time(17), working_days="12345")
+    queued = make_outreach(lead=make_lead(owner=owner), not_before=datetime(2026, 1, 1, tzinfo=UTC))
+    # Wednesday 2026-03-04 20:00 UTC is Thursday 05:00 in Tokyo
+    report = _cycle(budget, django_capture_on_commit_callbacks, now=datetime(2026, 3, 4, 20, 0, tzinfo=UTC))
+    assert report.generation == []
+    queued.refresh_from_db()
+    assert queued.blocked_reason == "outside operating hours 09:00-17:00, resumes 09:00 Asia/Tokyo"
+
+
+def test_approved_drafts_go_to_send_without_llm_budget(
+    redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a budget with no LLM room at all, and an approved draft
+    empty = Budget(redis_client=redis_client, limits=Limits(rpm=60, tpm=36_000, burst_ms=60_000))
+    while isinstance(empty.reserve(requests=3, tokens=1800), Reservation):
+        pass
+    approved = make_outreach(state=State.APPROVED, draft_subject="Hi", draft_body="Body text")
+    queued = make_outreach()
+    # when a cycle runs
+    report = _cycle(empty, django_capture_on_commit_callbacks)
+    # then the approved draft is routed to send; the LLM work waits for budget
+    assert (report.send, report.generation, report.slots) == ([approved.pk], [], 0)
+    assert redis_client.llen("send") == 1
+    queued.refresh_from_db()
+    assert queued.state == State.QUEUED
+
+
+def test_stuck_work_is_recovered_and_its_reservation_refunded(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an outreach dispatched long ago whose worker vanished, holding a reservation
+    settings.DISPATCH_STUCK_AFTER_S = 60
+    settings.DISPATCH_MAX_IN_FLIGHT = 1  # so the recovered row is not re-dispatched in the same cycle... yet
+    reservation = budget.reserve(requests=3, tokens=1800)
+    before = budget.headroom().requests
+    stuck = make_outreach(
+        state=State.DISPATCHED,
+        reservation_id=reservation.id,  # type: ignore[union-attr]
+        state_changed_at=timezone.now() - timedelta(minutes=5),
+    )
+    # when a cycle runs
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then it was recovered (an attempt recorded) and its budget came back before re-dispatch
+    assert report.recovered == 1
+    event = OutreachEvent.objects.filter(outreach=stuck, error_class="stuck").get()
+    assert (event.from_state, event.to_state) == (State.DISPATCHED, State.QUEUED)
+    assert budget.headroom().requests >= before + 3 - 3 * len(report.generation) - 0.5
+    stuck.refresh_from_db()
+    assert stuck.attempts == 1
+
+
+def test_second_dispatcher_skips_while_the_lease_is_held(budget: Budget, redis_client: redis.Redis) -> None:
+    make_outreach()
+    with dispatch_lease(redis_client, ttl_s=30) as lease:
+        assert lease is not None
+        assert dispatch_cycle(budget=budget).ran is False
+    assert Outreach.objects.get().state == State.QUEUED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_dispatchers_racing_claim_disjoint_rows() -> None:
+    assert connection.vendor == "postgresql"
+    ids = [make_outreach().pk for _ in range(120)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    db = connection.settings_dict["NAME"]
+    procs = [
+        ctx.Process(target=claim_overlapping, args=(db, order, barrier, results))
+        for order in (ids, ids[::-1])
+    ]
+    for p in procs:
+        p.start()
+    claimed = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert not set(claimed[0]) & set(claimed[1])
+    assert sorted(claimed[0] + claimed[1]) == sorted(ids)
+    assert OutreachEvent.objects.filter(to_state=State.DISPATCHED).count() == 120
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_beats_give_one_cycle_at_a_time(redis_client: redis.Redis) -> None:
+    owner = make_owner()
+    for _ in range(50):
+        make_outreach(lead=make_lead(owner=owner))
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    db = connection.settings_dict["NAME"]
+    procs = [ctx.Process(target=run_cycles, args=(db, 3.0, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    spans = sorted(s for _ in procs for s in results.get(timeout=60))
+    for p in procs:
+        p.join(30)
+    assert len(spans) >= 2
+    for (_, end), (next_start, _) in itertools.pairwise(spans):
+        assert next_start >= end, "two cycles overlapped"
+
+
+def test_selection_queries_use_the_partial_indexes() -> None:
+    # given enough rows that a sequential scan would be the planner's choice without the index
+    owner = make_owner()
+    lead = make_lead(owner=owner)
+    now = timezone.now()
+    Outreach.objects.bulk_create(
+        Outreach(lead=lead, owner=owner, kind="intro", tier=Tier.INTRO, state=State.SENT if i % 10 else State.QUEUED,
+                 not_before=now, idempotency_key=f"explain:{i}", state_changed_at=now)
+        for i in range(20_000)
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE outreach_outreach")
+    from orchestrator.selectors import explain_selection_queries
+
+    plans = explain_selection_queries(owner_ids=[owner.pk], now=now)
+    assert "outreach_ready_by_owner_tier" in plans["ready_candidates"]
+    assert "outreach_ready_by_owner_tier" in plans["owners_with_ready_work"]
+    assert "outreach_approved_by_owner" in plans["approved_candidates"]
