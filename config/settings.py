@@ -128,7 +128,7 @@ PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 # --- Dispatcher -----------------------------------------------------------------------------
 DISPATCH_INTERVAL = env_float("DISPATCH_INTERVAL", 2.0, minimum=0.1)  # seconds between cycles
 DISPATCH_MAX_IN_FLIGHT = env_int("DISPATCH_MAX_IN_FLIGHT", 64, minimum=1)
-DISPATCH_STUCK_AFTER_S = env_int("DISPATCH_STUCK_AFTER_S", 600, minimum=10)
+DISPATCH_STUCK_AFTER_S = env_int("DISPATCH_STUCK_AFTER_S", 600, minimum=1)
 RETRY_MAX_ATTEMPTS = env_int("RETRY_MAX_ATTEMPTS", 5, minimum=1)
 
 # --- Inbound webhook ------------------------------------------------------------------------

@@ -86,7 +86,7 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     report.deferred = {c.owner_id: c.blocked_reason for c in capacity.values() if c.remaining <= 0}
     _note_deferrals(client=client, deferred=report.deferred, now=now)
     room = {owner_id: c.remaining for owner_id, c in capacity.items() if c.remaining > 0}
-    report.send = _dispatch_approved(room=room)
+    report.send = _dispatch_approved(room=room, now=now)
     report.slots = _llm_slots(budget=budget)
     weights = {rules.owner_id: weight for rules, weight in owners}
     cursor = Cursor.from_json(client.get(CURSOR_KEY))
@@ -129,9 +129,9 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _dispatch_approved(*, room: dict[int, int]) -> list[int]:
+def _dispatch_approved(*, room: dict[int, int], now: datetime) -> list[int]:
     """Approved drafts go to `send` under owner limits only: no LLM call, no LLM budget."""
-    found = selectors.approved_candidates(k_by_owner=room)
+    found = selectors.approved_candidates(k_by_owner=room, now=now)
     ids = [i for per_owner in found.values() for i in per_owner]
     with transaction.atomic():
         claimed = transition_many(outreach_ids=ids, from_=State.APPROVED, to=State.DISPATCHED, note="send")

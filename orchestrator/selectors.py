@@ -135,7 +135,7 @@ def _top_k(
 
 
 READY = "q.tier = %s AND q.state = 'queued' AND q.not_before <= %s"
-APPROVED = "q.state = 'approved'"
+APPROVED = "q.state = 'approved' AND q.not_before <= %s"  # not_before: a send retry's backoff
 
 
 def ready_candidates(
@@ -154,9 +154,9 @@ def ready_candidates(
     }
 
 
-def approved_candidates(*, k_by_owner: Mapping[int, int]) -> dict[int, list[int]]:
+def approved_candidates(*, k_by_owner: Mapping[int, int], now: datetime) -> dict[int, list[int]]:
     """Each owner's k oldest approved drafts (index outreach_approved_by_owner)."""
-    return _top_k(condition=APPROVED, params=[], order=("state_changed_at", "id"), k_by_owner=k_by_owner)
+    return _top_k(condition=APPROVED, params=[now], order=("state_changed_at", "id"), k_by_owner=k_by_owner)
 
 
 def explain_selection_queries(*, owner_ids: list[int], now: datetime, k: int = 8) -> dict[str, str]:
@@ -168,7 +168,7 @@ def explain_selection_queries(*, owner_ids: list[int], now: datetime, k: int = 8
             condition=READY, params=[int(Tier.INTRO), now], order=("not_before", "id"), k_by_owner=k_by_owner
         ),
         "approved_candidates": _top_k_sql(
-            condition=APPROVED, params=[], order=("state_changed_at", "id"), k_by_owner=k_by_owner
+            condition=APPROVED, params=[now], order=("state_changed_at", "id"), k_by_owner=k_by_owner
         ),
     }
     plans = {}

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from orchestrator.dispatch import dispatch_cycle
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="orchestrator.dispatch", ignore_result=True, acks_late=False)
 def dispatch() -> None:
     # acks_late off: a lost cycle is simply the next beat's cycle; redelivering it is pointless.
     dispatch_cycle()
+
+
+@shared_task(name="dead_letter.alert", ignore_result=True)
+def dead_letter_alert(dead_letter_id: int) -> None:
+    """Off the hot queues: tell operators a job died (one ERROR line with ids and the action)."""
+    from outreach.models import DeadLetter
+
+    letter = DeadLetter.objects.filter(pk=dead_letter_id).first()
+    if letter is None:
+        return
+    log.error(
+        "dead letter: outreach %s (%s) failed as %s: %s. Suggested: %s",
+        letter.outreach_id, letter.job_type, letter.failure_class, letter.reason[:300], letter.suggested_action,
+        extra={"dead_letter_id": letter.pk, "outreach_id": letter.outreach_id, "owner_id": letter.owner_id_ref,
+               "failure_class": letter.failure_class},
+    )  # fmt: skip

@@ -1,0 +1,101 @@
+"""What a failed generation or send does next, decided in one place by the error's class.
+
+- RateLimited (the provider said 429) or Paced (our own pacer says the window is full): back
+  to the queue with `not_before` = the wait; not a failed attempt. Never slept off in a worker.
+- TransientError (5xx, timeouts, connection errors, anything unclassified): attempts + 1 and
+  back to the queue with exponential backoff and jitter, until RETRY_MAX_ATTEMPTS; then DEAD.
+- PermanentError (400/401/403/404/422, policy, SMTP recipient refused): DEAD at once.
+"Back to the queue" is QUEUED for work without a draft and APPROVED for a written draft: a
+retry never pays the LLM twice for an email it already has.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from config.celery import app
+from nurture.errors import PermanentError, PipelineError, PolicyViolation, RateLimited, TransientError
+from orchestrator.dead_letters import dead_letter
+from outreach.models import ErrorClass, Outreach, State
+from outreach.transitions import transition
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 15.0
+BACKOFF_CAP_S = 900.0
+
+
+class Paced(PipelineError):
+    """Our call-time pacer says the provider window is full for longer than a worker should wait."""
+
+    error_class = ""
+
+    def __init__(self, *, wait_s: float) -> None:
+        super().__init__(f"provider window full for {wait_s:.1f}s: re-queued")
+        self.wait_s = wait_s
+
+
+def backoff_s(*, attempt: int, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter: base * 2^(attempt-1), capped, then scaled by U(0.5, 1)."""
+    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
+    return ceiling * (rng or random).uniform(0.5, 1.0)
+
+
+def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str) -> State:
+    """Apply the rule for `exc` to an outreach in `from_`; return the state it ended in."""
+    retry_to = State.APPROVED if outreach.draft_body else State.QUEUED
+    now = timezone.now()
+    if isinstance(exc, RateLimited | Paced):
+        wait = exc.retry_after_s if isinstance(exc, RateLimited) else exc.wait_s
+        transition(
+            outreach_id=outreach.pk, from_=from_, to=retry_to, note=str(exc), error_class=exc.error_class,
+            not_before=now + timedelta(seconds=wait), reservation_id="",
+        )  # fmt: skip
+        return retry_to
+    if isinstance(exc, PermanentError):
+        failure = ErrorClass.POLICY if isinstance(exc, PolicyViolation) else ErrorClass.PERMANENT
+        dead_letter(
+            outreach=outreach, from_=from_, failure_class=failure, reason=_reason(exc), job_type=job_type
+        )
+        return State.DEAD
+    attempts = outreach.attempts + 1
+    if attempts >= settings.RETRY_MAX_ATTEMPTS:
+        reason = f"{_reason(exc)} (attempt {attempts} of {settings.RETRY_MAX_ATTEMPTS}: giving up)"
+        dead_letter(
+            outreach=outreach,
+            from_=from_,
+            failure_class=ErrorClass.EXHAUSTED,
+            reason=reason,
+            job_type=job_type,
+        )
+        return State.DEAD
+    delay = backoff_s(attempt=attempts)
+    transition(
+        outreach_id=outreach.pk, from_=from_, to=retry_to, note=f"{_reason(exc)}; retry in {delay:.0f}s",
+        error_class=ErrorClass.TRANSIENT, attempts=attempts, last_error=_reason(exc),
+        not_before=now + timedelta(seconds=delay), reservation_id="",
+    )  # fmt: skip
+    if not isinstance(exc, TransientError):
+        log.exception(
+            "unclassified failure treated as transient", exc_info=exc, extra={"outreach_id": outreach.pk}
+        )
+    return retry_to
+
+
+def _dead(*, outreach: Outreach, from_: State, failure_class: ErrorClass, reason: str, job_type: str) -> None:
+    """DEAD and its record are written here, atomically (nothing can be lost in a queue); the
+    operator alert then goes through the `dead_letter` queue, off the hot queues."""
+    letter = dead_letter(
+        outreach=outreach, from_=from_, failure_class=failure_class, reason=reason, job_type=job_type
+    )
+    transaction.on_commit(lambda: app.send_task("dead_letter.alert", args=[letter.pk]))
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]

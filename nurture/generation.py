@@ -1,0 +1,143 @@
+"""Writing one email: plan -> context -> message, inside the dispatcher's budget reservation.
+
+The worker first records its intent (DISPATCHED -> GENERATING, a guarded move that a duplicate
+delivery loses), then makes the LLM calls with no transaction open, then records the outcome
+in a new short transaction: a draft for review, or a draft routed straight to `send`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from nurture import llm, prompts
+from nurture.errors import OptedOut, PolicyViolation, RateLimited
+from nurture.failures import Paced, fail
+from nurture.policy import check_draft
+from orchestrator.budget import Budget, get_budget
+from orchestrator.dead_letters import replay_outcome_success
+from outreach.models import Lead, Outreach, State
+from outreach.transitions import TransitionLost, transition
+
+log = logging.getLogger(__name__)
+
+PLAN_MAX_TOKENS = 200
+CONTEXT_MAX_TOKENS = 250
+MESSAGE_MAX_TOKENS = 500
+# A worker waits for the provider window at most this long; beyond it the job is re-queued.
+MAX_PACING_WAIT_S = 5.0
+
+
+@dataclass
+class Usage:
+    requests: int = 0
+    tokens: int = 0
+
+
+def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> State | None:
+    """Generate the draft for one dispatched outreach; return the state it ends in (None: not ours)."""
+    try:
+        transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.GENERATING)
+    except TransitionLost:
+        log.info("generate skipped: not dispatched any more", extra={"outreach_id": outreach_id})
+        return None
+    outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
+    budget = budget or get_budget()
+    usage = Usage()
+    try:
+        if outreach.lead.status == Lead.Status.OPTED_OUT:
+            raise OptedOut(f"lead {outreach.lead_id} opted out")
+        subject, body = _write(outreach=outreach, budget=budget, usage=usage)
+    except OptedOut as exc:
+        _release(budget=budget, outreach=outreach, usage=usage)
+        transition(outreach_id=outreach_id, from_=State.GENERATING, to=State.CANCELLED, note=str(exc))
+        return State.CANCELLED
+    except Exception as exc:  # classified by nurture.failures; unknown errors count as transient
+        _release(budget=budget, outreach=outreach, usage=usage)
+        return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
+    _release(budget=budget, outreach=outreach, usage=usage)
+    return _record_draft(outreach=outreach, subject=subject, body=body, usage=usage)
+
+
+def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, str]:
+    facts = prompts.prompt_facts(outreach=outreach)
+    plan = _call(budget, prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS, usage)
+    notes = _call(budget, prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS, usage)
+    allowed = outreach.lead.organization.allowed_link_domains
+    thread_subject = (facts.inbound or {}).get("subject", "")
+    feedback: list[str] = []
+    for _ in range(2):  # the first draft, and one regeneration told what was wrong
+        text = _call(budget, prompts.message_prompt(facts=facts, plan=plan, notes=notes, policy_feedback=feedback),
+                     MESSAGE_MAX_TOKENS, usage)  # fmt: skip
+        draft = prompts.draft_parse(text=text, kind=outreach.kind, thread_subject=thread_subject)
+        feedback = check_draft(subject=draft.subject, body=draft.body, allowed_domains=allowed)
+        if not feedback:
+            return draft.subject, draft.body
+    raise PolicyViolation("draft failed the policy check twice: " + "; ".join(feedback), violations=feedback)
+
+
+def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, usage: Usage) -> str:
+    """One provider call, paced against the shared window, its outcome reported to the budget."""
+    estimate = sum(len(m["content"]) for m in messages) // 4 + max_tokens
+    slot = budget.acquire_call(tokens=estimate)
+    waited = 0.0
+    while slot.wait_ms:
+        if waited + slot.wait_ms / 1000 > MAX_PACING_WAIT_S:
+            raise Paced(wait_s=slot.wait_ms / 1000)
+        time.sleep(slot.wait_ms / 1000)
+        waited += slot.wait_ms / 1000
+        slot = budget.acquire_call(tokens=estimate)
+    usage.requests += 1
+    try:
+        result = llm.chat(messages=messages, max_tokens=max_tokens)
+    except RateLimited as exc:
+        budget.report_429(retry_after_s=exc.retry_after_s)
+        raise
+    info = result.rate_limits
+    budget.report_provider(
+        remaining_requests=info.remaining_requests, remaining_tokens=info.remaining_tokens,
+        reset_requests_s=info.reset_requests_s, reset_tokens_s=info.reset_tokens_s, sent_at_ms=slot.at_ms or None,
+    )  # fmt: skip
+    usage.tokens += result.total_tokens
+    return result.text
+
+
+def _release(*, budget: Budget, outreach: Outreach, usage: Usage) -> None:
+    """Settle the reservation with what was really used (a refund when no call was made)."""
+    if not outreach.reservation_id:
+        return
+    if usage.requests == 0:
+        budget.refund(reservation_id=outreach.reservation_id)
+    else:
+        budget.settle(
+            reservation_id=outreach.reservation_id, actual_tokens=usage.tokens, actual_requests=usage.requests
+        )
+
+
+def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: Usage) -> State:
+    fields: dict[str, Any] = {"draft_subject": subject, "draft_body": body, "tokens_used": usage.tokens,
+              "llm_calls": usage.requests, "reservation_id": "", "last_error": ""}  # fmt: skip
+    if outreach.owner.review_required:
+        transition(outreach_id=outreach.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, **fields)
+        replay_outcome_success(outreach_id=outreach.pk)  # a replayed job that got this far succeeded
+        return State.AWAITING_APPROVAL
+    with transaction.atomic():
+        transition(
+            outreach_id=outreach.pk,
+            from_=State.GENERATING,
+            to=State.DISPATCHED,
+            note="autonomous: send",
+            **fields,
+        )
+        transaction.on_commit(lambda: enqueue_send(outreach_id=outreach.pk))
+    return State.DISPATCHED
+
+
+def enqueue_send(*, outreach_id: int) -> None:
+    from config.celery import app
+
+    app.send_task("nurture.send", args=[outreach_id])

@@ -1,0 +1,46 @@
+"""Sending one written email: intent recorded before SMTP, outcome after, SENT recorded once.
+
+DISPATCHED -> SENDING is the claim: a second delivery of the same task loses it and sends
+nothing. A worker that dies between the SMTP call and recording SENT leaves the row SENDING;
+recovery moves it to APPROVED and it is sent again with the same Message-ID (the
+at-least-once boundary: the receiving side can drop the copy by Message-ID).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from nurture.errors import OptedOut
+from nurture.failures import fail
+from nurture.mail import outreach_message_id, send_outreach_email
+from orchestrator.dead_letters import replay_outcome_success
+from outreach.models import Outreach, State
+from outreach.transitions import TransitionLost, transition
+
+log = logging.getLogger(__name__)
+
+
+def outreach_send(*, outreach_id: int) -> State | None:
+    """Send one dispatched draft; return the state it ends in (None: another delivery had it)."""
+    outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
+    message_id = outreach.message_id or outreach_message_id(outreach=outreach)
+    try:
+        transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.SENDING, message_id=message_id)
+    except TransitionLost:
+        log.info("send skipped: not dispatched any more", extra={"outreach_id": outreach_id})
+        return None
+    outreach.message_id = message_id
+    try:
+        send_outreach_email(outreach=outreach)
+    except OptedOut as exc:
+        transition(outreach_id=outreach_id, from_=State.SENDING, to=State.CANCELLED, note=str(exc))
+        return State.CANCELLED
+    except Exception as exc:  # classified by nurture.failures
+        return fail(outreach=outreach, from_=State.SENDING, exc=exc, job_type="send")
+    transition(
+        outreach_id=outreach_id, from_=State.SENDING, to=State.SENT, sent_at=timezone.now(), last_error=""
+    )
+    replay_outcome_success(outreach_id=outreach_id)  # a replayed job that got this far succeeded
+    return State.SENT

@@ -1,0 +1,88 @@
+"""python manage.py replay_dead_letters [--reason CLASS] [--id N] [--dry-run]"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import QuerySet
+
+from orchestrator.dead_letters import ACTIONABLE, DeadLetterNotActionable, dead_letter_replay, replay_target
+from outreach.models import DeadLetter, ErrorClass, State
+
+
+class Command(BaseCommand):
+    help = (
+        "Replay open dead letters: generation failures go back to the queue, send failures to the "
+        "approved-send path (no second LLM call), with the original idempotency key. Safe to re-run."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--reason", help=f"Only this failure class: {', '.join(ErrorClass.values)}.")
+        parser.add_argument(
+            "--id", type=int, dest="letter_id", help="Only this dead letter (also an escalated one)."
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Say what would be replayed; change nothing."
+        )
+
+    def handle(
+        self, *args: Any, reason: str | None, letter_id: int | None, dry_run: bool, **options: Any
+    ) -> None:
+        letters = self._select(reason=reason, letter_id=letter_id)
+        if not letters:
+            self.stdout.write("Nothing to replay: no open dead letters match.")
+            return
+        replayed, skipped = 0, []
+        for letter in letters:
+            try:
+                target = self._replay_one(letter=letter, reason=reason, dry_run=dry_run)
+            except DeadLetterNotActionable as exc:
+                skipped.append(f"#{letter.pk}: {exc}")
+                continue
+            replayed += 1
+            verb = "Would replay" if dry_run else "Replayed"
+            self.stdout.write(
+                f"{verb} #{letter.pk} (outreach {letter.outreach_id}, {letter.job_type}) -> {target}"
+            )
+        self._summary(replayed=replayed, skipped=skipped, dry_run=dry_run)
+
+    def _select(self, *, reason: str | None, letter_id: int | None) -> list[DeadLetter]:
+        if reason is not None and reason not in ErrorClass.values:
+            raise CommandError(
+                f"--reason {reason!r} is not a failure class; use one of: {', '.join(ErrorClass.values)}."
+            )
+        letters: QuerySet[DeadLetter] = DeadLetter.objects.select_related("outreach").order_by("id")
+        if letter_id is not None:
+            # Any status: a letter named by id that cannot be replayed is reported, not hidden.
+            found = list(letters.filter(pk=letter_id))
+            if not found:
+                raise CommandError(f"--id {letter_id}: there is no dead letter with that id.")
+            return found
+        if reason is None:
+            self.stdout.write("No --reason or --id given: replaying every open dead letter.")
+        letters = letters.filter(status=DeadLetter.Status.OPEN)
+        return list(letters.filter(failure_class=reason) if reason else letters)
+
+    def _replay_one(self, *, letter: DeadLetter, reason: str | None, dry_run: bool) -> State:
+        if reason and letter.failure_class != reason:
+            raise DeadLetterNotActionable(
+                f"its failure class is {letter.failure_class}, not {reason}",
+                dead_letter_id=letter.pk,
+                status=letter.status,
+            )
+        if not dry_run:
+            return State(dead_letter_replay(dead_letter=letter).state)
+        if letter.status not in ACTIONABLE or letter.outreach.state != State.DEAD:
+            raise DeadLetterNotActionable(
+                f"it is {letter.status} and its outreach is {letter.outreach.state}",
+                dead_letter_id=letter.pk,
+                status=letter.status,
+            )
+        return replay_target(outreach=letter.outreach, failure_class=letter.failure_class)
+
+    def _summary(self, *, replayed: int, skipped: list[str], dry_run: bool) -> None:
+        verb = "would be replayed" if dry_run else "replayed"
+        self.stdout.write(f"{replayed} dead letter(s) {verb}; {len(skipped)} skipped.")
+        for line in skipped:
+            self.stdout.write(f"  skipped {line}")

@@ -1,0 +1,193 @@
+"""The generation and send services, called directly (as a task would), over real HTTP to a
+scripted provider and real SMTP to a sink, with the real budget in Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from nurture.generation import outreach_generate
+from nurture.sending import outreach_send
+from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.dispatch import dispatch_cycle
+from outreach.models import DeadLetter, ErrorClass, Lead, Outreach, OutreachEvent, State
+from outreach.services import draft_approve
+from tests.factories import make_lead, make_outreach, make_owner
+from tests.llm_stub import LLMStub, StubResponse
+from tests.smtp_sink import SMTPSink
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def budget(redis_client: redis.Redis) -> Budget:
+    return Budget(redis_client=redis_client, limits=Limits(rpm=10_000, tpm=10_000_000, burst_ms=60_000))
+
+
+def _dispatched(budget: Budget, **fields: Any) -> Outreach:
+    """An outreach as the dispatcher leaves it: DISPATCHED, holding a reservation."""
+    reservation = budget.reserve(requests=3, tokens=1800)
+    assert isinstance(reservation, Reservation)
+    return make_outreach(state=State.DISPATCHED, reservation_id=reservation.id, **fields)
+
+
+def test_autonomous_outreach_three_calls_then_one_email_with_headers(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an autonomous owner's dispatched intro
+    outreach = _dispatched(budget)
+    # when the generation task runs, then the send task
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.DISPATCHED
+    assert len(callbacks) == 1  # the send task is enqueued on commit
+    assert outreach_send(outreach_id=outreach.pk) == State.SENT
+    # then three LLM calls were made, and exactly one email arrived with the product's headers
+    assert len(llm_stub.requests) == 3
+    smtp_sink.wait_for(1)
+    message = smtp_sink.messages[0].message
+    outreach.refresh_from_db()
+    assert message["Message-ID"] == outreach.message_id
+    assert message["To"] == outreach.lead.email
+    assert message["Subject"] == "Hello"
+    assert "unsubscribe" in message["List-Unsubscribe"]
+    assert (outreach.llm_calls, outreach.tokens_used > 0, outreach.reservation_id) == (3, True, "")
+
+
+def test_review_required_draft_waits_then_approval_sends_without_llm(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a seller whose drafts need review
+    owner = make_owner(review_required=True)
+    outreach = _dispatched(budget, lead=make_lead(owner=owner))
+    # when it is generated, the draft waits
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.AWAITING_APPROVAL
+    assert smtp_sink.messages == []
+    # when a person approves and the next cycle routes it to send
+    draft_approve(
+        outreach=Outreach.objects.get(pk=outreach.pk),
+        by=User.objects.create_user("rev"),
+        body="Edited body text here.",
+    )
+    with django_capture_on_commit_callbacks(execute=False):
+        report = dispatch_cycle(budget=budget)
+    assert report.send == [outreach.pk]
+    assert outreach_send(outreach_id=outreach.pk) == State.SENT
+    # then the edited email is sent and no further LLM call was made
+    smtp_sink.wait_for(1)
+    assert "Edited body text here." in smtp_sink.messages[0].message.get_content()
+    assert len(llm_stub.requests) == 3
+
+
+def test_provider_429_requeues_with_not_before_and_is_not_a_failed_attempt(
+    budget: Budget, llm_stub: LLMStub
+) -> None:
+    llm_stub.push(StubResponse(status=429, headers={"retry-after": "30"}))
+    outreach = _dispatched(budget)
+    before = timezone.now()
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.QUEUED
+    outreach.refresh_from_db()
+    assert outreach.attempts == 0
+    assert 29 <= (outreach.not_before - before).total_seconds() <= 32
+    assert OutreachEvent.objects.filter(outreach=outreach, error_class=ErrorClass.RATE_LIMITED).count() == 1
+    assert budget.snapshot()["scopes"]["provider"]["last_429_ms"]  # the budget adapted at once
+
+
+def test_repeated_5xx_retries_with_backoff_then_dead_with_history(
+    budget: Budget, llm_stub: LLMStub, settings: Any
+) -> None:
+    settings.RETRY_MAX_ATTEMPTS = 3
+    llm_stub.default = StubResponse(status=500)
+    outreach = _dispatched(budget)
+    states = []
+    for _ in range(3):
+        states.append(outreach_generate(outreach_id=outreach.pk, budget=budget))
+        Outreach.objects.filter(pk=outreach.pk, state=State.QUEUED).update(
+            state=State.DISPATCHED
+        )  # re-dispatch
+    assert states == [State.QUEUED, State.QUEUED, State.DEAD]
+    letter = DeadLetter.objects.get(outreach=outreach)
+    assert letter.failure_class == ErrorClass.EXHAUSTED
+    assert [h["error_class"] for h in letter.retry_history] == ["transient", "transient", "exhausted"]
+    assert letter.payload["idempotency_key"] == outreach.idempotency_key
+
+
+def test_400_is_dead_at_once(budget: Budget, llm_stub: LLMStub) -> None:
+    llm_stub.push(StubResponse(status=400))
+    outreach = _dispatched(budget)
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.DEAD
+    assert DeadLetter.objects.get(outreach=outreach).failure_class == ErrorClass.PERMANENT
+    assert len(llm_stub.requests) == 1
+
+
+def test_policy_failure_regenerates_once_then_dead(budget: Budget, llm_stub: LLMStub) -> None:
+    bad = StubResponse(text="Subject: Hi {{first_name}}\n\nSee http://evil.example for more, {{first_name}}.")
+    llm_stub.default = bad
+    outreach = _dispatched(budget)
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.DEAD
+    assert len(llm_stub.requests) == 4  # plan, context, message, one regeneration
+    assert DeadLetter.objects.get(outreach=outreach).failure_class == ErrorClass.POLICY
+
+
+def test_policy_failure_fixed_by_the_regeneration_goes_on(budget: Budget, llm_stub: LLMStub) -> None:
+    good = StubResponse()
+    llm_stub.push(
+        good, good, StubResponse(text="Subject: Hi\n\nVisit http://evil.example today please."), good
+    )
+    outreach = _dispatched(budget)
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.DISPATCHED
+
+
+def test_same_send_task_delivered_twice_sends_one_email(smtp_sink: SMTPSink) -> None:
+    outreach = make_outreach(
+        state=State.DISPATCHED, draft_subject="Hello", draft_body="A short body for the test."
+    )
+    assert outreach_send(outreach_id=outreach.pk) == State.SENT
+    assert outreach_send(outreach_id=outreach.pk) is None
+    smtp_sink.wait_for(1)
+    assert len(smtp_sink.messages) == 1
+
+
+def test_opted_out_lead_is_cancelled_not_emailed(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
+) -> None:
+    outreach = _dispatched(budget, lead=make_lead(status=Lead.Status.OPTED_OUT))
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.CANCELLED
+    assert llm_stub.requests == []
+    assert smtp_sink.messages == []
+
+
+def test_smtp_outage_retries_the_draft_not_the_llm(settings: Any) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", 1, 2  # nothing listens
+    outreach = make_outreach(
+        state=State.DISPATCHED, draft_subject="Hello", draft_body="A short body for the test."
+    )
+    assert outreach_send(outreach_id=outreach.pk) == State.APPROVED
+    outreach.refresh_from_db()
+    assert (outreach.attempts, outreach.error_class) == (1, ErrorClass.TRANSIENT)
+    assert outreach.not_before > timezone.now()
+
+
+def test_replayed_dead_letter_sends_and_counts_as_a_successful_replay(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
+) -> None:
+    # given a send that died, replayed by an operator
+    from orchestrator.dead_letters import dead_letter_replay, replay_success_rate
+
+    llm_stub.push(StubResponse(status=400))
+    outreach = _dispatched(budget)
+    outreach_generate(outreach_id=outreach.pk, budget=budget)
+    replayed = dead_letter_replay(dead_letter=DeadLetter.objects.get(outreach=outreach))
+    assert replayed.state == State.QUEUED
+    # when it is dispatched and runs again
+    Outreach.objects.filter(pk=outreach.pk).update(state=State.DISPATCHED)
+    outreach_generate(outreach_id=outreach.pk, budget=budget)
+    assert outreach_send(outreach_id=outreach.pk) == State.SENT
+    # then the replay is recorded as a success, with the original idempotency key
+    assert DeadLetter.objects.get(outreach=outreach).replay_succeeded is True
+    assert replay_success_rate() == 1.0
+    assert Outreach.objects.get(pk=outreach.pk).idempotency_key == outreach.idempotency_key
