@@ -1,0 +1,180 @@
+"""Run the demo: every process of the product on the embedded defaults, live progress in the
+terminal, inbound replies arriving, and (with --for) a report. Ctrl-C stops everything."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import random
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.utils import timezone
+from rich.console import Console
+from rich.live import Live
+
+from config.processes import ProcessGroup, celery_beat, celery_worker, flower, web
+from config.queues import Queue
+from demo.live import Sample, render, take_sample
+from demo.report import write_report
+from demo.seed import seed_demo
+from outreach.models import Outreach, State
+from outreach.services import draft_approve
+from outreach.transitions import TransitionLost
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    seconds: float | None
+    leads: int
+    web_port: int = 8000
+    flower_port: int = 5555
+    sim_port: int = 8900
+    smtp_port: int = 1025
+    rpm: int = 300
+    tpm: int = 300_000
+    reply_every_s: float = 6.0
+    auto_approve_after_s: float = 30.0
+    report_dir: Path = Path("var/demo-report")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def child_env(opts: DemoOptions) -> dict[str, str]:
+    import os
+
+    return {
+        **os.environ,
+        "DJANGO_DEBUG": "1",
+        "LLM_BASE_URL": f"http://127.0.0.1:{opts.sim_port}/v1",
+        "LLM_RPM": str(opts.rpm),
+        "LLM_TPM": str(opts.tpm),
+        "EMAIL_HOST": "127.0.0.1",
+        "EMAIL_PORT": str(opts.smtp_port),
+        "PUBLIC_BASE_URL": f"http://127.0.0.1:{opts.web_port}",
+    }
+
+
+def start_all(group: ProcessGroup, opts: DemoOptions) -> None:
+    py = sys.executable
+    group.start("llm_sim", [py, "manage.py", "llm_sim", "--port", str(opts.sim_port), "--rpm", str(opts.rpm),
+                            "--tpm", str(opts.tpm), "--latency-ms", "600"])  # fmt: skip
+    group.start(
+        "smtp",
+        [py, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{opts.smtp_port}", "-c", "aiosmtpd.handlers.Sink"],
+    )
+    group.start("web", web(port=opts.web_port))
+    group.start(f"worker-{Queue.GENERATION.value}", celery_worker(Queue.GENERATION, concurrency=6))
+    for queue in (Queue.ORCHESTRATOR, Queue.SEND, Queue.DEAD_LETTER):
+        group.start(f"worker-{queue.value}", celery_worker(queue))
+    group.start("beat", celery_beat())
+    group.start("flower", flower(port=opts.flower_port, basic_auth=settings.FLOWER_BASIC_AUTH))
+
+
+def post_reply(*, opts: DemoOptions, rng: random.Random) -> int | None:
+    """An inbound reply from a lead we emailed, through the signed webhook, as a provider would."""
+    sent = Outreach.objects.filter(state=State.SENT).order_by("?").select_related("lead").first()
+    if sent is None:
+        return None
+    body = json.dumps({"lead_email": sent.lead.email, "message_id": f"<demo-reply-{rng.getrandbits(48):x}@prospect.example>",
+                       "subject": f"Re: {sent.draft_subject}", "body": "Sounds interesting. Can we talk next week?"})  # fmt: skip
+    stamp = str(int(time.time()))
+    signature = hmac.new(
+        settings.WEBHOOK_SECRET.encode(), f"{stamp}.{body}".encode(), hashlib.sha256
+    ).hexdigest()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{opts.web_port}/hooks/replies/", data=body.encode(), method="POST",
+        headers={"Content-Type": "application/json", "X-Signature": f"t={stamp},v1={signature}"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+def auto_approve(*, older_than_s: float) -> int:
+    """Stand in for a reviewer so the approved-send path shows; humans can approve in admin too."""
+    reviewer = User.objects.get(username="reviewer")
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    approved = 0
+    for draft in Outreach.objects.filter(state=State.AWAITING_APPROVAL, state_changed_at__lt=cutoff)[:20]:
+        try:
+            draft_approve(outreach=draft, by=reviewer)
+            approved += 1
+        except TransitionLost:
+            pass
+    return approved
+
+
+def wait_for_web(port: int, *, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.3)
+
+
+def run(*, opts: DemoOptions, console: Console) -> dict[str, object] | None:
+    busy = [p for p in (opts.web_port, opts.flower_port, opts.sim_port, opts.smtp_port) if not port_free(p)]
+    if busy:
+        raise RuntimeError(
+            f"port(s) {', '.join(map(str, busy))} already in use: stop what holds them or pick other ports."
+        )
+    seed_demo(leads=opts.leads)
+    group = ProcessGroup(log_dir=Path(settings.BASE_DIR) / "var" / "logs", env=child_env(opts))
+    samples: list[Sample] = []
+    try:
+        start_all(group, opts)
+        wait_for_web(opts.web_port)
+        console.print(
+            f"[bold green]Demo running.[/] admin http://127.0.0.1:{opts.web_port}/admin/ (admin / admin; reviewer / reviewer), "
+            f"flower http://127.0.0.1:{opts.flower_port}/ ({settings.FLOWER_BASIC_AUTH.replace(':', ' / ')}), "
+            f"logs {group.log_dir}. Ctrl-C stops everything."
+        )
+        samples = _loop(group=group, opts=opts, console=console)
+    finally:
+        console.print("Stopping every process the demo started...")
+        group.stop()
+    if opts.seconds is None:
+        return None
+    return write_report(out=Path(settings.BASE_DIR) / opts.report_dir, samples=samples, rpm_limit=opts.rpm)
+
+
+def _loop(*, group: ProcessGroup, opts: DemoOptions, console: Console) -> list[Sample]:
+    started, rng, samples = time.monotonic(), random.Random(11), []
+    next_reply = started + opts.reply_every_s
+    deadline = None if opts.seconds is None else started + opts.seconds
+    try:
+        with Live(console=console, refresh_per_second=2) as live:
+            while deadline is None or time.monotonic() < deadline:
+                if dead := group.dead():
+                    raise RuntimeError(f"{', '.join(dead)} exited early; see {group.log_dir}")
+                sample = take_sample(started=started, sim_port=opts.sim_port)
+                samples.append(sample)
+                live.update(render(sample, rpm_limit=opts.rpm))
+                if time.monotonic() >= next_reply:
+                    post_reply(opts=opts, rng=rng)
+                    next_reply += opts.reply_every_s
+                if opts.auto_approve_after_s > 0:
+                    auto_approve(older_than_s=opts.auto_approve_after_s)
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    return samples

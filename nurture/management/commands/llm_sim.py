@@ -1,0 +1,98 @@
+"""python manage.py llm_sim --port P --rpm N --tpm N [--latency-ms N] [--fail-rate F] [...]
+
+Runs nurture.llm_sim in the foreground until SIGINT or SIGTERM (then exits 0). Defaults come
+from LLM_RPM / LLM_TPM and the port of LLM_BASE_URL, so a bare `llm_sim` matches the settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from nurture.llm_sim import MODES, LLMSim, SimConfig, SimConfigError
+
+
+class Command(BaseCommand):
+    help = "Run a local OpenAI-compatible provider that enforces requests/min and tokens/min like a real one."
+    requires_system_checks: list[str] = []  # starts in a blink and never touches the database
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        default_port = urlsplit(settings.LLM_BASE_URL).port or 8900
+        parser.add_argument("--host", default="127.0.0.1", help="Interface to bind (default 127.0.0.1).")
+        parser.add_argument("--port", type=int, default=default_port, help="0 = any free port.")
+        parser.add_argument(
+            "--rpm", type=int, default=settings.LLM_RPM, help="Requests per minute (LLM_RPM)."
+        )
+        parser.add_argument("--tpm", type=int, default=settings.LLM_TPM, help="Tokens per minute (LLM_TPM).")
+        parser.add_argument("--latency-ms", type=float, default=0.0, help="Mean answer latency.")
+        parser.add_argument(
+            "--jitter-ms", type=float, default=None, help="Latency spread +-; default half the mean."
+        )
+        parser.add_argument(
+            "--fail-rate", type=float, default=0.0, help="Share of admitted calls answered 5xx (0-1)."
+        )
+        parser.add_argument(
+            "--mode", choices=MODES, default="window", help="Strict sliding window or token bucket."
+        )
+        parser.add_argument("--window-s", type=float, default=60.0, help="Window length (providers: 60).")
+        parser.add_argument(
+            "--shared-rps", type=float, default=0.0, help="Another client on the key, requests/s."
+        )
+        parser.add_argument(
+            "--shared-tokens", type=int, default=300, help="Tokens per shared-client request."
+        )
+        parser.add_argument("--seed", type=int, default=0, help="Seed for latency and failure draws.")
+        parser.add_argument(
+            "--log-every", type=float, default=10.0, help="Seconds between status lines; 0 = off."
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        sim = LLMSim(config=_config(opts))
+        try:
+            sim.start()
+        except OSError as exc:
+            raise CommandError(
+                f"--port {opts['port']}: cannot listen on {opts['host']}: {exc.strerror or exc}."
+            ) from None
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        c = sim.config
+        self._say(
+            f"llm_sim listening on {sim.base_url} ({c.mode}: {c.rpm} requests and {c.tpm} tokens per "
+            f"{c.window_s:g} s; latency {c.latency_ms:g}+-{c.jitter:g} ms; fail rate {c.fail_rate:g}; "
+            f"shared client {c.shared_rps:g}/s). Stats: http://{c.host}:{sim.port}/stats. Ctrl-C stops."
+        )
+        try:
+            self._wait(sim, stop, opts["log_every"])
+        finally:
+            sim.stop()
+        self._say("llm_sim stopped.")
+
+    def _wait(self, sim: LLMSim, stop: threading.Event, every: float) -> None:
+        while not stop.wait(every if every > 0 else None):
+            s, c = sim.stats(), sim.config
+            window, peak = s["window"], s["peak_window"]
+            self._say(
+                f"window {window['requests']}/{c.rpm} req {window['tokens']}/{c.tpm} tok; "
+                f"peak {peak['requests']} req {peak['tokens']} tok; admitted {s['admitted']}, "
+                f"429s {s['rejected_429']}, 5xx {s['injected_5xx']}, shared {s['shared']['admitted']}"
+            )
+
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()  # a pipe (the demo's log file, a test) should see it now
+
+
+def _config(opts: dict[str, Any]) -> SimConfig:
+    try:
+        return SimConfig(**{f.name: opts[f.name] for f in dataclasses.fields(SimConfig)})
+    except SimConfigError as exc:
+        flag = "--" + exc.field.replace("_", "-")
+        raise CommandError(f"{flag}: {exc.message}.") from None
