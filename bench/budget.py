@@ -1,13 +1,18 @@
 """Benchmark of the LLM budget's reservation path on a real Redis (run by hand).
 
-    .venv/bin/python bench/budget.py [--seconds 3] [--url redis://127.0.0.1:6379/0]
+    .venv/bin/python bench/budget.py [--seconds 3] [--url redis://127.0.0.1:6379/0] [--isolate]
 
 Prints reservations/s and per-reservation latency (p50, p99, max) for 1 and 8 concurrent
 processes reserving as fast as they can (closed loop: throughput at saturation), then for 8
 processes offering a fixed 5,000 reservations/s in total (open loop: latency at target load),
 then the dispatcher's batched path (`reserve_many`). Limits are set high so every call is
 granted: the granted path is the expensive one (it writes the buckets and a reservation
-record). Each run uses its own key prefix and deletes its keys afterwards.
+record). Each run uses its own key prefix and deletes its keys afterwards. EVALSHA throughout.
+
+On a small machine the clients compete with Redis for CPU: a Redis that waits behind a client
+for a CPU stalls every client, and the tail latency then measures the scheduler (a woken
+process can wait a whole time slice, 1.5-3 ms here). `--isolate` starts a private redis-server
+that runs ahead of the clients (nice -10), closer to production where Redis has its own CPU.
 Target (2-core machine): >= 5,000 reservations/s in total, p99 < 2 ms.
 """
 
@@ -16,9 +21,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import shutil
+import socket
+import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +63,12 @@ def worker(url: str, prefix: str, seconds: float, rate: float, batch: int, barri
 
 
 def run(
-    url: str, *, processes: int, seconds: float, total_rate: float = 0.0, batch: int = 1
+    url: str,
+    *,
+    processes: int,
+    seconds: float,
+    total_rate: float = 0.0,
+    batch: int = 1,
 ) -> dict[str, float]:
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(processes), ctx.Queue()
@@ -83,25 +98,61 @@ def run(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
-    parser.add_argument("--seconds", type=float, default=3.0)
-    args = parser.parse_args()
-    print(f"LLM budget reservations on {args.url}, {os.cpu_count()} CPUs, {args.seconds:g} s per run")
+@contextmanager
+def isolated_redis() -> Iterator[str]:
+    """A private redis-server that the scheduler runs ahead of the clients; yields its URL."""
+    if shutil.which("redis-server") is None:
+        raise SystemExit("--isolate needs redis-server on PATH")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(["redis-server", *args], stdout=subprocess.DEVNULL)
+    try:
+        os.setpriority(os.PRIO_PROCESS, server.pid, -10)  # needs root (or CAP_SYS_NICE)
+        url = f"redis://127.0.0.1:{port}/0"
+        client = connect(url)
+        for _ in range(500):
+            try:
+                client.ping()
+                break
+            except Exception:
+                time.sleep(0.02)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def report(url: str, seconds: float) -> None:
     print(f"{'run':<44} {'reservations/s':>15} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    runs = [
+    runs: list[tuple[str, dict[str, Any]]] = [
         ("1 process, closed loop", {"processes": 1}),
         ("8 processes, closed loop", {"processes": 8}),
         ("8 processes, open loop at 5,000/s in total", {"processes": 8, "total_rate": 5_000}),
         ("8 processes, reserve_many(count=16)", {"processes": 8, "batch": 16}),
     ]
     for name, options in runs:
-        r = run(args.url, seconds=args.seconds, **options)
-        latency = "per call" if options.get("batch") else ""
-        print(f"{name:<44} {r['per_s']:>15,.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} {r['max']:>8.2f} {latency}")
+        r = run(url, seconds=seconds, **options)
+        unit = "(latency per call)" if options.get("batch") else ""
+        print(f"{name:<44} {r['per_s']:>15,.0f} {r['p50']:>8.3f} {r['p99']:>8.3f} {r['max']:>8.2f} {unit}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--isolate", action="store_true", help="a private Redis run ahead of the clients")
+    args = parser.parse_args()
+    if args.isolate:
+        with isolated_redis() as url:
+            print(f"LLM budget: private Redis at nice -10, {os.cpu_count()} CPUs shared with the clients")
+            report(url, args.seconds)
+    else:
+        print(f"LLM budget on {args.url}: {os.cpu_count()} CPUs shared by Redis and the clients")
+        report(args.url, args.seconds)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import setup_logging
 from kombu import Queue as KombuQueue
 
 from config.queues import Queue
@@ -37,3 +38,13 @@ def _dispatch_schedule() -> dict[str, dict[str, object]]:
 
 
 app.conf.beat_schedule = _dispatch_schedule()
+
+
+@setup_logging.connect
+def _django_logging(**_: object) -> None:
+    # Workers and beat log through the project's LOGGING (structured lines), not Celery's own.
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)

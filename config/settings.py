@@ -18,6 +18,7 @@ from config.env import (
     env_list,
     env_str,
 )
+from config.logging import logging_config
 from config.queues import TASK_ROUTES, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -109,6 +110,11 @@ LLM_TPM = env_int("LLM_TPM", 300_000, minimum=1)  # provider tokens/min on the s
 LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 30.0, minimum=1.0)
 LLM_CALLS_PER_OUTREACH = 3  # plan -> context -> message
 LLM_EST_TOKENS_PER_CALL = env_int("LLM_EST_TOKENS_PER_CALL", 600, minimum=1)
+# Budget shape (docs/budget.md). Paced (the default): the buckets refill at the pacer's rate and
+# every call is paced against a log of the provider's window, which reaches ~98% of the limit.
+# Strict: the buckets alone can never exceed any 60 s window (~96%), for clients that do not pace.
+LLM_BUDGET_STRICT = env_bool("LLM_BUDGET_STRICT", False)
+LLM_BUDGET_MARGIN_MS = env_int("LLM_BUDGET_MARGIN_MS", 1000, minimum=0)
 # Redis unreachable: "open" lets work run unmetered (the limiter protects the provider, not
 # our users), "closed" stops dispatching LLM work until Redis is back. See README.
 BUDGET_FAILURE_POLICY = env_choice("BUDGET_FAILURE_POLICY", ["open", "closed"], "open")
@@ -167,10 +173,9 @@ CELERY_WORKER_SEND_TASK_EVENTS = True  # Flower
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-}
+# Structured logs: JSON lines in production, key=value in debug; every line about an outreach
+# carries its id, owner, tier and state (config.logging.outreach_log_context).
+LOGGING = logging_config(
+    level=env_str("LOG_LEVEL", "INFO"),
+    json_lines=env_choice("LOG_FORMAT", ["json", "kv"], "kv" if DEBUG else "json") == "json",
+)

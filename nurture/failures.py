@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from config.celery import app
+from config.logging import outreach_log_context
 from nurture.errors import PermanentError, PipelineError, PolicyViolation, RateLimited, TransientError
 from orchestrator.dead_letters import dead_letter
 from outreach.models import ErrorClass, Outreach, State
@@ -82,8 +83,8 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
         not_before=now + timedelta(seconds=delay), reservation_id="",
     )  # fmt: skip
     if not isinstance(exc, TransientError):
-        log.exception(
-            "unclassified failure treated as transient", exc_info=exc, extra={"outreach_id": outreach.pk}
+        log.error(
+            "unclassified failure treated as transient", exc_info=exc, extra=outreach_log_context(outreach)
         )
     return retry_to
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from config.logging import outreach_log_context
 from nurture import llm, prompts
 from nurture.errors import OptedOut, PolicyViolation, RateLimited
 from nurture.failures import Paced, fail
@@ -40,12 +41,12 @@ class Usage:
 
 def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> State | None:
     """Generate the draft for one dispatched outreach; return the state it ends in (None: not ours)."""
+    outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
     try:
         transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.GENERATING)
     except TransitionLost:
-        log.info("generate skipped: not dispatched any more", extra={"outreach_id": outreach_id})
+        log.info("generate skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
-    outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
     budget = budget or get_budget()
     usage = Usage()
     try:

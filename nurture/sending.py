@@ -12,6 +12,7 @@ import logging
 
 from django.utils import timezone
 
+from config.logging import outreach_log_context
 from nurture.errors import OptedOut
 from nurture.failures import fail
 from nurture.mail import outreach_message_id, send_outreach_email
@@ -29,7 +30,7 @@ def outreach_send(*, outreach_id: int) -> State | None:
     try:
         transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.SENDING, message_id=message_id)
     except TransitionLost:
-        log.info("send skipped: not dispatched any more", extra={"outreach_id": outreach_id})
+        log.info("send skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
     outreach.message_id = message_id
     try:

@@ -27,6 +27,7 @@ from orchestrator import selectors
 from orchestrator.budget import Budget, get_budget
 from orchestrator.capacity import Capacity, OwnerRules, owner_capacity
 from orchestrator.lock import Lease, dispatch_lease
+from orchestrator.metrics import budget_sample_record
 from orchestrator.recovery import recover_stuck
 from orchestrator.selection import Candidates, Cursor, Pick, rows_per_owner, select_batch
 from outreach.models import Outreach, State
@@ -69,6 +70,7 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
         report = _cycle(lease=lease, client=client, now=now or timezone.now(), budget=budget or get_budget())
         report.held = (held_from, time.time())
     report.duration_ms = (time.perf_counter() - started) * 1000
+    budget_sample_record(budget=budget or get_budget())  # the budget chart: one row a minute, cluster-wide
     log.info(
         "dispatch cycle",
         extra={"slots": report.slots, "generation": len(report.generation), "send": len(report.send),

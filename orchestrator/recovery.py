@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from config.logging import outreach_log_context
 from orchestrator.dead_letters import dead_letter
 from outreach.models import ErrorClass, Outreach, State
 from outreach.transitions import TransitionLost, transition
@@ -74,4 +75,6 @@ def _recover_one(row: Outreach) -> None:
         attempts=attempts,
         reservation_id="",
     )
-    log.warning("outreach recovered", extra={"outreach_id": row.pk, "from": row.state, "to": to})
+    log.warning(
+        "outreach recovered from stuck %s", row.state, extra={**outreach_log_context(row), "state": str(to)}
+    )

@@ -121,7 +121,7 @@ class OutreachAdmin(admin.ModelAdmin):
 class ApprovalQueueAdmin(admin.ModelAdmin):
     """Only users holding outreach.approve_outreach see this; everyone else gets 403."""
 
-    list_display = ("subject_line", "lead", "company", "owner", "kind", "waiting_for")
+    list_display = ("subject_line", "preview", "lead", "company", "owner", "kind", "waiting_for")
     list_filter = ("owner", "kind")
     search_fields = ("lead__email", "draft_subject", "lead__company")
     list_select_related = ("owner", "lead")
@@ -151,6 +151,12 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
     @admin.display(description="Subject")
     def subject_line(self, obj: Outreach) -> str:
         return obj.draft_subject or "(no subject)"
+
+    @admin.display(description="Draft")
+    def preview(self, obj: Outreach) -> str:
+        # The first words of the body: enough to triage from the list without opening each draft.
+        text = " ".join(obj.draft_body.split())
+        return text if len(text) <= 120 else text[:119].rstrip() + "\u2026"
 
     @admin.display(description="Company")
     def company(self, obj: Outreach) -> str:

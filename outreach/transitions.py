@@ -15,6 +15,7 @@ what makes at-least-once task delivery safe: only the winner of a move does its 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from django.utils import timezone
 from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 
 S = State
+log = logging.getLogger(__name__)
 
 ALLOWED: dict[State, frozenset[State]] = {
     # claim by the dispatcher; cancel (opt-out / reply stops the sequence); dead (replay refused)
@@ -101,7 +103,7 @@ def transition(
         previous = (
             Outreach.objects.select_for_update()
             .filter(id=outreach_id, state__in=from_states)
-            .values_list("state", "attempts")
+            .values_list("state", "attempts", "owner_id", "tier")
             .first()
         )
         if previous is None:
@@ -118,6 +120,11 @@ def transition(
             note=note,
             actor_id=actor_id,
         )
+    log.info(
+        "outreach %s: %s -> %s%s", outreach_id, previous[0], to, f" ({note})" if note else "",
+        extra={"outreach_id": outreach_id, "owner_id": previous[2], "tier": previous[3], "state": str(to),
+               "from_state": previous[0], "error_class": str(error_class)},
+    )  # fmt: skip
 
 
 def transition_many(
@@ -164,4 +171,6 @@ def transition_many(
             )
             for oid, state, attempts in rows
         )
+    log.info("%d outreach: -> %s%s", len(ids), to, f" ({note})" if note else "",
+             extra={"outreach_ids": ids, "state": str(to)})  # fmt: skip
     return ids

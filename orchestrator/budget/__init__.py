@@ -11,8 +11,10 @@ Two layers, both atomic Lua in Redis, both on Redis's clock:
 The maths (docs/budget.md, maths.py): a bucket of rate r and burst b admits at most
 b + r * 60 s in any 60 s window, so a sliding-window provider with limit L is never tripped by
 the bucket alone iff r * 60 s + b <= L. Strict limits (the default) solve r = L * 60 / (60 + B)
-for a burst of B seconds of refill; paced limits (`strict=False`) refill at L / 60 and let
-`acquire_call` trim the excess, which reaches the full limit.
+for a burst of B seconds of refill (B >= one dispatch cycle + one job: ~96% of L). But calls
+reach the provider 0.5-25 s after their reservation and bunch up, so every call is also paced
+by `acquire_call`; paced limits (`strict=False`) then refill at L * 60 / (60 + margin) and let
+the pacer trim the burst: ~98% of L, never over it.
 """
 
 from __future__ import annotations

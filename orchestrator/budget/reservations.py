@@ -1,7 +1,7 @@
 """Dispatch-time admission: reserve budget before work starts, settle or refund it after.
 
 A reservation is a record with an expiry. `settle` and `refund` remove it atomically, so each
-happens at most once. One never settled expires: it leaves the outstanding totals and gives
+happens at most once. One never settled expires: it stops counting as in flight and gives
 nothing back, since its calls may have reached the provider (counting it spent is the safe
 side; the bucket refills anyway). A settle or refund after expiry is a no-op returning False.
 """

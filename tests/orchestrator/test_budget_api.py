@@ -407,8 +407,12 @@ def test_budget_from_settings_sizes_the_burst_for_a_dispatch_cycle(settings):
     settings.DISPATCH_INTERVAL = 2.0
     settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL = 3, 600
     settings.BUDGET_FAILURE_POLICY = "closed"
+    settings.LLM_BUDGET_STRICT = True
     budget = budget_from_settings()
     # a cycle's refill (1.8 requests) plus one outreach (3) must fit: 5.3 s of burst at 55 rpm
     assert budget.limits == Limits(rpm=60, tpm=600_000, burst_ms=5_273, strict=True)
     assert budget.failure_policy == "closed"
     assert budget.reservation_ttl_ms == (settings.DISPATCH_STUCK_AFTER_S + 120) * 1_000
+    # the product's default shape is paced: the pacer, not the bucket, keeps every window under L
+    settings.LLM_BUDGET_STRICT = False
+    assert budget_from_settings().limits.strict is False

@@ -80,15 +80,16 @@ def test_redis_restart_mid_run(server: RedisServer, policy: str, outage: str) ->
         failure_policy=policy,  # type: ignore[arg-type]
         breaker=CircuitBreaker(failures=2, cooldown_s=0.2),
     )
-    log: list[tuple[float, str]] = []
+    log: list[tuple[float, float, str]] = []  # (started, ended, outcome) of each reserve
     errors: list[BaseException] = []
     stop = threading.Event()
 
     def work() -> None:
         try:
             while not stop.is_set():
+                started = time.monotonic()
                 result = budget.reserve(requests=1, tokens=10)
-                log.append((time.monotonic(), classify(result)))
+                log.append((started, time.monotonic(), classify(result)))
                 if isinstance(result, Reservation):
                     budget.settle(reservation_id=result.id, actual_tokens=5)
                 budget.acquire_call(tokens=10)
@@ -110,8 +111,9 @@ def test_redis_restart_mid_run(server: RedisServer, policy: str, outage: str) ->
     time.sleep(1.0)
     during = budget.reserve(requests=1, tokens=10)
     settled_during = budget.settle(reservation_id=held.id, actual_tokens=1)
-    up_at = time.monotonic()
+    restarting_at = time.monotonic()
     server.start()
+    up_at = time.monotonic()
     time.sleep(1.5)
     stop.set()
     worker.join(timeout=10)
@@ -121,9 +123,9 @@ def test_redis_restart_mid_run(server: RedisServer, policy: str, outage: str) ->
     assert classify(held) == "metered"
     assert classify(during) == outage
     assert settled_during is False
-    before = {kind for at, kind in log if at < stopping_at}
-    outage_kinds = {kind for at, kind in log if down_at < at < up_at}
-    after = {kind for at, kind in log if at > up_at + 0.5}
+    before = {kind for _, ended, kind in log if ended < stopping_at}
+    outage_kinds = {kind for started, ended, kind in log if down_at < started and ended < restarting_at}
+    after = {kind for started, _, kind in log if started > up_at + 0.5}  # the breaker's cool-down: 0.2 s
     assert before == {"metered"}
     assert outage_kinds == {outage}
     assert after == {"metered"}

@@ -25,6 +25,11 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="Keep the demo database from the last run.")
         parser.add_argument("--web-port", type=int, default=8000)
         parser.add_argument("--flower-port", type=int, default=5555)
+        parser.add_argument("--sim-port", type=int, default=8900, help="Port of the LLM simulator.")
+        parser.add_argument("--smtp-port", type=int, default=1025, help="Port of the SMTP sink.")
+        parser.add_argument(
+            "--report-dir", type=Path, default=Path("var/demo-report"), help="Where --for writes the report."
+        )
         parser.add_argument(
             "--auto-approve-after",
             type=float,
@@ -43,8 +48,11 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         # SIGTERM (e.g. from a supervisor) stops the demo as cleanly as Ctrl-C.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-        options = DemoOptions(seconds=opts["seconds"], leads=opts["leads"], web_port=opts["web_port"],
-                              flower_port=opts["flower_port"], auto_approve_after_s=opts["auto_approve_after"])  # fmt: skip
+        options = DemoOptions(
+            seconds=opts["seconds"], leads=opts["leads"], web_port=opts["web_port"], flower_port=opts["flower_port"],
+            sim_port=opts["sim_port"], smtp_port=opts["smtp_port"], auto_approve_after_s=opts["auto_approve_after"],
+            report_dir=opts["report_dir"],
+        )  # fmt: skip
         try:
             figures = run(opts=options, console=Console())
         except RuntimeError as exc:

@@ -1,0 +1,373 @@
+"""Side by side, same workload and same simulated provider limit:
+  (a) plain Celery: one task per outreach, Celery's rate_limit, autoretry on 429/5xx, 4 workers;
+  (b) this product: the dispatcher, the shared budget, paced calls.
+
+    .venv/bin/python bench/compare.py [--seconds 240] [--rpm 300] [--arms naive,product]
+
+The provider is `llm_sim` in strict sliding-window mode (in this process). The workload: one
+owner assigned a big backlog first, nine owners with smaller ones, and replies arriving every
+few seconds during the run. Steady-state figures are measured after the first minute (the
+first window is a ramp). Prints a table and writes var/bench/compare.png and compare.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "var" / "bench"
+BIG_OWNER_LEADS, SMALL_OWNERS, SMALL_OWNER_LEADS = 700, 9, 60
+
+
+@dataclass
+class ArmResult:
+    name: str
+    completed_per_min: float = 0.0
+    provider_429s: int = 0
+    provider_requests: int = 0
+    retries: int = 0
+    completed: int = 0
+    utilization: float = 0.0
+    reply_p50_s: float | None = None
+    reply_p95_s: float | None = None
+    replies_done: int = 0
+    replies_sent_in: int = 0
+    jain: float = 0.0
+    per_owner: dict[str, int] = field(default_factory=dict)
+    peak_window_requests: int = 0
+
+    @property
+    def retries_per_completed(self) -> float:
+        return self.retries / self.completed if self.completed else float("inf")
+
+    @property
+    def rate_429(self) -> float:
+        return self.provider_429s / self.provider_requests if self.provider_requests else 0.0
+
+
+def jain(values: list[int]) -> float:
+    """Jain's fairness index: 1.0 = every owner got the same, 1/n = one owner got everything."""
+    total = sum(values)
+    return total * total / (len(values) * sum(v * v for v in values)) if total else 0.0
+
+
+def pct(values: list[float], q: int) -> float | None:
+    return round(statistics.quantiles(values, n=100)[q - 1], 1) if len(values) >= 2 else None
+
+
+def workload() -> list[tuple[int, int]]:
+    """(owner, n) in assignment order: the big backlog first, as a bulk assignment would."""
+    return [(0, BIG_OWNER_LEADS)] + [(o, SMALL_OWNER_LEADS) for o in range(1, SMALL_OWNERS + 1)]
+
+
+def start_sim(*, rpm: int, tpm: int) -> Any:
+    from nurture.llm_sim import LLMSim
+
+    sim = LLMSim(rpm=rpm, tpm=tpm, latency_ms=400, mode="window", seed=1)
+    sim.start()
+    return sim
+
+
+class Steady:
+    """Counters of the simulator at the start of the steady window, and their change after."""
+
+    def __init__(self, sim: Any) -> None:
+        self.sim, self.t0 = sim, 0.0
+        self.base: dict[str, Any] = {}
+
+    def mark(self) -> None:
+        self.t0, self.base = time.monotonic(), self.sim.stats()
+
+    def utilization(self, *, rpm: int) -> tuple[float, float]:
+        now, stats = time.monotonic(), self.sim.stats()
+        minutes = (now - self.t0) / 60
+        return (stats["admitted"] - self.base["admitted"]) / (rpm * minutes), minutes
+
+
+def run_naive(
+    *, seconds: float, rpm: int, tpm: int, workers: int, reply_every: float, rate_limit: str
+) -> ArmResult:
+    import redis
+
+    broker = "redis://127.0.0.1:6379/13"
+    results = redis.Redis.from_url(broker)
+    results.flushdb()
+    sim = start_sim(rpm=rpm, tpm=tpm)
+    env = {
+        **os.environ,
+        "NAIVE_BROKER": broker,
+        "NAIVE_LLM_BASE_URL": sim.base_url,
+        "NAIVE_RATE_LIMIT": rate_limit,
+    }
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "celery", "-A", "bench.naive_app", "worker", "-n", f"naive{i}@%h",
+                          "--concurrency", "1", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
+                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for i in range(workers)
+    ]  # fmt: skip
+    from bench.naive_app import outreach
+
+    try:
+        now = time.time()
+        for owner, n in workload():
+            for i in range(n):
+                outreach.delay(f"{owner}-{i}", owner, "intro", now)
+        _drive(seconds=seconds, sim=sim, reply_every=reply_every,
+               send_reply=lambda k: outreach.delay(f"reply-{k}", k % (SMALL_OWNERS + 1), "reply", time.time()))  # fmt: skip
+        steady_util, minutes = sim._steady.utilization(rpm=rpm)
+        done = [json.loads(v) for v in results.hgetall("naive:done").values()]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+        stats = sim.stats()
+        sim.stop()
+    steady_from = sim._steady_wall
+    in_window = [d for d in done if d["done_at"] >= steady_from]
+    replies = [d["done_at"] - d["enqueued_at"] for d in done if d["kind"] == "reply"]
+    per_owner = {str(o): sum(1 for d in in_window if d["owner"] == o) for o in range(SMALL_OWNERS + 1)}
+    return ArmResult(
+        name=f"plain Celery (rate_limit={rate_limit} per worker x {workers}, autoretry)",
+        completed_per_min=len(in_window) / minutes, provider_429s=stats["rejected_429"], provider_requests=stats["requests"],
+        retries=int(results.get("naive:retries") or 0), completed=len(done), utilization=steady_util,
+        reply_p50_s=pct(replies, 50), reply_p95_s=pct(replies, 95), replies_done=len(replies),
+        replies_sent_in=sim._replies, jain=jain(list(per_owner.values())), per_owner=per_owner,
+        peak_window_requests=stats["peak_window"]["requests"],
+    )  # fmt: skip
+
+
+def _drive(*, seconds: float, sim: Any, reply_every: float, send_reply: Any) -> None:
+    """Replies arrive every `reply_every` s; the steady window starts after the first minute."""
+    start, k = time.monotonic(), 0
+    sim._steady, sim._replies = Steady(sim), 0
+    marked = False
+    while (elapsed := time.monotonic() - start) < seconds:
+        if not marked and elapsed >= 60:
+            sim._steady.mark()
+            sim._steady_wall = time.time()
+            marked = True
+        if elapsed >= k * reply_every:
+            send_reply(k)
+            sim._replies += 1
+            k += 1
+        time.sleep(0.2)
+    print(f"  ran {seconds:.0f}s; live window now {sim.stats()['window']}", flush=True)
+
+
+def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> ArmResult:
+    import psycopg
+
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS outreach_bench_compare")
+        conn.execute("CREATE DATABASE outreach_bench_compare")
+    sim = start_sim(rpm=rpm, tpm=tpm)
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Sink
+
+    smtp = Controller(Sink(), hostname="127.0.0.1", port=_free_port())
+    smtp.start()
+    env = {
+        "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/outreach_bench_compare",
+        "REDIS_URL": "redis://127.0.0.1:6379/12", "LLM_BASE_URL": sim.base_url, "LLM_RPM": str(rpm), "LLM_TPM": str(tpm),
+        "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp.port), "DISPATCH_INTERVAL": "1", "LOG_LEVEL": "WARNING",
+    }  # fmt: skip
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    import redis
+    from django.core.management import call_command
+
+    redis.Redis.from_url(env["REDIS_URL"]).flushdb()
+    call_command("migrate", verbosity=0)
+    owners = _seed_product()
+    from config.processes import ProcessGroup, celery_beat, celery_worker
+    from config.queues import Queue
+
+    group = ProcessGroup(log_dir=OUT / "product-logs", env={**os.environ, **env})
+    group.start("generation", celery_worker(Queue.GENERATION, concurrency=8))
+    group.start("send", celery_worker(Queue.SEND, concurrency=2))
+    group.start("orchestrator", celery_worker(Queue.ORCHESTRATOR))
+    group.start("dead_letter", celery_worker(Queue.DEAD_LETTER))
+    group.start("beat", celery_beat())
+    try:
+        _drive(seconds=seconds, sim=sim, reply_every=reply_every, send_reply=lambda k: _reply(owners, k))
+        steady_util, minutes = sim._steady.utilization(rpm=rpm)
+    finally:
+        group.stop()
+        stats = sim.stats()
+        sim.stop()
+        smtp.stop()
+    return _product_result(stats=stats, steady_util=steady_util, minutes=minutes, sim=sim)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _seed_product() -> list[Any]:
+    from datetime import time as dtime
+
+    from django.utils import timezone
+
+    from outreach.models import Lead, Outreach, State
+    from outreach.services import OwnerSpec, owner_upsert
+
+    owners = [owner_upsert(spec=OwnerSpec(f"owner {o}", "agent", 100_000, dtime(0), dtime(23, 59), "UTC",
+                                          working_days="1234567", organization="Bench"))[0]
+              for o in range(SMALL_OWNERS + 1)]  # fmt: skip
+    now = timezone.now()
+    for owner_index, n in workload():
+        owner = owners[owner_index]
+        leads = Lead.objects.bulk_create(
+            Lead(organization_id=owner.organization_id, owner=owner, email=f"o{owner_index}-{i}@bench.example",
+                 first_name="Pat", last_name=f"L{i}", company="Acme", title="CTO") for i in range(n)
+        )  # fmt: skip
+        Outreach.objects.bulk_create(
+            Outreach(lead=lead, owner=owner, kind="intro", tier=2, state=State.QUEUED, not_before=now,
+                     idempotency_key=f"intro:{lead.email}", state_changed_at=now) for lead in leads
+        )  # fmt: skip
+    return owners
+
+
+def _reply(owners: list[Any], k: int) -> None:
+    from outreach.models import Lead, Outreach
+    from outreach.services import outreach_enqueue
+
+    lead = Lead.objects.filter(owner=owners[k % len(owners)]).order_by("id")[k // len(owners)]
+    outreach_enqueue(lead=lead, kind=Outreach.Kind.REPLY, idempotency_key=f"reply:bench-{k}",
+                     context={"inbound": {"subject": "Re: hello", "body": "Tell me more."}})  # fmt: skip
+
+
+def _product_result(*, stats: dict[str, Any], steady_util: float, minutes: float, sim: Any) -> ArmResult:
+    from datetime import UTC, datetime
+
+    from django.db.models import Q
+
+    from outreach.models import Outreach, OutreachEvent, State
+
+    steady_from = datetime.fromtimestamp(sim._steady_wall, tz=UTC)
+    sent = Outreach.objects.filter(state=State.SENT)
+    in_window = sent.filter(sent_at__gte=steady_from)
+    replies = [(o.sent_at - o.created_at).total_seconds() for o in sent.filter(kind="reply") if o.sent_at]
+    per_owner = {o.name.split()[-1]: in_window.filter(owner=o).count() for o in _owners()}
+    retries = OutreachEvent.objects.filter(
+        Q(from_state=State.GENERATING, to_state=State.QUEUED)
+        | Q(from_state=State.SENDING, to_state=State.APPROVED)
+    ).count()
+    return ArmResult(
+        name="this product (dispatcher + shared budget + paced calls)",
+        completed_per_min=in_window.count() / minutes, provider_429s=stats["rejected_429"],
+        provider_requests=stats["requests"], retries=retries, completed=sent.count(), utilization=steady_util,
+        reply_p50_s=pct(replies, 50), reply_p95_s=pct(replies, 95), replies_done=len(replies),
+        replies_sent_in=sim._replies, jain=jain(list(per_owner.values())), per_owner=per_owner,
+        peak_window_requests=stats["peak_window"]["requests"],
+    )  # fmt: skip
+
+
+def _owners() -> list[Any]:
+    from outreach.models import Owner
+
+    return list(Owner.objects.filter(organization__name="Bench").order_by("id"))
+
+
+def report(results: list[ArmResult], *, rpm: int, seconds: float) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows: list[tuple[str, Any]] = [
+        ("completed outreach / min (steady)", lambda r: f"{r.completed_per_min:.1f}"),
+        ("LLM utilization (steady, % of limit)", lambda r: f"{100 * r.utilization:.1f}%"),
+        ("peak requests in any 60 s window", lambda r: f"{r.peak_window_requests} / {rpm}"),
+        (
+            "provider 429s (of requests)",
+            lambda r: f"{r.provider_429s} of {r.provider_requests} ({100 * r.rate_429:.2f}%)",
+        ),
+        ("retries per completed job", lambda r: f"{r.retries_per_completed:.3f} ({r.retries}/{r.completed})"),
+        (
+            "reply latency p50 / p95 (s)",
+            lambda r: f"{r.reply_p50_s} / {r.reply_p95_s} ({r.replies_done}/{r.replies_sent_in} done)",
+        ),
+        ("fairness across owners (Jain)", lambda r: f"{r.jain:.3f}"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    print(f"\nworkload: {BIG_OWNER_LEADS} + {SMALL_OWNERS}x{SMALL_OWNER_LEADS} intros, replies during the run; "
+          f"provider {rpm} rpm strict sliding window; {seconds:.0f}s per arm\n")  # fmt: skip
+    for i, r in enumerate(results):
+        print(f"({chr(97 + i)}) {r.name}")
+    print("\n" + " " * width + "".join(f"  {'(' + chr(97 + i) + ')':>36}" for i in range(len(results))))
+    for label, get in rows:
+        print(label.ljust(width) + "".join(f"  {get(r):>36}" for r in results))
+    (OUT / "compare.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+    _chart(results)
+    print(f"\nwrote {OUT / 'compare.json'} and {OUT / 'compare.png'}")
+
+
+def _chart(results: list[ArmResult]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.5))
+    labels = [f"({chr(97 + i)})" for i in range(len(results))]
+    panels: list[tuple[str, list[float]]] = [
+        ("LLM utilization %", [100 * r.utilization for r in results]),
+        ("provider 429s", [r.provider_429s for r in results]),
+        ("reply latency p50 (s)", [r.reply_p50_s or 0 for r in results]),
+        ("fairness (Jain)", [r.jain for r in results]),
+    ]
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        ax.bar(labels, values, color=["#c0392b", "#27ae60", "#2980b9"][: len(values)])
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(OUT / "compare.png", dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=240)
+    parser.add_argument("--rpm", type=int, default=300)
+    parser.add_argument("--tpm", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--reply-every", type=float, default=4.0)
+    parser.add_argument("--arms", default="naive,product")
+    args = parser.parse_args()
+    if args.seconds < 90:
+        parser.error("--seconds: at least 90 (the first minute is a ramp, excluded from steady figures)")
+    results = []
+    for arm in args.arms.split(","):
+        print(f"running {arm} ...", flush=True)
+        if arm == "naive":
+            per_worker = (
+                f"{args.rpm // 3 // args.workers}/m"  # a careful user: the limit split across workers
+            )
+            results.append(run_naive(seconds=args.seconds, rpm=args.rpm, tpm=args.tpm, workers=args.workers,
+                                     reply_every=args.reply_every, rate_limit=per_worker))  # fmt: skip
+        elif arm == "product":
+            results.append(
+                run_product(seconds=args.seconds, rpm=args.rpm, tpm=args.tpm, reply_every=args.reply_every)
+            )
+        else:
+            parser.error(f"--arms: unknown arm {arm!r}; use naive and/or product")
+    report(results, rpm=args.rpm, seconds=args.seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""python manage.py queue_stats [--json]: the queue-health figures of the admin dashboard and /metrics."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.metrics import QueueHealth, queue_health
+from orchestrator.metrics.dashboard import duration, number, percent
+
+
+class Command(BaseCommand):
+    help = (
+        "Queue health: rows per state and tier, oldest ready age, latency, retries, provider 429s, "
+        "LLM requests, dead letters, approvals, share per owner, deferred work and the LLM budget. "
+        "--json prints one object (keys per DESIGN.md section 4, then the rest)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", dest="as_json", help="Print JSON (for scripts).")
+
+    def handle(self, *args: Any, as_json: bool, **options: Any) -> None:
+        health = queue_health()
+        if as_json:
+            self.stdout.write(json.dumps(health.as_json(), indent=2, sort_keys=False))
+            return
+        buffer = io.StringIO()  # rendered whole, then written once through Django's stdout
+        console = Console(file=buffer, width=110, force_terminal=self.stdout.isatty())
+        for table in _tables(health):
+            console.print(table)
+        self.stdout.write(buffer.getvalue(), ending="")
+
+
+def _tables(h: QueueHealth) -> list[Table]:
+    return [_depth(h), _activity(h), _owners(h), _failures(h)]
+
+
+def _depth(h: QueueHealth) -> Table:
+    d = h.depth
+    table = Table(title=f"Queue at {h.generated_at:%Y-%m-%d %H:%M:%S} UTC", title_justify="left")
+    table.add_column("state")
+    for tier in d.tiers:
+        table.add_column(tier, justify="right")
+    table.add_column("all", justify="right")
+    for state, n in d.states.items():
+        table.add_row(state, *(str(d.tiers[t].get(state, "")) for t in d.tiers), str(n))
+    table.add_row(
+        "ready now", *(str(d.ready_by_tier[t]) for t in d.tiers), str(sum(d.ready_by_tier.values()))
+    )
+    table.add_row(
+        "oldest ready",
+        *(duration(d.oldest_ready_age_s_by_tier[t]) for t in d.tiers),
+        duration(d.oldest_ready_age_s),
+    )
+    return table
+
+
+def _activity(h: QueueHealth) -> Table:
+    a, b = h.activity, h.budget
+    table = Table(title=f"Last {h.window_s / 3600:g} h", title_justify="left", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("completed / sent / dead", f"{a.completed} / {a.sent} / {a.dead}"),
+        ("retries (rate)", f"{a.retries} ({percent(h.retry_rate)})"),
+        ("dead-letter rate", percent(h.dead_letter_rate)),
+        ("provider 429s", str(a.provider_429s)),
+        ("LLM requests / drafts", f"{a.llm_requests} / {a.generated}"),
+        (
+            "tokens, cost per draft",
+            f"{number(h.tokens_per_completed)}, {number(h.cost_per_completed, places=4)}",
+        ),
+        ("approved / rejected (rate)", f"{a.approved} / {a.rejected} ({percent(h.approval_rate)})"),
+        (
+            "time to approval p50 / p95",
+            f"{duration(a.time_to_approval.p50_s)} / {duration(a.time_to_approval.p95_s)}",
+        ),
+        *(
+            (f"latency {t} p50 / p95 (n)", f"{duration(q.p50_s)} / {duration(q.p95_s)} ({q.count})")
+            for t, q in a.latency.items()
+        ),
+        *(
+            (f"success {k}", f"{percent(o.rate)} ({o.completed} ok, {o.dead} dead)")
+            for k, o in a.success_by_kind.items()
+        ),
+        (
+            "LLM now: used / effective / limit rpm",
+            f"{b.requests_in_window} / {b.effective_rpm} / {b.limit_rpm}"
+            if b.redis == "ok"
+            else "Redis unreachable",
+        ),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _owners(h: QueueHealth) -> Table:
+    table = Table(title="Share per owner", title_justify="left")
+    for column in ("owner", "sent 1 h", "sent 24 h", "share", "dispatched 1 h", "dispatched 24 h"):
+        table.add_column(column, justify="left" if column == "owner" else "right")
+    for o in h.owners:
+        table.add_row(
+            o.name,
+            str(o.sent_1h),
+            str(o.sent_24h),
+            percent(o.share_sent_24h),
+            str(o.dispatched_1h),
+            str(o.dispatched_24h),
+        )
+    return table
+
+
+def _failures(h: QueueHealth) -> Table:
+    table = Table(title=f"Dead letters ({h.dead_letters}) and deferred work", title_justify="left")
+    table.add_column("class / reason")
+    table.add_column("open / rows", justify="right")
+    table.add_column("newest open: dead letter, outreach: reason")
+    for f in h.failures:
+        samples = "\n".join(f"#{s.dead_letter_id}, {s.outreach_id}: {s.reason[:80]}" for s in f.samples)
+        table.add_row(f.failure_class, f"{f.open} / {f.total}", samples)
+    for r in h.deferred.reasons:
+        table.add_row(f"deferred: {r.reason}", str(r.rows), f"{r.owners} owner(s)")
+    return table

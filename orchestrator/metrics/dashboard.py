@@ -1,0 +1,94 @@
+"""What the queue-health page shows, ready for the template: charts and display rows.
+
+Kept out of the view (views stay thin) and out of the selectors (they return numbers, not text).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.safestring import SafeString
+
+from orchestrator.metrics import QueueHealth
+from orchestrator.metrics.charts import budget_chart, latency_chart, owner_share_chart
+from orchestrator.metrics.depth import LIVE
+from outreach.models import State
+
+DASH = "\u2014"  # a figure with no data yet (no division by zero, no fake 0)
+IN_FLIGHT = (State.DISPATCHED, State.GENERATING, State.SENDING)
+
+
+def duration(seconds: float | None) -> str:
+    """A wait as a person reads it: 45 s, 12.5 min, 3.2 h, 2.1 d; an em dash when unknown."""
+    if seconds is None:
+        return DASH
+    for limit, divisor, unit in ((90, 1, "s"), (5_400, 60, "min"), (129_600, 3_600, "h")):
+        if seconds < limit:
+            return f"{seconds / divisor:.0f} {unit}" if unit == "s" else f"{seconds / divisor:.1f} {unit}"
+    return f"{seconds / 86_400:.1f} d"
+
+
+def percent(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1%}"
+
+
+def number(value: float | None, *, places: int = 0) -> str:
+    return DASH if value is None else f"{value:.{places}f}"
+
+
+def dashboard_context(*, health: QueueHealth) -> dict[str, Any]:
+    return {"health": health, "charts": _charts(health), "summary": _summary(health), **_tables(health)}
+
+
+def _charts(h: QueueHealth) -> dict[str, SafeString]:
+    points, now = h.budget_last_hour, h.generated_at
+    return {
+        "budget_requests": budget_chart(points=points, now=now),
+        "budget_tokens": budget_chart(points=points, now=now, tokens=True),
+        "owners": owner_share_chart(health=h),
+        "latency": latency_chart(latency=h.activity.latency),
+    }
+
+
+def _summary(h: QueueHealth) -> list[tuple[str, str, int | str]]:
+    """The cards at the top: (id, name, value)."""
+    d = h.depth
+    return [
+        ("ready", "Ready now", sum(d.ready_by_tier.values())),
+        ("oldest-ready", "Oldest ready waits", duration(d.oldest_ready_age_s)),
+        ("awaiting", "Awaiting approval", d.states[State.AWAITING_APPROVAL]),
+        ("in-flight", "In flight", sum(d.states[s] for s in IN_FLIGHT)),
+        ("sent", "Sent (all time)", d.states[State.SENT]),
+        ("dead-open", "Dead letters open", sum(f.open for f in h.failures)),
+        ("provider-429s", "Provider 429s (window)", h.activity.provider_429s),
+        ("retry-rate", "Retry rate (window)", percent(h.retry_rate)),
+    ]
+
+
+def _tables(h: QueueHealth) -> dict[str, Any]:
+    d, a, tiers = h.depth, h.activity, list(h.depth.tiers)
+    return {
+        "tiers": tiers,
+        "depth_rows": [
+            (s.value, s.label, [d.tiers[t][s.value] for t in tiers], d.states[s.value]) for s in LIVE
+        ],
+        "ready_row": [d.ready_by_tier[t] for t in tiers],
+        "oldest_row": [duration(d.oldest_ready_age_s_by_tier[t]) for t in tiers],
+        "oldest_ready": duration(d.oldest_ready_age_s),
+        "awaiting": d.states[State.AWAITING_APPROVAL],
+        "all_states": [(s.value, s.label, d.states[s.value]) for s in State],
+        "latency_rows": [(t, q.count, duration(q.p50_s), duration(q.p95_s)) for t, q in a.latency.items()],
+        "kind_rows": [(k, o.completed, o.dead, percent(o.rate)) for k, o in a.success_by_kind.items()],
+        "rates": [
+            ("retry", "Retries per completed outreach", percent(h.retry_rate)),
+            ("dead-letter", "Dead-letter rate", percent(h.dead_letter_rate)),
+            ("approval", "Approval rate", percent(h.approval_rate)),
+            ("replay-success", "Replays that succeeded (all time)", percent(h.replay_success_rate)),
+        ],
+        "approval_rate": percent(h.approval_rate),
+        "approval_times": (duration(a.time_to_approval.p50_s), duration(a.time_to_approval.p95_s)),
+        "tokens_per_completed": number(h.tokens_per_completed),
+        "cost_per_completed": number(h.cost_per_completed, places=4),
+        "window": f"{h.window_s / 3600:g} h",
+        "last_429": duration(h.budget.last_429_age_s),
+    }

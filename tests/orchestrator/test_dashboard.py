@@ -1,0 +1,129 @@
+"""The queue-health page in the admin (staff only) and the Prometheus /metrics endpoint."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.contrib import admin
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import include, path, reverse
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from orchestrator.metrics import budget_sample_record
+from outreach.models import ErrorClass, Outreach, State
+from tests.factories import make_lead, make_outreach, make_owner
+from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
+
+# The wiring config/urls.py gets: orchestrator's URLs before the admin's catch-all.
+urlpatterns = [path("", include("orchestrator.urls")), path("admin/", admin.site.urls)]
+pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+
+PAGE = "orchestrator:queue-health"
+CHARTS = ("chart-budget-requests", "chart-budget-tokens", "chart-latency", "chart-owner-share")
+
+
+def _client(*, staff: bool) -> Client:
+    user = User.objects.create_user(f"user-{staff}", password="pw", is_staff=staff)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def some_work(redis_client: redis.Redis) -> None:
+    now = timezone.now()
+    owner = make_owner(name="Agent <Smith>")
+    make_outreach(lead=make_lead(owner=owner), not_before=now - timedelta(minutes=3))
+    sent = outreach_at(created_at=now - timedelta(minutes=10), lead=make_lead(owner=owner), state=State.SENT)
+    event(sent, State.QUEUED, State.DISPATCHED, at=now - timedelta(minutes=9))
+    event(sent, State.SENDING, State.SENT, at=now - timedelta(minutes=8))
+    dead = make_outreach(state=State.DEAD)
+    event(dead, State.GENERATING, State.DEAD, at=now - timedelta(minutes=1), error_class=ErrorClass.POLICY)
+    dead_letter_row(dead, failure_class=ErrorClass.POLICY, reason="link to an unknown domain")
+    budget_sample_record(now=now - timedelta(minutes=2))
+    budget_sample_record(now=now - timedelta(minutes=1))
+
+
+def test_staff_see_the_dashboard_with_svg_charts_and_tables(some_work: None) -> None:
+    response = _client(staff=True).get(reverse(PAGE))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<h1>Queue health</h1>" in html
+    for chart in CHARTS:
+        assert f'<svg id="{chart}"' in html
+    assert html.count('class="qh-bar"') >= 3  # budget samples, owner bars, latency bars
+    for table in (
+        "table-queue-depth",
+        "table-states",
+        "table-budget-now",
+        "table-latency",
+        "table-owners",
+        "table-outcomes",
+        "table-dead-letters",
+        "table-deferred",
+    ):
+        assert f'id="{table}"' in html
+    assert "link to an unknown domain" in html
+    assert "Agent &lt;Smith&gt;" in html  # owner names are escaped in tables and charts
+    assert "Agent <Smith>" not in html
+    assert "<script" not in html.split('id="content-main"')[1]  # server-side charts, no JavaScript
+
+
+def test_dashboard_renders_on_an_empty_database(redis_client: redis.Redis) -> None:
+    html = _client(staff=True).get(reverse(PAGE)).content.decode()
+    assert "No samples yet" in html
+    assert "No dead letters." in html
+
+
+def test_non_staff_and_anonymous_users_are_sent_to_the_admin_login(redis_client: redis.Redis) -> None:
+    for client in (_client(staff=False), Client()):
+        response = client.get(reverse(PAGE))
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_admin_index_links_to_the_dashboard_for_staff(redis_client: redis.Redis) -> None:
+    html = _client(staff=True).get(reverse("admin:index")).content.decode()
+    assert f'href="{reverse(PAGE)}" id="queue-health-link"' in html
+
+
+def _scrape(client: Client, **headers: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = client.get(reverse("orchestrator:metrics"), **headers)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    families = text_string_to_metric_families(response.content.decode())
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families
+        for sample in family.samples
+    }
+
+
+def test_metrics_are_scraped_and_parse_as_prometheus_text(some_work: None) -> None:
+    samples = _scrape(Client())
+    assert samples[("outreach_state_rows", (("state", "queued"),))] == 1
+    assert samples[("outreach_state_rows", (("state", "rejected"),))] == 0
+    assert samples[("outreach_queue_depth", (("state", "queued"), ("tier", "intro")))] == 1
+    assert samples[("outreach_sent_total", ())] == 1
+    assert samples[("outreach_dead_letters_total", (("class", "policy"),))] == 1
+    assert samples[("outreach_window_dead", ())] == 1
+    assert samples[("outreach_oldest_ready_age_seconds", (("tier", "intro"),))] == pytest.approx(180, abs=10)
+    owner_id = str(Outreach.objects.get(state=State.SENT).owner_id)
+    key = ("outreach_owner_sent", (("owner", "Agent <Smith>"), ("owner_id", owner_id), ("period", "1h")))
+    assert samples[key] == 1
+    assert samples[("llm_budget_up", ())] == 1
+    assert samples[("llm_budget_limit_rpm", ())] > 0
+
+
+def test_metrics_token_when_set_is_required(redis_client: redis.Redis, settings: Any) -> None:
+    settings.METRICS_TOKEN = "s3cret"
+    url = reverse("orchestrator:metrics")
+    assert Client().get(url).status_code == 401
+    assert Client().get(url, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert _scrape(Client(), HTTP_AUTHORIZATION="Bearer s3cret")[("outreach_window_seconds", ())] == 86_400
+    assert _client(staff=True).get(url).status_code == 200  # a staff session may look too
