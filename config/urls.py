@@ -7,4 +7,5 @@ urlpatterns = [
     # Before admin/: the queue-health dashboard lives under /admin/queue-health/.
     path("", include("orchestrator.urls")),
     path("admin/", admin.site.urls),
+    path("", include("nurture.urls")),
 ]

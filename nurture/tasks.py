@@ -10,8 +10,10 @@ redelivery harmless.
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import OperationalError
 
 from nurture.generation import outreach_generate
+from nurture.intake.assignment import assignment_chunk_process
 from nurture.sending import outreach_send
 
 
@@ -23,3 +25,16 @@ def generate(outreach_id: int) -> None:
 @shared_task(name="nurture.send", ignore_result=True)
 def send(outreach_id: int) -> None:
     outreach_send(outreach_id=int(outreach_id))
+
+
+@shared_task(
+    name="nurture.intake_chunk",
+    ignore_result=True,
+    # A dropped connection or a deadlock with a concurrent run passes on a retry; the chunk is
+    # idempotent (it only touches children still PENDING), so a retry cannot double-load.
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def intake_chunk(batch_id: int, first_id: int, last_id: int) -> None:
+    assignment_chunk_process(batch_id=int(batch_id), first_id=int(first_id), last_id=int(last_id))

@@ -4,6 +4,7 @@
 source "$(dirname "$0")/_bootstrap.sh"
 ensure_redis
 ensure_postgres
+"$(dirname "$0")/ensure_chromium.sh"  # the browser test drives Debian's Chromium
 
 echo "==> ruff"
 ruff check .

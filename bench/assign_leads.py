@@ -1,0 +1,108 @@
+"""Load time of `assign_leads` for a 100,000-row CSV, on PostgreSQL.
+
+    .venv/bin/python bench/assign_leads.py [--rows 100000] [--owners 50]
+
+Generates the CSV in a temporary directory (time zones and owners spread over the rows),
+creates the scratch database outreach_bench_intake (dropped first if it exists), migrates it,
+adds the owners, then times the command end to end: reading, validating every row, the parent
+and its children, and the leads with their intro + nudges (3 outreach per lead). Then times a
+re-run of the same file (which must create nothing). Target: under 60 s for 100,000 rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DB_NAME = "outreach_bench_intake"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("DJANGO_DEBUG", "1")
+os.environ["DATABASE_URL"] = os.environ.get(
+    "BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
+)
+os.environ["REDIS_URL"] = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+ZONES = ["Europe/Berlin", "America/New_York", "Asia/Tokyo", "UTC", "Australia/Sydney", "America/Los_Angeles"]
+
+
+def _create_database() -> None:
+    import psycopg
+
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")  # a scratch database
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+
+
+def _write_csv(path: Path, *, rows: int, owners: int) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["email", "first_name", "last_name", "company", "title", "timezone", "owner"])
+        for i in range(rows):
+            writer.writerow(
+                [f"lead{i}@prospect{i % 997}.example", "Pat", f"Lead{i}", f"Company {i % 5000}", "CTO",
+                 ZONES[i % len(ZONES)], f"owner {i % owners}"]
+            )  # fmt: skip
+
+
+def _owners(count: int) -> None:
+    from datetime import time as dtime
+
+    from outreach.models import Organization, Owner
+
+    org = Organization.objects.create(name="Default")
+    Owner.objects.bulk_create(
+        Owner(organization=org, name=f"owner {i}", kind="agent", hours_start=dtime(9), hours_end=dtime(17))
+        for i in range(count)
+    )
+
+
+def _timed_run(path: Path) -> tuple[float, str]:
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    started = time.perf_counter()
+    with redirect_stdout(out):
+        call_command("assign_leads", str(path), "--no-progress", stdout=out)
+    return time.perf_counter() - started, out.getvalue().strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--owners", type=int, default=50)
+    args = parser.parse_args()
+
+    _create_database()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from outreach.models import Lead, Outreach
+
+    call_command("migrate", verbosity=0)
+    _owners(args.owners)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "leads.csv"
+        _write_csv(path, rows=args.rows, owners=args.owners)
+        size_mb = path.stat().st_size / 1e6
+        seconds, summary = _timed_run(path)
+        rerun_seconds, rerun_summary = _timed_run(path)
+    print(f"file: {args.rows:,} rows, {size_mb:.1f} MB, {args.owners} owners, {len(ZONES)} time zones")
+    print(f"  {summary}")
+    print(f"load: {seconds:.1f} s ({args.rows / seconds:,.0f} rows/s; target < 60 s for 100,000 rows)")
+    print(f"  leads: {Lead.objects.count():,}, outreach: {Outreach.objects.count():,}")
+    print(f"re-run: {rerun_seconds:.1f} s, {rerun_summary[:60]}...")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Admin for intake: assignment batches and their per-lead children, read-only."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from outreach.models import AssignmentBatch, AssignmentItem
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Written only by assign_leads and its workers; admin shows progress, nobody edits it."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(AssignmentBatch)
+class AssignmentBatchAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id", "file_name", "organization", "status", "progress", "leads_created", "leads_existing",
+        "outreach_created", "created_at", "completed_at", "children_link",
+    )  # fmt: skip
+    list_filter = ("status", "organization")
+    search_fields = ("file_name",)
+    list_select_related = ("organization",)
+    ordering = ("-id",)
+
+    @admin.display(description="progress")
+    def progress(self, batch: AssignmentBatch) -> str:
+        percent = 100 * batch.children_done // batch.children_total if batch.children_total else 100
+        return f"{batch.children_done}/{batch.children_total} leads ({percent}%)"
+
+    @admin.display(description="children")
+    def children_link(self, batch: AssignmentBatch) -> str:
+        url = reverse("admin:outreach_assignmentitem_changelist") + f"?batch={batch.pk}"
+        return format_html('<a href="{}">per-lead rows</a>', url)
+
+
+@admin.register(AssignmentItem)
+class AssignmentItemAdmin(ReadOnlyAdmin):
+    list_display = ("batch", "line", "email", "owner", "status", "outcome", "lead", "done_at")
+    list_filter = ("status", "outcome")
+    search_fields = ("email",)
+    list_select_related = ("batch", "owner")
+    raw_id_fields = ("batch", "owner", "lead")
+    show_full_result_count = False  # a batch of 100,000 children: skip the unfiltered COUNT(*)
+    ordering = ("-batch_id", "line")

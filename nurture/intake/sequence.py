@@ -1,0 +1,79 @@
+"""Ending a lead's sequence: a reply, a conversion or an opt-out.
+
+Only work that has not started sending is cancelled here (QUEUED, AWAITING_APPROVAL, APPROVED),
+through the state machine. Rows already DISPATCHED/GENERATING/SENDING belong to a worker; for
+an opt-out the pipeline re-reads the lead's status before the LLM and again before SMTP and
+cancels them itself. transition_many skips rows another transaction holds (a dispatcher claiming
+them this instant): those are in flight a moment later, the same case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from outreach.models import Lead, Outreach, State
+from outreach.transitions import transition_many
+
+NOT_STARTED = (State.QUEUED, State.AWAITING_APPROVAL, State.APPROVED)
+SEQUENCE_KINDS = (Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
+
+
+def sequence_stop(*, lead_id: int, reason: str) -> list[int]:
+    """Cancel the lead's intro and nudges that have not started sending; return the ids cancelled.
+
+    Replies to the lead are not part of the sequence and are left alone.
+    """
+    ids = list(
+        Outreach.objects.filter(lead_id=lead_id, kind__in=SEQUENCE_KINDS, state__in=NOT_STARTED).values_list(
+            "id", flat=True
+        )
+    )
+    return transition_many(outreach_ids=ids, from_=NOT_STARTED, to=State.CANCELLED, note=reason)
+
+
+def lead_mark_converted(*, lead: Lead) -> list[int]:
+    """The lead became a customer: status converted (unless opted out, which must stick), sequence stopped."""
+    with transaction.atomic():
+        Lead.objects.filter(id=lead.pk).exclude(status=Lead.Status.OPTED_OUT).update(
+            status=Lead.Status.CONVERTED
+        )
+        cancelled = sequence_stop(lead_id=lead.pk, reason="lead converted: sequence stopped")
+    lead.refresh_from_db(fields=["status"])
+    return cancelled
+
+
+@dataclass(frozen=True)
+class OptOut:
+    lead_id: int
+    email: str
+    organization: str
+    already: bool  # the lead had opted out before (a second click, a retried one-click POST)
+    cancelled: list[int]
+
+
+def lead_opt_out(*, lead_id: int) -> OptOut:
+    """Mark the lead opted out and cancel ALL its outreach that has not started sending.
+
+    Idempotent: a second call cancels whatever was queued since (e.g. a reply) and says `already`.
+    Opt-out is per lead, i.e. per organization: another organization's lead with the same
+    address is a different sender's contact. Raises Lead.DoesNotExist.
+    """
+    with transaction.atomic():
+        lead = Lead.objects.select_for_update().select_related("organization").get(id=lead_id)
+        already = lead.status == Lead.Status.OPTED_OUT
+        if not already:
+            Lead.objects.filter(id=lead_id).update(status=Lead.Status.OPTED_OUT)
+        ids = list(
+            Outreach.objects.filter(lead_id=lead_id, state__in=NOT_STARTED).values_list("id", flat=True)
+        )
+        cancelled = transition_many(
+            outreach_ids=ids, from_=NOT_STARTED, to=State.CANCELLED, note="lead opted out"
+        )
+    return OptOut(lead_id, lead.email, lead.organization.name, already, cancelled)
+
+
+def lead_get(*, lead_id: int) -> Lead:
+    """The lead behind an unsubscribe link, for the confirmation page. Raises Lead.DoesNotExist."""
+    return Lead.objects.select_related("organization").get(id=lead_id)

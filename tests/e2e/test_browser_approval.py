@@ -1,0 +1,176 @@
+"""A real browser against a live server and real workers: an approver edits and approves a draft
+in the admin, the email arrives in the SMTP sink, and the queue-health dashboard draws its charts.
+
+Debian's Chromium (/usr/bin/chromium, installed by scripts/ensure_chromium.sh) driven by
+Playwright; never a browser Playwright downloads. Screenshots and a Playwright trace are kept in
+artifacts/e2e/browser/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.db import connections
+from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
+
+from config.processes import ProcessGroup
+from outreach.models import Outreach, OutreachEvent, State
+from tests.e2e.conftest import ARTIFACTS, start_pipeline, wait_until
+from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.llm_stub import LLMStub
+from tests.smtp_sink import SMTPSink
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+# The flags Chromium needs on a machine with no network beyond the package registries: without
+# the background-networking ones it keeps opening connections that the closed network refuses.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOTS = ARTIFACTS / "browser"
+PASSWORD = "correct-horse-battery"
+EDITED_BODY = "Hi Pat,\n\nEdited by a person in the approval queue before sending.\n\nBest,\nSam"
+
+
+@pytest.fixture
+def browser(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[BrowserContext]:
+    """Debian's Chromium with a fresh profile; a missing browser fails the test, never skips it."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/ensure_chromium.sh (apt-get install chromium)")
+    # Playwright's sync API marks an asyncio loop as running in this thread while it is open, so
+    # Django would refuse ORM calls here as "async". Nothing runs concurrently with them: the loop
+    # only turns inside Playwright's own calls (greenlets), so the guard does not apply.
+    # Meanwhile Django keeps the connection per asyncio context instead of per thread: it is
+    # closed below, inside that context, or it would outlive the test and block dropping the
+    # test database.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            tmp_path / "chromium-profile",
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        context.set_default_timeout(15_000)
+        context.tracing.start(screenshots=True, snapshots=True)  # for reading a CI failure
+        try:
+            yield context
+        finally:
+            context.tracing.stop(path=SHOTS / f"trace-{request.node.name}.zip")
+            context.close()
+            connections.close_all()
+
+
+def _staff_user(username: str, *, codenames: list[str]) -> User:
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
+    outreach_type = ContentType.objects.get_for_model(Outreach)
+    user.user_permissions.add(*Permission.objects.filter(content_type=outreach_type, codename__in=codenames))
+    return user
+
+
+def _log_in(page: Page, base_url: str, user: User, *, shot: str | None = None) -> None:
+    page.goto(f"{base_url}/admin/login/")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    if shot:
+        _shot(page, shot)
+    page.click("input[type=submit]")
+    expect(page.locator("#user-tools")).to_contain_text(user.username)
+
+
+def _shot(page: Page, name: str) -> None:
+    page.screenshot(path=SHOTS / f"{name}.png", full_page=True)
+
+
+def _state(outreach_id: int) -> str:
+    return Outreach.objects.values_list("state", flat=True).get(pk=outreach_id)
+
+
+def test_approver_edits_and_approves_a_draft_in_the_browser_and_sees_the_dashboard(
+    browser: BrowserContext, live_server: Any, stack: ProcessGroup, llm_stub: LLMStub, smtp_sink: SMTPSink
+) -> None:
+    # given a reviewer, a review-required owner and one intro drafted by the real pipeline
+    reviewer = _staff_user("reviewer", codenames=["approve_outreach", "view_outreach"])
+    owner = make_owner(organization=make_org(), review_required=True, name="Sam Seller")
+    lead = make_lead(owner=owner)
+    outreach_id = make_outreach(lead=lead).pk
+    start_pipeline(stack)
+    wait_until(
+        lambda: _state(outreach_id) == State.AWAITING_APPROVAL, timeout_s=45, what="the draft", group=stack
+    )
+    llm_calls = len(llm_stub.requests)
+    page = browser.new_page()
+
+    # when the reviewer logs in, opens the queue and the draft, edits the body and approves
+    _log_in(page, live_server.url, reviewer, shot="login")
+    page.get_by_role("link", name="Approval queue").first.click()
+    expect(page).to_have_url(re.compile(r"/admin/outreach/draftforapproval/$"))
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text(lead.email)
+    _shot(page, "queue")
+    rows.first.locator("th a").click()
+    expect(page.locator(".field-lead_context")).to_contain_text(lead.email)
+    page.fill("textarea[name=draft_body]", EDITED_BODY)
+    _shot(page, "draft")
+    page.click("input[name=_approve]")
+    expect(page.locator(".messagelist")).to_contain_text("changed successfully")
+    _shot(page, "after-approve")
+
+    # then the edited email arrives, with no further LLM call, recorded as edited by the reviewer
+    wait_until(lambda: len(smtp_sink.messages) == 1, timeout_s=30, what="the approved email", group=stack)
+    email = smtp_sink.messages[0].message
+    assert email["To"] == lead.email
+    assert email.get_content().strip().splitlines() == EDITED_BODY.splitlines()
+    wait_until(lambda: _state(outreach_id) == State.SENT, timeout_s=15, what="state SENT", group=stack)
+    assert len(llm_stub.requests) == llm_calls
+    assert OutreachEvent.objects.filter(
+        outreach_id=outreach_id, to_state=State.APPROVED, note="edited and approved", actor=reviewer
+    ).exists()
+
+    # when the reviewer opens the queue-health dashboard from the admin index
+    page.goto(f"{live_server.url}/admin/")
+    page.click("#queue-health-link")
+
+    # then the server-drawn charts are there and the sent figure counts the email
+    for chart in ("chart-budget-requests", "chart-budget-tokens", "chart-latency", "chart-owner-share"):
+        expect(page.locator(f"svg#{chart}")).to_be_visible()
+    expect(page.locator("#budget svg")).to_have_count(2)
+    expect(page.locator("#card-sent .qh-value")).to_have_text("1")
+    expect(page.locator("#table-owners")).to_contain_text("Sam Seller")
+    _shot(page, "dashboard")
+
+
+def test_staff_without_the_approve_permission_gets_403_on_the_approval_queue(
+    browser: BrowserContext, live_server: Any
+) -> None:
+    # given a staff user who may view outreach but not approve it
+    viewer = _staff_user("viewer", codenames=["view_outreach"])
+    page = browser.new_page()
+    _log_in(page, live_server.url, viewer)
+    # when they open the approval queue by its address
+    response = page.goto(f"{live_server.url}/admin/outreach/draftforapproval/")
+    # then the admin refuses it
+    assert response is not None
+    assert response.status == 403
+    expect(page.locator("body")).to_contain_text("Forbidden")
+    _shot(page, "forbidden")
