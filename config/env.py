@@ -127,3 +127,29 @@ def database_from_url(name: str, url: str) -> dict[str, object]:
             "OPTIONS": options,
         }
     raise ImproperlyConfigured(f"{name}={url!r}: expected a postgres:// or sqlite:/// URL.")
+
+
+def env_shares(name: str, *, keys: Sequence[str], default: str = "") -> dict[str, float]:
+    """`intro=0.1,nudge=0.05` -> {"intro": 0.1, "nudge": 0.05}; each value a fraction in [0, 1]."""
+    shares: dict[str, float] = {}
+    for item in env_str(name, default).split(","):
+        if not item.strip():
+            continue
+        key, _, value = item.partition("=")
+        key = key.strip()
+        if key not in keys:
+            raise ImproperlyConfigured(
+                f"{name}: {key!r} is not one of {', '.join(keys)} (write e.g. {keys[0]}=0.1)."
+            )
+        try:
+            share = float(value)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item.strip()!r} needs a number after '=', e.g. {key}=0.1."
+            ) from None
+        if not 0 <= share <= 1:
+            raise ImproperlyConfigured(f"{name}: {key}={share} must be between 0 and 1.")
+        shares[key] = share
+    if sum(shares.values()) > 1:
+        raise ImproperlyConfigured(f"{name}: the shares add up to more than 1.")
+    return shares

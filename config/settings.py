@@ -16,6 +16,7 @@ from config.env import (
     env_float,
     env_int,
     env_list,
+    env_shares,
     env_str,
 )
 from config.logging import logging_config
@@ -134,11 +135,22 @@ PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 # --- Dispatcher -----------------------------------------------------------------------------
 DISPATCH_INTERVAL = env_float("DISPATCH_INTERVAL", 2.0, minimum=0.1)  # seconds between cycles
 DISPATCH_MAX_IN_FLIGHT = env_int("DISPATCH_MAX_IN_FLIGHT", 64, minimum=1)
+# Starvation guard for lower tiers, off by default: e.g. "intro=0.1,nudge=0.05" reserves at least
+# that share of each cycle's slots for the tier while it has work (replies keep the rest first).
+DISPATCH_MIN_SHARE = env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])
 DISPATCH_STUCK_AFTER_S = env_int("DISPATCH_STUCK_AFTER_S", 600, minimum=1)
 RETRY_MAX_ATTEMPTS = env_int("RETRY_MAX_ATTEMPTS", 5, minimum=1)
+# Transient failures wait base * 2^(attempt-1) seconds (x U(0.5, 1) jitter), capped at 15 min.
+RETRY_BACKOFF_BASE_S = env_float("RETRY_BACKOFF_BASE_S", 15.0, minimum=0.0)
 
 # --- Inbound webhook ------------------------------------------------------------------------
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
+
+# --- Metrics and dashboard -----------------------------------------------------------------
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")  # empty: /metrics open (internal port); else Bearer token
+METRICS_WINDOW_S = env_int("METRICS_WINDOW_S", 86_400, minimum=60)  # window of latency/rate figures
+LLM_COST_PER_1K_TOKENS = env_float("LLM_COST_PER_1K_TOKENS", 0.0, minimum=0.0)  # for cost per outreach
+BUDGET_SAMPLE_RETENTION_DAYS = env_int("BUDGET_SAMPLE_RETENTION_DAYS", 7, minimum=1)
 
 # --- Flower ---------------------------------------------------------------------------------
 FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "admin:admin" if DEBUG else REQUIRED)

@@ -28,7 +28,6 @@ from outreach.transitions import transition
 
 log = logging.getLogger(__name__)
 
-BACKOFF_BASE_S = 15.0
 BACKOFF_CAP_S = 900.0
 
 
@@ -44,7 +43,7 @@ class Paced(PipelineError):
 
 def backoff_s(*, attempt: int, rng: random.Random | None = None) -> float:
     """Exponential backoff with jitter: base * 2^(attempt-1), capped, then scaled by U(0.5, 1)."""
-    ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
+    ceiling = min(BACKOFF_CAP_S, settings.RETRY_BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
     return ceiling * (rng or random).uniform(0.5, 1.0)
 
 

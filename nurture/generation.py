@@ -10,14 +10,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from config.logging import outreach_log_context
 from nurture import llm, prompts
 from nurture.errors import OptedOut, PolicyViolation, RateLimited
 from nurture.failures import Paced, fail
+from nurture.intake.sequence import Gate, sequence_gate
 from nurture.policy import check_draft
 from orchestrator.budget import Budget, get_budget
 from orchestrator.dead_letters import replay_outcome_success
@@ -29,6 +32,8 @@ log = logging.getLogger(__name__)
 PLAN_MAX_TOKENS = 200
 CONTEXT_MAX_TOKENS = 250
 MESSAGE_MAX_TOKENS = 500
+# A nudge whose previous step is not sent yet is looked at again this much later.
+SEQUENCE_RECHECK_S = 15 * 60
 # A worker waits for the provider window at most this long; beyond it the job is re-queued.
 MAX_PACING_WAIT_S = 5.0
 
@@ -49,6 +54,10 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
         return None
     budget = budget or get_budget()
     usage = Usage()
+    gate = sequence_gate(outreach=outreach)
+    if not gate.go:
+        _release(budget=budget, outreach=outreach, usage=usage)
+        return _hold(outreach=outreach, gate=gate)
     try:
         if outreach.lead.status == Lead.Status.OPTED_OUT:
             raise OptedOut(f"lead {outreach.lead_id} opted out")
@@ -62,6 +71,18 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
         return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
     _release(budget=budget, outreach=outreach, usage=usage)
     return _record_draft(outreach=outreach, subject=subject, body=body, usage=usage)
+
+
+def _hold(*, outreach: Outreach, gate: Gate) -> State:
+    """Not now (back to the queue for a while, with the reason) or never (cancelled)."""
+    if gate.stop:
+        transition(outreach_id=outreach.pk, from_=State.GENERATING, to=State.CANCELLED, note=gate.reason)
+        return State.CANCELLED
+    transition(
+        outreach_id=outreach.pk, from_=State.GENERATING, to=State.QUEUED, note=gate.reason, blocked_reason=gate.reason,
+        reservation_id="", not_before=timezone.now() + timedelta(seconds=SEQUENCE_RECHECK_S),
+    )  # fmt: skip
+    return State.QUEUED
 
 
 def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from config.logging import outreach_log_context
 from nurture.errors import OptedOut
 from nurture.failures import fail
+from nurture.intake.sequence import sequence_gate
 from nurture.mail import outreach_message_id, send_outreach_email
 from orchestrator.dead_letters import replay_outcome_success
 from outreach.models import Outreach, State
@@ -33,6 +34,10 @@ def outreach_send(*, outreach_id: int) -> State | None:
         log.info("send skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
     outreach.message_id = message_id
+    gate = sequence_gate(outreach=outreach)
+    if gate.stop:  # a reply or conversion landed after the draft was written
+        transition(outreach_id=outreach_id, from_=State.SENDING, to=State.CANCELLED, note=gate.reason)
+        return State.CANCELLED
     try:
         send_outreach_email(outreach=outreach)
     except OptedOut as exc:

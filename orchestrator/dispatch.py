@@ -29,7 +29,7 @@ from orchestrator.capacity import Capacity, OwnerRules, owner_capacity
 from orchestrator.lock import Lease, dispatch_lease
 from orchestrator.metrics import budget_sample_record
 from orchestrator.recovery import recover_stuck
-from orchestrator.selection import Candidates, Cursor, Pick, rows_per_owner, select_batch
+from orchestrator.selection import Candidates, Cursor, Pick, StarvationGuard, rows_per_owner, select_batch
 from outreach.models import Outreach, State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
@@ -93,11 +93,20 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     weights = {rules.owner_id: weight for rules, weight in owners}
     cursor = Cursor.from_json(client.get(CURSOR_KEY))
     selection = select_batch(_candidates(room=room, slots=report.slots, weights=weights, now=now),
-                             slots=report.slots, cursor=cursor, weights=weights)  # fmt: skip
+                             slots=report.slots, cursor=cursor, weights=weights, starvation_guard=_guard())  # fmt: skip
     report.picks = list(selection.picks)
     report.generation = _reserve_and_claim(picks=report.picks, budget=budget)
     lease.set_if_held(CURSOR_KEY, selection.cursor.to_json())
     return report
+
+
+def _guard() -> StarvationGuard | None:
+    shares = settings.DISPATCH_MIN_SHARE
+    return (
+        StarvationGuard(min_share={Tier[name.upper()]: share for name, share in shares.items()})
+        if shares
+        else None
+    )
 
 
 def _capacity(*, owners: list[OwnerRules], now: datetime) -> dict[int, Capacity]:

@@ -14,6 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
+from nurture.intake.sequence import lead_mark_converted
 from orchestrator.dead_letters import (
     DeadLetterNotActionable,
     dead_letter_cancel,
@@ -65,6 +66,14 @@ class LeadAdmin(admin.ModelAdmin):
     search_fields = ("email", "first_name", "last_name", "company")
     list_select_related = ("owner",)
     raw_id_fields = ("owner",)
+    actions = ("mark_converted",)
+
+    @admin.action(description="Mark converted (stops their sequence)")
+    def mark_converted(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
+        cancelled = sum(len(lead_mark_converted(lead=lead)) for lead in queryset)
+        self.message_user(
+            request, f"{queryset.count()} lead(s) marked converted; {cancelled} pending email(s) cancelled."
+        )
 
 
 class OutreachEventInline(admin.TabularInline):

@@ -77,3 +77,45 @@ def lead_opt_out(*, lead_id: int) -> OptOut:
 def lead_get(*, lead_id: int) -> Lead:
     """The lead behind an unsubscribe link, for the confirmation page. Raises Lead.DoesNotExist."""
     return Lead.objects.select_related("organization").get(id=lead_id)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """May a sequence email go ahead now? `wait` and `stop` say why not."""
+
+    go: bool
+    stop: bool = False
+    reason: str = ""
+
+
+GO = Gate(go=True)
+_PREVIOUS_FAILED = (State.CANCELLED, State.DEAD, State.REJECTED)
+
+
+def sequence_gate(*, outreach: Outreach) -> Gate:
+    """Checked by the pipeline before writing and before sending a sequence email.
+
+    Replies always go. An intro or nudge stops when the lead is no longer active (replied,
+    converted, opted out: a reply or conversion may land while it is in flight). A nudge waits
+    until the step before it was sent (nudges are created up front with their due time, and an
+    owner's intro backlog can outlast the nudge delay), and stops if that step never will be.
+    """
+    if outreach.kind == Outreach.Kind.REPLY:
+        return GO
+    status = Lead.objects.filter(id=outreach.lead_id).values_list("status", flat=True).first()
+    if status != Lead.Status.ACTIVE:
+        return Gate(go=False, stop=True, reason=f"lead {status}: sequence stopped")
+    if outreach.step == 0:
+        return GO
+    previous = (
+        Outreach.objects.filter(lead_id=outreach.lead_id, kind__in=SEQUENCE_KINDS, step=outreach.step - 1)
+        .values_list("state", flat=True)
+        .first()
+    )
+    if previous is None or previous == State.SENT:
+        return GO
+    if previous in _PREVIOUS_FAILED:
+        return Gate(
+            go=False, stop=True, reason=f"step {outreach.step - 1} ended {previous}: sequence stopped"
+        )
+    return Gate(go=False, reason=f"waiting for step {outreach.step - 1} to be sent")

@@ -71,3 +71,15 @@ def test_check_deploy_passes_with_production_env() -> None:
 def test_bad_dispatch_interval_is_a_clear_startup_error() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_INTERVAL": "soon"})
     assert "DISPATCH_INTERVAL='soon': expected a number" in result.stderr
+
+
+def test_min_share_parsing_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from config.env import env_shares
+
+    monkeypatch.setenv("DISPATCH_MIN_SHARE", "intro=0.1, nudge=0.05")
+    assert env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"]) == {"intro": 0.1, "nudge": 0.05}
+    for bad, message in [("reply=0.1", "'reply' is not one of intro, nudge"), ("intro=lots", "needs a number"),
+                         ("intro=2", "must be between 0 and 1"), ("intro=0.6,nudge=0.6", "more than 1")]:  # fmt: skip
+        monkeypatch.setenv("DISPATCH_MIN_SHARE", bad)
+        with pytest.raises(ImproperlyConfigured, match=message):
+            env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])

@@ -191,3 +191,44 @@ def test_replayed_dead_letter_sends_and_counts_as_a_successful_replay(
     assert DeadLetter.objects.get(outreach=outreach).replay_succeeded is True
     assert replay_success_rate() == 1.0
     assert Outreach.objects.get(pk=outreach.pk).idempotency_key == outreach.idempotency_key
+
+
+def test_nudge_waits_until_its_intro_was_sent(budget: Budget, llm_stub: LLMStub) -> None:
+    # given a lead whose intro is still queued behind the owner's backlog, and its nudge due
+    lead = make_lead()
+    make_outreach(lead=lead, kind=Outreach.Kind.INTRO, step=0)
+    nudge = _dispatched(budget, lead=lead, kind=Outreach.Kind.NUDGE, step=1)
+    # when the nudge's generation task runs
+    assert outreach_generate(outreach_id=nudge.pk, budget=budget) == State.QUEUED
+    # then no LLM call was made, it waits with a reason, and its budget came back
+    nudge.refresh_from_db()
+    assert llm_stub.requests == []
+    assert nudge.blocked_reason == "waiting for step 0 to be sent"
+    assert nudge.not_before > timezone.now()
+    assert (nudge.reservation_id, nudge.attempts) == ("", 0)
+
+
+def test_nudge_after_a_dead_intro_is_cancelled(budget: Budget, llm_stub: LLMStub) -> None:
+    lead = make_lead()
+    make_outreach(lead=lead, kind=Outreach.Kind.INTRO, step=0, state=State.DEAD)
+    nudge = _dispatched(budget, lead=lead, kind=Outreach.Kind.NUDGE, step=1)
+    assert outreach_generate(outreach_id=nudge.pk, budget=budget) == State.CANCELLED
+    assert llm_stub.requests == []
+
+
+def test_intro_for_a_lead_who_replied_meanwhile_is_cancelled(budget: Budget, llm_stub: LLMStub) -> None:
+    outreach = _dispatched(budget, lead=make_lead(status=Lead.Status.REPLIED))
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.CANCELLED
+    assert llm_stub.requests == []
+
+
+def test_written_nudge_is_not_sent_after_the_lead_converted(smtp_sink: SMTPSink) -> None:
+    # given a nudge drafted and routed to send, then the lead converts
+    lead = make_lead()
+    make_outreach(lead=lead, kind=Outreach.Kind.INTRO, step=0, state=State.SENT)
+    nudge = make_outreach(lead=lead, kind=Outreach.Kind.NUDGE, step=1, state=State.DISPATCHED,
+                          draft_subject="Following up", draft_body="Just checking in on my last note.")  # fmt: skip
+    Lead.objects.filter(pk=lead.pk).update(status=Lead.Status.CONVERTED)
+    # when the send task runs, nothing is emailed
+    assert outreach_send(outreach_id=nudge.pk) == State.CANCELLED
+    assert smtp_sink.messages == []

@@ -232,3 +232,19 @@ def test_selection_queries_use_the_partial_indexes() -> None:
     assert "outreach_ready_by_owner_tier" in plans["ready_candidates"]
     assert "outreach_ready_by_owner_tier" in plans["owners_with_ready_work"]
     assert "outreach_approved_by_owner" in plans["approved_candidates"]
+
+
+def test_starvation_guard_gives_nudges_a_share_under_reply_load(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given more replies than slots, and a nudge waiting
+    settings.DISPATCH_MAX_IN_FLIGHT = 4
+    owner = make_owner()
+    for _ in range(6):
+        make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY)
+    nudge = make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.NUDGE)
+    # when the guard is off, replies take every slot; when on, the nudge gets its share
+    assert nudge.pk not in _cycle(budget, django_capture_on_commit_callbacks).generation
+    Outreach.objects.filter(state=State.DISPATCHED).update(state=State.SENT)
+    settings.DISPATCH_MIN_SHARE = {"nudge": 0.25}
+    assert nudge.pk in _cycle(budget, django_capture_on_commit_callbacks).generation
