@@ -76,6 +76,7 @@ def seed_demo(*, leads: int, seed: int = 7) -> list[Owner]:
     seed_users()
     owners = [owner_upsert(spec=spec)[0] for spec, _ in OWNERS]
     org = Organization.objects.get(name=ORG)
+    org.members.add(*User.objects.filter(username="reviewer"))  # the reviewer approves Demo Co's drafts
     if org.allowed_link_domains != "example.com":
         org.allowed_link_domains, org.sender_email = "example.com", "sales@example.com"
         org.save(update_fields=["allowed_link_domains", "sender_email"])

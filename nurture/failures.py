@@ -16,10 +16,8 @@ import random
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from config.celery import app
 from config.logging import outreach_log_context
 from nurture.errors import PermanentError, PipelineError, PolicyViolation, RateLimited, TransientError
 from orchestrator.dead_letters import dead_letter
@@ -36,8 +34,8 @@ class Paced(PipelineError):
 
     error_class = ""
 
-    def __init__(self, *, wait_s: float) -> None:
-        super().__init__(f"provider window full for {wait_s:.1f}s: re-queued")
+    def __init__(self, *, wait_s: float, cause: str = "provider window full") -> None:
+        super().__init__(f"{cause} for {wait_s:.1f}s: re-queued")
         self.wait_s = wait_s
 
 
@@ -86,15 +84,6 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
             "unclassified failure treated as transient", exc_info=exc, extra=outreach_log_context(outreach)
         )
     return retry_to
-
-
-def _dead(*, outreach: Outreach, from_: State, failure_class: ErrorClass, reason: str, job_type: str) -> None:
-    """DEAD and its record are written here, atomically (nothing can be lost in a queue); the
-    operator alert then goes through the `dead_letter` queue, off the hot queues."""
-    letter = dead_letter(
-        outreach=outreach, from_=from_, failure_class=failure_class, reason=reason, job_type=job_type
-    )
-    transaction.on_commit(lambda: app.send_task("dead_letter.alert", args=[letter.pk]))
 
 
 def _reason(exc: BaseException) -> str:

@@ -109,7 +109,12 @@ def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, usag
     waited = 0.0
     while slot.wait_ms:
         if waited + slot.wait_ms / 1000 > MAX_PACING_WAIT_S:
-            raise Paced(wait_s=slot.wait_ms / 1000)
+            cause = (
+                "LLM budget unavailable (Redis down, closed policy)"
+                if slot.bucket == "redis"
+                else (f"provider window full ({slot.bucket})")
+            )
+            raise Paced(wait_s=slot.wait_ms / 1000, cause=cause)
         time.sleep(slot.wait_ms / 1000)
         waited += slot.wait_ms / 1000
         slot = budget.acquire_call(tokens=estimate)

@@ -9,7 +9,9 @@ at-least-once boundary: the receiving side can drop the copy by Message-ID).
 from __future__ import annotations
 
 import logging
+import time
 
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from config.logging import outreach_log_context
@@ -22,6 +24,9 @@ from outreach.models import Outreach, State
 from outreach.transitions import TransitionLost, transition
 
 log = logging.getLogger(__name__)
+
+# Pauses before recording SENT again on a fresh database connection (see _record_sent).
+RECORD_SENT_RETRY_PAUSES_S = (0.5, 2.0)
 
 
 def outreach_send(*, outreach_id: int) -> State | None:
@@ -45,8 +50,32 @@ def outreach_send(*, outreach_id: int) -> State | None:
         return State.CANCELLED
     except Exception as exc:  # classified by nurture.failures
         return fail(outreach=outreach, from_=State.SENDING, exc=exc, job_type="send")
-    transition(
-        outreach_id=outreach_id, from_=State.SENDING, to=State.SENT, sent_at=timezone.now(), last_error=""
-    )
+    _record_sent(outreach_id=outreach_id)
     replay_outcome_success(outreach_id=outreach_id)  # a replayed job that got this far succeeded
     return State.SENT
+
+
+def _record_sent(*, outreach_id: int) -> None:
+    """SENDING -> SENT once the server has the message, surviving a database connection that died
+    during the SMTP call (terminated, restarted, failed over): left SENDING, the row would be
+    recovered and the email sent a second time. So a failed write is retried on a fresh connection."""
+    for pause in (*RECORD_SENT_RETRY_PAUSES_S, None):
+        try:
+            transition(
+                outreach_id=outreach_id,
+                from_=State.SENDING,
+                to=State.SENT,
+                sent_at=timezone.now(),
+                last_error="",
+            )
+            return
+        except TransitionLost:
+            if Outreach.objects.filter(pk=outreach_id, state=State.SENT).exists():
+                return  # an earlier try committed before its connection died
+            raise
+        except (OperationalError, InterfaceError):
+            if pause is None:
+                raise
+            log.warning("recording SENT failed on a dead database connection: retrying", exc_info=True)
+            connection.close()
+            time.sleep(pause)

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from config.celery import app
 from outreach.models import DeadLetter, ErrorClass, Outreach, OutreachEvent, State
 from outreach.transitions import TransitionLost, transition
 
@@ -65,7 +66,7 @@ def dead_letter(
             .exclude(error_class="")
             .values("at", "from_state", "to_state", "attempt", "error_class", "note")
         )
-        return DeadLetter.objects.create(
+        letter = DeadLetter.objects.create(
             outreach=outreach,
             job_type=job_type,
             payload={
@@ -82,6 +83,10 @@ def dead_letter(
             organization_id_ref=outreach.lead.organization_id,
             first_failed_at=history[0]["at"] if history else None,
         )
+        # Every path that dead-letters alerts operators, off the hot queues, once the record is
+        # committed (the record itself never waits in a queue: it cannot be lost there).
+        transaction.on_commit(lambda: app.send_task("dead_letter.alert", args=[letter.pk]))
+        return letter
 
 
 def replay_target(*, outreach: Outreach, failure_class: str) -> State:

@@ -6,11 +6,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -47,10 +48,25 @@ def _approver(request: HttpRequest) -> AbstractBaseUser:
 class OrganizationAdmin(admin.ModelAdmin):
     list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "created_at")
     search_fields = ("name",)
+    # Members are the reviewers who may approve this organization's drafts.
+    filter_horizontal = ("members",)
+
+
+class OwnerForm(forms.ModelForm):
+    # No Meta: the admin builds it from OwnerAdmin (model and fields).
+
+    def clean(self) -> dict[str, Any]:
+        # The database refuses it too (owner_hours_order); this says so in words, on the field.
+        data = super().clean() or self.cleaned_data
+        start, end = data.get("hours_start"), data.get("hours_end")
+        if start is not None and end is not None and start >= end:
+            self.add_error("hours_end", "Operating hours must end after they start, e.g. 09:00-17:00.")
+        return data
 
 
 @admin.register(Owner)
 class OwnerAdmin(admin.ModelAdmin):
+    form = OwnerForm
     list_display = (
         "name", "kind", "organization", "daily_limit", "hours_start", "hours_end", "working_days",
         "timezone", "review_required", "weight", "active",
@@ -126,11 +142,37 @@ class OutreachAdmin(admin.ModelAdmin):
         return "ready: waiting for a slot"
 
 
+class DraftForm(forms.ModelForm):
+    """The reviewer's edit: an approved email needs a one-line subject and a body (a reject needs neither)."""
+
+    # No Meta: the admin builds it from ApprovalQueueAdmin.fields (less its read-only ones).
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or self.cleaned_data
+        if "_reject" in self.data:
+            return data
+        for name, what in (("draft_subject", "a subject"), ("draft_body", "a body")):
+            if name in self.fields and not (data.get(name) or "").strip():
+                self.add_error(name, f"An approved email needs {what}.")
+        subject = data.get("draft_subject") or ""
+        if "\n" in subject or "\r" in subject:  # a header: a line break would inject headers
+            self.add_error("draft_subject", "The subject must be one line.")
+        return data
+
+
 @admin.register(DraftForApproval)
 class ApprovalQueueAdmin(admin.ModelAdmin):
-    """Only users holding outreach.approve_outreach see this; everyone else gets 403."""
+    """Only users holding outreach.approve_outreach see this; everyone else gets 403.
 
-    list_display = ("subject_line", "preview", "lead", "company", "owner", "kind", "waiting_for")
+    And only their organizations' drafts: a reviewer who is not a superuser sees, opens and
+    approves only drafts of owners in organizations they are a member of (Organization.members).
+    Every view, bulk action and history page reads through get_queryset, so that is the one gate;
+    a draft of another organization is a 404, as if it did not exist.
+    """
+
+    form = DraftForm
+
+    list_display = ("subject_line", "preview", "lead_who", "company", "owner", "kind", "waiting_for")
     list_filter = ("owner", "kind")
     search_fields = ("lead__email", "draft_subject", "lead__company")
     list_select_related = ("owner", "lead")
@@ -140,7 +182,25 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
     actions = ("approve_selected", "reject_selected")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
-        return super().get_queryset(request).filter(state=State.AWAITING_APPROVAL)
+        drafts = super().get_queryset(request).filter(state=State.AWAITING_APPROVAL)
+        if request.user.is_superuser:
+            return drafts
+        # One membership row per (organization, user): the join cannot repeat a draft.
+        return drafts.filter(owner__organization__members=request.user.pk)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        draft = super().get_object(request, object_id, from_field)
+        if draft is None and self._elsewhere(request, object_id):
+            raise Http404("No such draft in your organizations.")
+        return draft
+
+    def _elsewhere(self, request: HttpRequest, object_id: str) -> bool:
+        """A waiting draft exists but outside the user's organizations (the rest keep the admin's
+        "perhaps it was deleted" redirect, e.g. a draft someone else just approved)."""
+        try:
+            return DraftForApproval.objects.filter(pk=int(object_id), state=State.AWAITING_APPROVAL).exists()
+        except ValueError:
+            return False
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(APPROVE_PERMISSION)
@@ -165,7 +225,14 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
     def preview(self, obj: Outreach) -> str:
         # The first words of the body: enough to triage from the list without opening each draft.
         text = " ".join(obj.draft_body.split())
-        return text if len(text) <= 120 else text[:119].rstrip() + "\u2026"
+        text = text if len(text) <= 120 else text[:119].rstrip() + "\u2026"
+        # A readable column width: without it the table squeezes the preview to a word per line.
+        return format_html('<span style="display:inline-block;min-width:14em;max-width:24em">{}</span>', text)
+
+    @admin.display(description="Lead", ordering="lead__email")
+    def lead_who(self, obj: Outreach) -> str:
+        lead = obj.lead
+        return format_html("{} {}<br><small>{}</small>", lead.first_name, lead.last_name, lead.email)
 
     @admin.display(description="Company")
     def company(self, obj: Outreach) -> str:

@@ -60,6 +60,9 @@ class Organization(models.Model):
     nudge_days = models.CharField(
         max_length=50, default="3,7", db_default="3,7", validators=[validate_nudge_days], help_text="e.g. 3,7"
     )
+    # Who works this organization's drafts: a non-superuser reviewer sees and approves only the
+    # drafts of owners in organizations they are a member of (outreach.admin.ApprovalQueueAdmin).
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="organizations")
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -320,6 +323,9 @@ class DraftForApproval(Outreach):
         proxy = True
         verbose_name = "draft awaiting approval"
         verbose_name_plural = "approval queue"
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} to {self.lead}: {self.draft_subject or '(no subject)'}"
 
 
 class AssignmentBatch(models.Model):

@@ -35,7 +35,7 @@ def owner_upsert(*, spec: OwnerSpec) -> tuple[Owner, bool]:
     Every field is validated before anything is written; the ValidationError names the field.
     """
     with transaction.atomic():
-        org, _ = Organization.objects.get_or_create(name=spec.organization)
+        org = _organization_get_or_create(name=spec.organization)
         owner = Owner.objects.filter(organization=org, name=spec.name).first() or Owner(organization=org)
         created = owner.pk is None
         for field in ("name", "kind", "daily_limit", "hours_start", "hours_end", "timezone"):
@@ -48,6 +48,22 @@ def owner_upsert(*, spec: OwnerSpec) -> tuple[Owner, bool]:
             raise ValidationError({"hours": "Operating hours must start before they end, e.g. 09:00-17:00."})
         owner.save()
     return owner, created
+
+
+def _organization_get_or_create(*, name: str) -> Organization:
+    """The named organization, created if missing (inside the caller's transaction, so it is
+    rolled back if the owner turns out invalid). A blank or over-long name is a ValidationError
+    naming `organization`, not a database error."""
+    name = name.strip()
+    org = Organization.objects.filter(name=name).first()
+    if org is not None:
+        return org
+    try:
+        Organization(name=name).full_clean(validate_unique=False)
+    except ValidationError as exc:
+        problems = " ".join(exc.message_dict.get("name", exc.messages))
+        raise ValidationError({"organization": f"organization name {name!r}: {problems}"}) from None
+    return Organization.objects.get_or_create(name=name)[0]  # get_: a concurrent run created it
 
 
 def outreach_enqueue(
@@ -91,10 +107,11 @@ def draft_approve(
     if body is not None and body != outreach.draft_body:
         fields["draft_body"] = body
         notes = "edited and approved"
-    if not (
-        fields.get("draft_subject", outreach.draft_subject) and fields.get("draft_body", outreach.draft_body)
-    ):
+    final_subject = fields.get("draft_subject", outreach.draft_subject)
+    if not (final_subject.strip() and fields.get("draft_body", outreach.draft_body).strip()):
         raise ValidationError("An approved email needs a subject and a body.")
+    if "\n" in final_subject or "\r" in final_subject:  # it becomes a header: no header injection
+        raise ValidationError("The subject of an approved email must be one line.")
     transition(
         outreach_id=outreach.pk,
         from_=State.AWAITING_APPROVAL,

@@ -72,9 +72,16 @@ def _axes(frame: Frame, *, unit: str) -> list[str]:
 
 def _legend(items: Sequence[tuple[str, str]]) -> list[str]:
     return [
-        _rect(LEFT + 150 + i * 130, 8, 12, 6, cls) + _text(LEFT + 150 + i * 130 + 16, 15, label)
+        _swatch(LEFT + 150 + i * 130, cls) + _text(LEFT + 150 + i * 130 + 20, 15, label)
         for i, (cls, label) in enumerate(items)
     ]
+
+
+def _swatch(x: float, cls: str) -> str:
+    # Lines are keyed by a short stroke in their own style, bars by a filled block.
+    if cls.startswith("qh-line"):
+        return f'<line x1="{x:.1f}" x2="{x + 16:.1f}" y1="11" y2="11" class="{cls}"/>'
+    return _rect(x, 8, 12, 6, cls)
 
 
 def _polyline(points: Iterable[tuple[float, float]], cls: str) -> str:
@@ -113,6 +120,8 @@ def budget_chart(*, points: Sequence[BudgetPoint], now: datetime, tokens: bool =
     for i, cls in ((1, "qh-line-limit"), (2, "qh-line-effective"), (3, "qh-line-rate")):
         # Each line runs on to "now" at its last value: a limit holds until the next sample.
         line = [(x(at), frame.y(values[i])) for at, values in series]
+        if i == 1:  # the configured limit is a setting, true before the first sample as well
+            line.insert(0, (x(now - HOUR), line[0][1]))
         parts.append(_polyline([*line, (x(now), line[-1][1])], cls))
     parts += _legend(
         [

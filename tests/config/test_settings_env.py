@@ -83,3 +83,24 @@ def test_min_share_parsing_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("DISPATCH_MIN_SHARE", bad)
         with pytest.raises(ImproperlyConfigured, match=message):
             env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])
+
+
+@pytest.mark.parametrize(
+    "secret", ["DJANGO_SECRET_KEY", "LLM_API_KEY", "WEBHOOK_SECRET", "FLOWER_BASIC_AUTH"]
+)
+@pytest.mark.parametrize("how", ["unset", "empty"])
+def test_production_without_a_secret_stops_with_an_error_naming_it(secret: str, how: str) -> None:
+    # given the production environment (DJANGO_DEBUG=0) with one secret missing or empty
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != secret}
+    if how == "empty":
+        env[secret] = ""
+    # when any process starts (manage.py check stands in for web, workers, beat and flower)
+    result = _manage("check", env=env)
+    # then it stops with an error naming that secret, and no demo default was used in its place
+    assert result.returncode != 0
+    assert f"{secret} is not set: this setting has no default in this mode." in result.stderr
+
+
+def test_short_stuck_timeout_is_flagged_by_the_system_check() -> None:
+    result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_STUCK_AFTER_S": "60"})
+    assert "orchestrator.W001" in result.stderr + result.stdout

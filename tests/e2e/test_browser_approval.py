@@ -110,7 +110,9 @@ def test_approver_edits_and_approves_a_draft_in_the_browser_and_sees_the_dashboa
 ) -> None:
     # given a reviewer, a review-required owner and one intro drafted by the real pipeline
     reviewer = _staff_user("reviewer", codenames=["approve_outreach", "view_outreach"])
-    owner = make_owner(organization=make_org(), review_required=True, name="Sam Seller")
+    org = make_org()
+    org.members.add(reviewer)  # reviewers approve the drafts of their own organizations only
+    owner = make_owner(organization=org, review_required=True, name="Sam Seller")
     lead = make_lead(owner=owner)
     outreach_id = make_outreach(lead=lead).pk
     start_pipeline(stack)

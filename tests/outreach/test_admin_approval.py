@@ -5,7 +5,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from outreach.models import Outreach, OutreachEvent, State
+from outreach.models import Organization, Outreach, OutreachEvent, State
 from tests.factories import make_outreach
 
 pytestmark = pytest.mark.django_db
@@ -18,6 +18,7 @@ def _staff(*, can_approve: bool) -> Client:
     user.user_permissions.add(Permission.objects.get(codename="view_outreach"))
     if can_approve:
         user.user_permissions.add(Permission.objects.get(codename="approve_outreach"))
+    user.organizations.add(*Organization.objects.all())  # the queue shows members' organizations only
     client = Client()
     client.force_login(user)
     return client

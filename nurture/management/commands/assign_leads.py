@@ -63,6 +63,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["timeout"] <= 0:  # checked before reading anything: a bad flag writes nothing
+            raise CommandError(f"--timeout {opts['timeout']:g}: give a positive number of seconds.")
         started = time.monotonic()
         path = Path(opts["file"])
         raw = _read(path)

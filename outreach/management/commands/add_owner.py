@@ -100,6 +100,7 @@ class Command(BaseCommand):
 
 
 _FLAG = {
+    "organization": "--org",
     "timezone": "--tz",
     "daily_limit": "--daily-limit",
     "name": "NAME",

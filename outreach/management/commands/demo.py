@@ -42,6 +42,9 @@ class Command(BaseCommand):
             raise CommandError("The demo runs with DJANGO_DEBUG=1 (demo secrets); scripts/demo.sh sets it.")
         if opts["seconds"] is not None and opts["seconds"] <= 0:
             raise CommandError(f"--for {opts['seconds']}: give a positive number of seconds.")
+        for flag in ("web_port", "flower_port", "sim_port", "smtp_port"):
+            if not 1 <= opts[flag] <= 65535:
+                raise CommandError(f"--{flag.replace('_', '-')} {opts[flag]}: a port is between 1 and 65535.")
         if opts["leads"] < 1:
             raise CommandError(f"--leads {opts['leads']}: give at least 1.")
         self._fresh_database(keep=opts["keep"])

@@ -1,0 +1,105 @@
+"""Workers SIGKILLed in the two places that matter: mid-LLM-call, and after the mail server took
+the message but before SENT was recorded (the at-least-once boundary).
+
+The single-outreach generation kill lives in tests/e2e/test_pipeline_workers.py; here it is
+counted over several outreach.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from config.processes import celery_worker
+from config.queues import Queue
+from outreach.models import OutreachEvent, State
+from tests.e2e.conftest import start_pipeline, wait_until
+from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.faults.conftest import StackFactory
+from tests.faults.helpers import (
+    SlowSMTPSink,
+    TimedLLMStub,
+    all_in,
+    delivery,
+    pick,
+    sent_events,
+    states,
+)
+from tests.llm_stub import StubResponse
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def _autonomous_outreach(count: int) -> list[int]:
+    agent = make_owner(organization=make_org(), daily_limit=10_000)
+    return [make_outreach(lead=make_lead(owner=agent)).pk for _ in range(count)]
+
+
+def test_send_worker_killed_after_the_server_took_the_message_resends_with_the_same_message_id(
+    make_stack: StackFactory, sink: SlowSMTPSink, figures: dict[str, object]
+) -> None:
+    # given autonomous outreach and a mail server that stores each message, then waits 3 s to say 250
+    ids = _autonomous_outreach(pick(6, 24))
+    sink.data_delay_s = 3.0
+    stack = make_stack()
+    start_pipeline(stack)
+    wait_until(lambda: len(sink.messages) >= 1, timeout_s=30, what="a message at the server", group=stack)
+    # when the send worker (main process and pool) is SIGKILLed while the server holds the message
+    stack.kill("worker-send", signal.SIGKILL)
+    stack.procs.pop("worker-send").wait(10)
+    at_kill = states(ids)
+    held_by_server = len(sink.messages)
+    sink.data_delay_s = 0.0
+    stack.start("worker-send-2", celery_worker(Queue.SEND, concurrency=2, name="send2"))
+    # then every outreach ends SENT, recorded once, nothing lost
+    wait_until(all_in(ids, State.SENT), timeout_s=pick(40, 90), what="every outreach SENT", group=stack)
+    assert set(sent_events(ids).values()) == {1}
+    # and a resend carries the same Message-ID: the receiving side sees one id per outreach
+    seen = delivery(sink, ids)
+    assert seen.unique_ids == len(ids)
+    assert seen.ids_match_db
+    assert 1 <= seen.copies <= at_kill[State.SENDING]  # only mail the server took before the kill
+    recovered = OutreachEvent.objects.filter(
+        outreach_id__in=ids, from_state=State.SENDING, to_state=State.APPROVED
+    ).count()
+    figures.update(
+        outreach=len(ids), lost=0, sending_at_kill=at_kill[State.SENDING], held_by_server_at_kill=held_by_server,
+        received=seen.received, unique_message_ids=seen.unique_ids, copies=seen.copies,
+        recovered_from_sending=recovered,
+    )  # fmt: skip
+
+
+def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
+    make_stack: StackFactory, stub: TimedLLMStub, sink: SlowSMTPSink, figures: dict[str, object]
+) -> None:
+    # given several outreach and a provider slow enough that the kill lands mid-call
+    count = pick(4, 24)
+    ids = _autonomous_outreach(count)
+    stub.default = StubResponse(delay_s=0.8)
+    stack = make_stack(DISPATCH_MAX_IN_FLIGHT="2")  # two at a time, so most wait in QUEUED
+    start_pipeline(stack)
+    wait_until(
+        lambda: states(ids)[State.GENERATING] >= 1 and len(stub.requests) >= 1,
+        timeout_s=30,
+        what="generation to start",
+        group=stack,
+    )
+    # when the generation worker is SIGKILLed mid-call, then replaced
+    stack.kill("worker-generation", signal.SIGKILL)
+    stack.procs.pop("worker-generation").wait(10)
+    in_flight = states(ids)[State.GENERATING] + states(ids)[State.DISPATCHED]
+    stack.start("worker-generation-2", celery_worker(Queue.GENERATION, concurrency=2, name="generation2"))
+    # then every outreach is sent exactly once: nothing lost, no copy at the server
+    wait_until(all_in(ids, State.SENT), timeout_s=pick(40, 90), what="every outreach SENT", group=stack)
+    sink.wait_for(count)
+    seen = delivery(sink, ids)
+    assert seen.received == seen.unique_ids == count
+    assert seen.copies == 0
+    assert set(sent_events(ids).values()) == {1}
+    stuck = OutreachEvent.objects.filter(outreach_id__in=ids, error_class="stuck").count()
+    assert stuck >= 1
+    figures.update(
+        outreach=count, lost=0, in_flight_at_kill=in_flight, recovered_stuck=stuck, received=seen.received,
+        copies=seen.copies, llm_requests=len(stub.requests), llm_requests_min=3 * count,
+    )  # fmt: skip

@@ -1,0 +1,43 @@
+"""Helpers for posting admin forms the way a browser would: the form's own values, then changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from outreach.models import Organization
+
+
+def superuser_client() -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    return client
+
+
+def reviewer_client(*, orgs: list[Organization], **client_options: Any) -> tuple[User, Client]:
+    user = User.objects.create_user("reviewer", password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["approve_outreach", "view_outreach"]))
+    user.organizations.add(*orgs)
+    client = Client(**client_options)
+    client.force_login(user)
+    return user, client
+
+
+def form_values(client: Client, url: str) -> dict[str, Any]:
+    """What the admin form at `url` would post unchanged (its initial or current values)."""
+    form = client.get(url).context["adminform"].form
+    values = {}
+    for name in form.fields:
+        value = form[name].value()
+        if value is not None:
+            values[name] = value
+    return values
+
+
+def form_errors(response: Any) -> dict[str, list[str]]:
+    """The admin form's errors by field ("__all__" for the form), from a re-rendered page."""
+    assert response.status_code == 200, f"expected the form back with errors, got {response.status_code}"
+    form = response.context["adminform"].form
+    return {name: [str(m) for m in messages] for name, messages in form.errors.items()}
