@@ -1,0 +1,597 @@
+"""Soak: push N outreach (default 20,000) through the whole stack and check that none is lost,
+none is sent twice, and the dispatcher's cycle time and every process's memory stay flat.
+
+    .venv/bin/python bench/soak.py [--count 20000] [--fail-rate 0.02] [--timeout-s 900]
+    .venv/bin/python bench/soak.py --count 2000          # a quick check (~1-2 min)
+
+The stack is the real one: Celery workers for generation, send, orchestrator and dead_letter,
+beat (the dispatch cycle every second), a scratch PostgreSQL database `outreach_bench_soak`
+(dropped and created), Redis database 11 (flushed), `llm_sim` in this process (strict sliding
+window, 2% of admitted calls answered 5xx) and an SMTP sink in this process that counts every
+message by Message-ID. Most owners are autonomous; some need review: this loop approves the
+drafts of all but one of them (the approved-send path), the last one's drafts stay
+AWAITING_APPROVAL. A few "poison" leads make the simulator fail on purpose (a draft that fails
+the policy twice, a 400, a 500 on every try), so the dead-letter path runs under load too.
+
+Every ~10 s it samples the dispatcher's cycle time (the orchestrator worker's "dispatch cycle"
+log lines carry `ms=`) and the RSS of every process and its pool children (/proc). At the end it
+checks the invariants, prints a table, writes var/bench/soak.json and exits 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from email.parser import BytesHeaderParser
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "var" / "bench"
+LOG_DIR = OUT / "soak-logs"
+DB_NAME = "outreach_bench_soak"
+REDIS_URL = "redis://127.0.0.1:6379/11"
+SAMPLE_EVERY_S = 10.0
+PROCESSES = ("generation", "send", "orchestrator", "dead_letter", "beat")
+# kv log line of the dispatcher: "2025-01-02 03:04:05,678 INFO orchestrator.dispatch dispatch cycle ... ms=12.3"
+CYCLE_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO orchestrator\.dispatch dispatch cycle .*?\bms=([\d.]+)"
+)
+POISON = ("SIM:POLICY_FAIL", "SIM:FAIL_400", "SIM:FAIL_500")  # nurture.llm_sim markers
+
+
+# --- the SMTP sink: counts messages per Message-ID ---------------------------------------------
+
+
+class CountingHandler:
+    """aiosmtpd handler: one count per received message, keyed by its Message-ID header."""
+
+    def __init__(self) -> None:
+        self.by_message_id: Counter[str] = Counter()
+        self.messages = 0
+        self._lock = threading.Lock()
+        self._parser = BytesHeaderParser()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        headers = self._parser.parsebytes(envelope.original_content)
+        message_id = normalise_message_id(str(headers.get("Message-ID", "")))
+        with self._lock:
+            self.messages += 1
+            self.by_message_id[message_id] += 1
+        return "250 Message accepted"
+
+    def snapshot(self) -> tuple[int, Counter[str]]:
+        with self._lock:
+            return self.messages, Counter(self.by_message_id)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def normalise_message_id(value: str) -> str:
+    return value.strip().strip("<>").lower()
+
+
+# --- sampling: dispatcher cycle times and RSS ----------------------------------------------------
+
+
+@dataclass
+class Sample:
+    t_s: float  # seconds since the stack started
+    rss_kb: dict[str, int]  # process name -> RSS of it and all its descendants
+    children: dict[str, int]  # process name -> how many descendants
+    cpu_s: dict[str, float]  # process name -> CPU seconds used so far by it and its descendants
+    states: dict[str, int]
+
+
+@dataclass
+class Figures:
+    count: int
+    seconds: float = 0.0
+    finished: bool = False
+    states: dict[str, int] = field(default_factory=dict)
+    retries: dict[str, int] = field(default_factory=dict)
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    dead_without_reason: int = 0
+    messages: int = 0
+    unique_message_ids: int = 0
+    duplicates: int = 0
+    sent_missing_in_sink: int = 0
+    sent_received_twice: int = 0
+    sink_unknown_message_ids: int = 0
+    cycles: int = 0
+    cycle_ms_first: dict[str, float] = field(default_factory=dict)
+    cycle_ms_last: dict[str, float] = field(default_factory=dict)
+    rss_mb_first: dict[str, float] = field(default_factory=dict)
+    rss_mb_last: dict[str, float] = field(default_factory=dict)
+    rss_mb_peak: dict[str, float] = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    sim: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(root_pid: int) -> tuple[int, int, float]:
+    """(RSS in kB, number of descendants, CPU seconds) of `root_pid` and its descendants, from /proc."""
+    parents: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat.rpartition(")")[2].split()  # the name may hold spaces: split after ")"
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    total, descendants, seconds, todo = 0, -1, 0.0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        total += vm_rss_kb(pid)
+        descendants += 1
+        seconds += cpu.get(pid, 0.0)
+        todo += parents.get(pid, [])
+    return total, descendants, seconds
+
+
+def vm_rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cycle_times(log_file: Path) -> list[tuple[float, float]]:
+    """(unix time, ms) of every dispatch cycle the orchestrator worker logged."""
+    found = []
+    with log_file.open(errors="replace") as lines:
+        for line in lines:
+            match = CYCLE_LINE.match(line)
+            if match:
+                at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                found.append((at, float(match.group(2))))
+    return found
+
+
+def pct(values: list[float], q: int) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+# --- the stack ------------------------------------------------------------------------------------
+
+
+def environment(*, sim_url: str, smtp_port: int, args: argparse.Namespace) -> dict[str, str]:
+    return {
+        "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", "REDIS_URL": REDIS_URL,
+        "LLM_BASE_URL": sim_url, "LLM_RPM": str(args.rpm), "LLM_TPM": str(args.tpm),
+        "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp_port), "DISPATCH_INTERVAL": "1",
+        "DISPATCH_MAX_IN_FLIGHT": str(args.max_in_flight), "RETRY_BACKOFF_BASE_S": str(args.backoff_base_s),
+        # INFO: the dispatcher's "dispatch cycle ... ms=" line is what the cycle-time samples read.
+        "LOG_LEVEL": "INFO", "LOG_FORMAT": "kv",
+    }  # fmt: skip
+
+
+def fresh_database() -> None:
+    import psycopg
+
+    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+
+
+@dataclass(frozen=True)
+class Seeded:
+    ids: range | list[int]
+    attended: list[int]  # review-required owners whose drafts this loop approves
+    unattended: list[int]  # review-required owners whose drafts stay awaiting approval
+    poison: dict[str, int]
+
+
+def seed(*, count: int, owners: int, review_owners: int, poison_per_kind: int) -> Seeded:
+    """Owners, leads and one queued intro per lead, in bulk. Poison leads carry a simulator marker."""
+    from datetime import time as dtime
+
+    from django.utils import timezone
+
+    from outreach.models import Lead, Outreach, State
+    from outreach.services import OwnerSpec, owner_upsert
+
+    made = [
+        owner_upsert(spec=OwnerSpec(f"soak owner {o}", "agent" if o >= review_owners else "human", 1_000_000,
+                                    dtime(0), dtime(23, 59), "UTC", working_days="1234567",
+                                    review_required=o < review_owners, organization="Soak"))[0]
+        for o in range(owners)
+    ]  # fmt: skip
+    markers = [m for m in POISON for _ in range(poison_per_kind)]
+    # Poison spread evenly over the run (every step-th lead), not bunched at the start.
+    step = max(1, count // max(1, len(markers)))
+    now, ids = timezone.now(), []
+    for start in range(0, count, 2000):
+        leads = Lead.objects.bulk_create(
+            Lead(organization_id=made[i % owners].organization_id, owner=made[i % owners],
+                 email=f"lead{i}@soak.example", first_name=_first_name(i, markers, step), last_name=f"L{i}",
+                 company="Acme", title="CTO")
+            for i in range(start, min(count, start + 2000))
+        )  # fmt: skip
+        rows = Outreach.objects.bulk_create(
+            Outreach(lead=lead, owner_id=lead.owner_id, kind="intro", tier=2, state=State.QUEUED, not_before=now,
+                     idempotency_key=f"intro:{lead.email}", state_changed_at=now) for lead in leads
+        )  # fmt: skip
+        ids += [row.pk for row in rows]
+    review = [o.pk for o in made[:review_owners]]
+    return Seeded(ids=ids, attended=review[:-1], unattended=review[-1:], poison=dict(Counter(markers)))
+
+
+def _first_name(i: int, markers: list[str], step: int) -> str:
+    slot, rest = divmod(i, step)
+    return markers[slot] if rest == step // 2 and slot < len(markers) else "Pat"
+
+
+# --- the loop ------------------------------------------------------------------------------------
+
+UNFINISHED = ("queued", "dispatched", "generating", "approved", "sending")
+
+
+def approve_waiting(*, owner_ids: list[int], reviewer: Any, limit: int = 500) -> int:
+    from outreach.models import Outreach, State
+    from outreach.services import draft_approve
+    from outreach.transitions import TransitionLost
+
+    approved = 0
+    for draft in Outreach.objects.filter(state=State.AWAITING_APPROVAL, owner_id__in=owner_ids)[:limit]:
+        try:
+            draft_approve(outreach=draft, by=reviewer)
+            approved += 1
+        except TransitionLost:
+            pass
+    return approved
+
+
+def state_counts(ids: list[int]) -> dict[str, int]:
+    from django.db.models import Count
+
+    from outreach.models import Outreach
+
+    rows = Outreach.objects.filter(pk__gte=min(ids), pk__lte=max(ids)).values("state").annotate(n=Count("id"))
+    return {row["state"]: row["n"] for row in rows}
+
+
+def done(states: dict[str, int], *, attended_waiting: int) -> bool:
+    return not any(states.get(s) for s in UNFINISHED) and attended_waiting == 0
+
+
+def run(args: argparse.Namespace) -> Figures:
+    from aiosmtpd.controller import Controller
+
+    from nurture.llm_sim import LLMSim
+
+    fresh_database()
+    sim = LLMSim(rpm=args.rpm, tpm=args.tpm, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
+                 mode="window", seed=args.seed)  # fmt: skip
+    sim.start()
+    handler = CountingHandler()
+    smtp = Controller(handler, hostname="127.0.0.1", port=free_port())
+    smtp.start()
+    env = environment(sim_url=sim.base_url, smtp_port=smtp.port, args=args)
+    os.environ.update(env)
+    try:
+        return _run_stack(args=args, env=env, sim=sim, handler=handler)
+    finally:
+        sim.stop()
+        smtp.stop()
+
+
+def _run_stack(
+    *, args: argparse.Namespace, env: dict[str, str], sim: Any, handler: CountingHandler
+) -> Figures:
+    import django
+
+    django.setup()
+    # This process only seeds, approves and reads: its own INFO lines (every approval, every SMTP
+    # command of the sink) would bury the progress. The workers keep INFO (the cycle-time samples).
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
+    import redis
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from config.processes import ProcessGroup, celery_beat, celery_worker
+    from config.queues import Queue
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    call_command("migrate", verbosity=0)
+    print(f"seeding {args.count:,} outreach ...", flush=True)
+    seeded = seed(count=args.count, owners=args.owners, review_owners=args.review_owners,
+                  poison_per_kind=args.poison_per_kind)  # fmt: skip
+    reviewer = User.objects.create_user("soak-reviewer")
+    for old in LOG_DIR.glob("*.log"):
+        old.unlink()
+    # The orchestrator worker logs at INFO (its "dispatch cycle ... ms=" lines are the samples);
+    # the others at --worker-log-level: a line per task and transition costs CPU on 2 cores.
+    quiet = ProcessGroup(log_dir=LOG_DIR, env={**os.environ, **env, "LOG_LEVEL": args.worker_log_level})
+    loud = ProcessGroup(log_dir=LOG_DIR, env={**os.environ, **env})
+    figures = Figures(count=args.count)
+    quiet.start("generation", celery_worker(Queue.GENERATION, concurrency=args.gen_concurrency))
+    quiet.start("send", celery_worker(Queue.SEND, concurrency=args.send_concurrency))
+    loud.start("orchestrator", celery_worker(Queue.ORCHESTRATOR))
+    quiet.start("dead_letter", celery_worker(Queue.DEAD_LETTER))
+    quiet.start("beat", celery_beat())
+    started, started_wall = time.monotonic(), time.time()
+    samples: list[Sample] = []
+    try:
+        figures.finished = _loop(args=args, groups=[quiet, loud], seeded=seeded, reviewer=reviewer,
+                                 started=started, samples=samples, handler=handler)  # fmt: skip
+        figures.seconds = time.monotonic() - started
+        time.sleep(args.settle_s)  # a late duplicate (a redelivered task) would land now
+    finally:
+        quiet.stop()
+        loud.stop()
+    _collect(
+        figures=figures, seeded=seeded, samples=samples, handler=handler, sim=sim, started_wall=started_wall
+    )
+    return figures
+
+
+def _loop(*, args: argparse.Namespace, groups: list[Any], seeded: Seeded, reviewer: Any, started: float,
+          samples: list[Sample], handler: CountingHandler) -> bool:  # fmt: skip
+    from outreach.models import Outreach, State
+
+    ids = list(seeded.ids)
+    procs = {name: proc for group in groups for name, proc in group.procs.items()}
+    next_sample = started
+    while (elapsed := time.monotonic() - started) < args.timeout_s:
+        if dead := [name for group in groups for name in group.dead()]:
+            raise RuntimeError(f"process(es) died: {', '.join(dead)}; see {LOG_DIR}")
+        approve_waiting(owner_ids=seeded.attended, reviewer=reviewer)
+        if time.monotonic() >= next_sample:
+            next_sample += SAMPLE_EVERY_S
+            states = state_counts(ids)
+            sample = Sample(t_s=round(elapsed, 1), rss_kb={}, children={}, cpu_s={}, states=states)
+            for name in PROCESSES:
+                sample.rss_kb[name], sample.children[name], sample.cpu_s[name] = process_tree(procs[name].pid)
+            samples.append(sample)
+            messages, _ = handler.snapshot()
+            finished = sum(states.get(s, 0) for s in ("sent", "dead", "awaiting_approval"))
+            print(f"  {elapsed:6.0f}s  finished {finished:>6,}/{args.count:,}  sent {states.get('sent', 0):>6,}  "
+                  f"smtp {messages:>6,}  queued {states.get('queued', 0):>6,}  in flight "
+                  f"{sum(states.get(s, 0) for s in UNFINISHED[1:]):>4}  dead {states.get('dead', 0):>3}  "
+                  f"rss MB " + " ".join(f"{n[:4]}={kb / 1024:.0f}" for n, kb in sample.rss_kb.items()),
+                  flush=True)  # fmt: skip
+            waiting = Outreach.objects.filter(
+                state=State.AWAITING_APPROVAL, owner_id__in=seeded.attended
+            ).count()
+            if done(states, attended_waiting=waiting):
+                return True
+        time.sleep(1.0)
+    return False
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+
+def _collect(*, figures: Figures, seeded: Seeded, samples: list[Sample], handler: CountingHandler, sim: Any,
+             started_wall: float) -> None:  # fmt: skip
+    from django.db.models import Count, Exists, OuterRef, Q
+
+    from outreach.models import DeadLetter, Outreach, OutreachEvent, State
+
+    ids = list(seeded.ids)
+    mine = Outreach.objects.filter(pk__gte=min(ids), pk__lte=max(ids))
+    figures.states = state_counts(ids)
+    events = OutreachEvent.objects.filter(
+        outreach_id__gte=min(ids), outreach_id__lte=max(ids),
+        from_state__in=[State.GENERATING, State.SENDING], to_state__in=[State.QUEUED, State.APPROVED],
+    )  # fmt: skip
+    figures.retries = {
+        (row["error_class"] or "paced"): row["n"]
+        for row in events.values("error_class").annotate(n=Count("id"))
+    }
+    letters = DeadLetter.objects.filter(outreach__in=mine)
+    figures.dead_letters = {
+        row["failure_class"]: row["n"] for row in letters.values("failure_class").annotate(n=Count("id"))
+    }
+    dead = mine.filter(state=State.DEAD)
+    with_reason = DeadLetter.objects.filter(outreach=OuterRef("pk")).exclude(reason="")
+    figures.dead_without_reason = dead.filter(~Exists(with_reason)).count()
+    _check_sink(figures=figures, mine=mine, handler=handler)
+    _cycle_figures(figures=figures, started_wall=started_wall)
+    _rss_figures(figures=figures, samples=samples)
+    stats = sim.stats()
+    figures.sim = {k: stats[k] for k in ("requests", "admitted", "rejected_429", "injected_5xx", "marker_errors",
+                                         "completed")}  # fmt: skip
+    figures.sim["peak_window_requests"] = stats["peak_window"]["requests"]
+    figures.samples = [asdict(s) for s in samples]
+    _judge(
+        figures=figures,
+        seeded=seeded,
+        unexpected=mine.filter(~Q(state__in=["sent", "dead", "awaiting_approval"])),
+    )
+
+
+def _check_sink(*, figures: Figures, mine: Any, handler: CountingHandler) -> None:
+    from outreach.models import State
+
+    figures.messages, received = handler.snapshot()
+    figures.unique_message_ids = len(received)
+    figures.duplicates = figures.messages - figures.unique_message_ids
+    sent_ids = {
+        normalise_message_id(m) for m in mine.filter(state=State.SENT).values_list("message_id", flat=True)
+    }
+    figures.sent_missing_in_sink = sum(1 for m in sent_ids if received.get(m, 0) == 0)
+    figures.sent_received_twice = sum(1 for m in sent_ids if received.get(m, 0) > 1)
+    figures.sink_unknown_message_ids = len(set(received) - sent_ids)
+
+
+def _quarters(
+    values: list[tuple[float, float]], *, start: float, end: float
+) -> tuple[list[float], list[float]]:
+    quarter = (end - start) / 4
+    first = [v for t, v in values if start <= t < start + quarter]
+    last = [v for t, v in values if end - quarter <= t <= end]
+    return first, last
+
+
+def _cycle_figures(*, figures: Figures, started_wall: float) -> None:
+    cycles = cycle_times(LOG_DIR / "orchestrator.log")
+    figures.cycles = len(cycles)
+    first, last = _quarters(cycles, start=started_wall, end=started_wall + figures.seconds)
+    figures.cycle_ms_first = {"p50": pct(first, 50), "p95": pct(first, 95), "n": len(first)}
+    figures.cycle_ms_last = {"p50": pct(last, 50), "p95": pct(last, 95), "n": len(last)}
+
+
+def _rss_figures(*, figures: Figures, samples: list[Sample]) -> None:
+    # Skip the first 30 s (imports, pool start-up, first connections): "flat" is about the steady run.
+    steady = [s for s in samples if s.t_s >= 30] or samples
+    for name in PROCESSES:
+        series = [(s.t_s, s.rss_kb[name] / 1024) for s in steady]
+        if not series:
+            continue
+        first, last = _quarters(series, start=series[0][0], end=series[-1][0])
+        figures.rss_mb_first[name] = round(statistics.median(first or [series[0][1]]), 1)
+        figures.rss_mb_last[name] = round(statistics.median(last or [series[-1][1]]), 1)
+        figures.rss_mb_peak[name] = round(max(v for _, v in series), 1)
+        figures.cpu_s[name] = round(samples[-1].cpu_s[name], 1)
+
+
+def _judge(*, figures: Figures, seeded: Seeded, unexpected: Any) -> None:
+    p = figures.problems
+    total = sum(figures.states.values())
+    if not figures.finished:
+        p.append(f"not finished within the timeout: {dict(figures.states)}")
+    if total != figures.count:
+        p.append(f"lost: {figures.count - total} outreach not found by state")
+    if n := unexpected.count():
+        p.append(f"{n} outreach ended outside SENT / AWAITING_APPROVAL / DEAD")
+    if figures.dead_without_reason:
+        p.append(f"{figures.dead_without_reason} DEAD outreach without a dead letter and reason")
+    if figures.duplicates or figures.sent_received_twice:
+        p.append(f"sent twice: {figures.duplicates} duplicate message(s)")
+    if figures.sent_missing_in_sink:
+        p.append(f"{figures.sent_missing_in_sink} SENT outreach never reached the SMTP sink")
+    if figures.sink_unknown_message_ids:
+        p.append(f"{figures.sink_unknown_message_ids} message(s) in the sink for outreach not recorded SENT")
+    if (
+        figures.states.get("sent", 0)
+        + figures.states.get("awaiting_approval", 0)
+        + figures.states.get("dead", 0)
+        != figures.count
+    ):
+        p.append("states do not add up to the count")
+    for name, first in figures.rss_mb_first.items():
+        if figures.rss_mb_last[name] > 1.25 * first + 20:  # 25% + 20 MB of slack for caches warming up
+            p.append(f"memory grew: {name} {first} -> {figures.rss_mb_last[name]} MB")
+    first_p95, last_p95 = figures.cycle_ms_first.get("p95", 0), figures.cycle_ms_last.get("p95", 0)
+    if last_p95 > 2 * first_p95 + 50:
+        p.append(f"dispatcher slowed: p95 {first_p95:.0f} -> {last_p95:.0f} ms")
+
+
+def report(figures: Figures, args: argparse.Namespace) -> None:
+    f = figures
+    rate = f.states.get("sent", 0) / f.seconds * 60 if f.seconds else 0
+    finished = sum(f.states.get(s, 0) for s in ("sent", "awaiting_approval", "dead"))
+    rows: list[tuple[str, str]] = [
+        ("outreach", f"{f.count:,} ({args.owners} owners, {args.review_owners} review-required; "
+                     f"{args.poison_per_kind} poison leads per kind x {len(POISON)})"),
+        ("provider", f"llm_sim window {args.rpm} rpm / {args.tpm:,} tpm, {args.latency_ms:g} ms, "
+                     f"{100 * args.fail_rate:g}% 5xx"),
+        ("total time", f"{f.seconds:.0f} s ({'finished' if f.finished else 'TIMED OUT'})"),
+        ("throughput", f"{finished / f.seconds * 60 if f.seconds else 0:,.0f} finished/min, {rate:,.0f} sent/min"),
+        ("states", ", ".join(f"{k} {v:,}" for k, v in sorted(f.states.items())) + f" (sum {sum(f.states.values()):,})"),
+        ("retries (re-queued, by class)", ", ".join(f"{k} {v:,}" for k, v in sorted(f.retries.items())) or "0"),
+        ("dead letters by class", ", ".join(f"{k} {v}" for k, v in sorted(f.dead_letters.items())) or "0"),
+        ("DEAD without a reason", str(f.dead_without_reason)),
+        ("provider calls", f"{f.sim['requests']:,} ({f.sim['injected_5xx']:,} injected 5xx, "
+                           f"{f.sim['marker_errors']} poison errors, {f.sim['rejected_429']} 429s; "
+                           f"peak {f.sim['peak_window_requests']:,}/{args.rpm} in a 60 s window)"),
+        ("SMTP sink", f"{f.messages:,} messages, {f.unique_message_ids:,} unique Message-IDs"),
+        ("duplicates (sent twice)", f"{f.duplicates} (SENT received twice: {f.sent_received_twice}; SENT not "
+                                    f"received: {f.sent_missing_in_sink}; received, not SENT: "
+                                    f"{f.sink_unknown_message_ids})"),
+        ("dispatch cycles", f"{f.cycles:,}"),
+        ("cycle ms p50 / p95, first quarter", f"{f.cycle_ms_first['p50']:.1f} / {f.cycle_ms_first['p95']:.1f} "
+                                              f"(n={f.cycle_ms_first['n']})"),
+        ("cycle ms p50 / p95, last quarter", f"{f.cycle_ms_last['p50']:.1f} / {f.cycle_ms_last['p95']:.1f} "
+                                             f"(n={f.cycle_ms_last['n']})"),
+    ]  # fmt: skip
+    cpu_total = sum(f.cpu_s.values())
+    rows.append(("CPU s used (all processes)", f"{cpu_total:,.0f} ({1000 * cpu_total / max(1, finished):.0f} ms per "
+                 "outreach; " + ", ".join(f"{n} {s:,.0f}" for n, s in f.cpu_s.items()) + ")"))  # fmt: skip
+    for name in PROCESSES:
+        rows.append((f"RSS MB {name} (+pool), first -> last quarter (peak)",
+                     f"{f.rss_mb_first.get(name, 0):.0f} -> {f.rss_mb_last.get(name, 0):.0f} "
+                     f"({f.rss_mb_peak.get(name, 0):.0f})"))  # fmt: skip
+    width = max(len(label) for label, _ in rows)
+    print()
+    for label, value in rows:
+        print(f"{label.ljust(width)}  {value}")
+    print("\nresult: " + ("PASS: none lost, none sent twice, cycle time and memory flat" if not f.problems
+                          else "FAIL: " + "; ".join(f.problems)))  # fmt: skip
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "soak.json").write_text(json.dumps(asdict(f), indent=2, default=str))
+    print(f"wrote {OUT / 'soak.json'}; process logs in {LOG_DIR}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--count", type=int, default=20_000, help="Outreach to push through (default 20000).")
+    parser.add_argument("--owners", type=int, default=20)
+    parser.add_argument("--review-owners", type=int, default=4, help="Of --owners, how many need review.")
+    parser.add_argument("--poison-per-kind", type=int, default=None, help="Default: count/2000 per kind.")
+    parser.add_argument("--rpm", type=int, default=6000)
+    parser.add_argument("--tpm", type=int, default=10_000_000)
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--fail-rate", type=float, default=0.02)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-in-flight", type=int, default=200)
+    parser.add_argument("--backoff-base-s", type=float, default=2.0, help="RETRY_BACKOFF_BASE_S (default 2).")
+    parser.add_argument("--gen-concurrency", type=int, default=8)
+    parser.add_argument("--send-concurrency", type=int, default=4)
+    parser.add_argument(
+        "--worker-log-level", default="WARNING", help="LOG_LEVEL of all but the orchestrator."
+    )
+    parser.add_argument("--timeout-s", type=float, default=3600.0)
+    parser.add_argument("--settle-s", type=float, default=5.0)
+    args = parser.parse_args()
+    if args.count < 100:
+        parser.error("--count: at least 100")
+    if not 2 <= args.review_owners < args.owners:
+        parser.error("--review-owners: at least 2 (one attended, one not) and fewer than --owners")
+    if args.poison_per_kind is None:
+        args.poison_per_kind = args.count // 2000
+    figures = run(args)
+    report(figures, args)
+    sys.exit(1 if figures.problems else 0)
+
+
+if __name__ == "__main__":
+    main()
