@@ -175,7 +175,9 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     from aiosmtpd.controller import Controller
     from aiosmtpd.handlers import Sink
 
-    smtp = Controller(Sink(), hostname="127.0.0.1", port=_free_port())
+    from config.processes import free_port
+
+    smtp = Controller(Sink(), hostname="127.0.0.1", port=free_port())
     smtp.start()
     env = {
         "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
@@ -211,14 +213,6 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
         sim.stop()
         smtp.stop()
     return _product_result(stats=stats, steady_util=steady_util, minutes=minutes, sim=sim)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _seed_product() -> list[Any]:

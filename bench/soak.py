@@ -80,14 +80,6 @@ class CountingHandler:
             return self.messages, Counter(self.by_message_id)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def normalise_message_id(value: str) -> str:
     return value.strip().strip("<>").lower()
 
@@ -302,6 +294,8 @@ def run(args: argparse.Namespace) -> Figures:
                  mode="window", seed=args.seed)  # fmt: skip
     sim.start()
     handler = CountingHandler()
+    from config.processes import free_port
+
     smtp = Controller(handler, hostname="127.0.0.1", port=free_port())
     smtp.start()
     env = environment(sim_url=sim.base_url, smtp_port=smtp.port, args=args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,13 @@ from pathlib import Path
 from config.queues import Queue
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now (for sinks, simulators and test servers)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def celery_worker(queue: Queue, *, concurrency: int = 1, name: str | None = None) -> list[str]:

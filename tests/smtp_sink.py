@@ -9,7 +9,6 @@ from __future__ import annotations
 import email
 import email.policy
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +16,8 @@ from email.message import EmailMessage
 from typing import Any
 
 from aiosmtpd.controller import Controller
+
+from config.processes import free_port
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,3 @@ class SMTPSink:
     def stop(self) -> None:
         if self._controller is not None:
             self._controller.stop()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

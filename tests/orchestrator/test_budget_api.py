@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from config.processes import free_port
 from orchestrator.budget import (
     Adaptive,
     Budget,
@@ -344,12 +344,6 @@ def test_breaker_opens_after_consecutive_failures_and_half_opens_after_the_cool_
     assert breaker.allow() is True
     breaker.success()
     assert breaker.state == "closed"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
