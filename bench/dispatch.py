@@ -1,11 +1,17 @@
 """Dispatch cycle time and rate against queue depth, on PostgreSQL, budget unlimited.
 
     .venv/bin/python bench/dispatch.py [--depths 1000,10000,100000,1000000] [--owners 1000] [--slots 500]
+    .venv/bin/python bench/dispatch.py --history 0,100000,1000000 [--depths 10000]
 
 For each depth it fills a scratch database (outreach_bench) with that many QUEUED intro rows
 spread over the owners, runs warm-up cycles, then times cycles of `slots` picks (select,
 reserve, claim, enqueue to Redis db 14), putting the claimed rows back to QUEUED between cycles
 (untimed) so the depth stays constant. Prints median/p95 cycle time and outreach dispatched/s.
+
+With --history, the depth stays fixed and what grows is the day's history instead: that many
+rows already SENT today (each moved through the in-flight states first, as the pipeline does,
+so the partial indexes carry the same dead entries), the owners' daily limits unlimited. The
+cycle should not notice: the daily-limit check reads one count per owner, not the sent rows.
 """
 
 from __future__ import annotations
@@ -70,13 +76,43 @@ def _fill(*, depth: int, owners: int) -> None:
         cur.execute("ANALYZE")
 
 
+def _add_sent_history(*, rows: int, owners: int) -> None:
+    """`rows` outreach sent today, spread over the owners, with their per-owner daily counts."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            """INSERT INTO outreach_outreach (lead_id, owner_id, kind, tier, state, not_before, idempotency_key, step, context,
+                   attempts, last_error, error_class, blocked_reason, reservation_id, draft_subject, draft_body, sent_at,
+                   message_id, in_reply_to, tokens_used, llm_calls, created_at, updated_at, state_changed_at)
+               SELECT l.id, l.owner_id, 'intro', 2, 'dispatched', now(), 'history:' || g, 0,
+                   '{}', 0, '', '', '', '', '', '', NULL, '', '', 0, 0, now(), now(), now()
+               FROM generate_series(1, %s) g JOIN outreach_lead l ON l.id = (SELECT min(id) FROM outreach_lead) + (g %% %s)""",
+            [rows, owners],
+        )
+        for state in ("generating", "sending"):
+            cur.execute(
+                "UPDATE outreach_outreach SET state = %s WHERE state = 'dispatched' OR state = 'generating'",
+                [state],
+            )
+        cur.execute("UPDATE outreach_outreach SET state = 'sent', sent_at = now() WHERE state = 'sending'")
+        cur.execute(
+            """INSERT INTO outreach_ownerdailysends (owner_id, day, sent)
+               SELECT owner_id, current_date, count(*) FROM outreach_outreach WHERE state = 'sent' GROUP BY owner_id
+               ON CONFLICT (owner_id, day) DO UPDATE SET sent = excluded.sent"""
+        )
+        cur.execute("ANALYZE")
+
+
 def _requeue(ids: list[int]) -> None:
     from outreach.models import Outreach
 
     Outreach.objects.filter(id__in=ids).update(state="queued", reservation_id="")
 
 
-def _measure(*, depth: int, owners: int, slots: int, cycles: int) -> tuple[float, float, float]:
+def _measure(
+    *, depth: int, owners: int, slots: int, cycles: int, history: int = 0
+) -> tuple[float, float, float]:
     import redis
     from django.conf import settings
     from django.db import connection
@@ -89,6 +125,8 @@ def _measure(*, depth: int, owners: int, slots: int, cycles: int) -> tuple[float
     budget = Budget(redis_client=client, limits=Limits(rpm=10**9, tpm=10**12, burst_ms=60_000))
     settings.DISPATCH_MAX_IN_FLIGHT = slots
     _fill(depth=depth, owners=owners)
+    if history:
+        _add_sent_history(rows=history, owners=owners)
     times, dispatched = [], 0
     for i in range(cycles + 3):
         report = dispatch_cycle(budget=budget)
@@ -107,10 +145,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--depths", default="1000,10000,100000,1000000")
+    parser.add_argument(
+        "--depths", help="queue depths to try (default 1000,10000,100000,1000000; 10000 with --history)"
+    )
     parser.add_argument("--owners", type=int, default=1000)
     parser.add_argument("--slots", type=int, default=500)
     parser.add_argument("--cycles", type=int, default=15)
+    parser.add_argument(
+        "--history", help="sent-today row counts to try at one fixed depth, e.g. 0,100000,1000000"
+    )
     args = parser.parse_args()
     _create_database()
     import django
@@ -122,16 +165,23 @@ def main() -> None:
     print(
         f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, budget unlimited)"
     )
-    print(
-        f"{'queued rows':>12} {'cycle p50 ms':>13} {'cycle p95 ms':>13} {'dispatched/s':>13} {'p50 vs first':>13}"
-    )
+    if args.history:
+        depth = int((args.depths or "10000").split(",")[0])
+        runs = [(depth, int(h)) for h in args.history.split(",")]
+        label = f"sent today (queued {depth:,})"
+    else:
+        runs = [(int(d), 0) for d in (args.depths or "1000,10000,100000,1000000").split(",")]
+        label = "queued rows"
+    print(f"{label:>26} {'cycle p50 ms':>13} {'cycle p95 ms':>13} {'dispatched/s':>13} {'p50 vs first':>13}")
     first = None
-    for depth in (int(d) for d in args.depths.split(",")):
+    for depth, history in runs:
         t0 = time.perf_counter()
-        median, p95, rate = _measure(depth=depth, owners=args.owners, slots=args.slots, cycles=args.cycles)
+        median, p95, rate = _measure(
+            depth=depth, owners=args.owners, slots=args.slots, cycles=args.cycles, history=history
+        )
         first = first or median
         print(
-            f"{depth:>12,} {median:>13.1f} {p95:>13.1f} {rate:>13,.0f} {median / first:>12.2f}x   (run {time.perf_counter() - t0:.0f}s)",
+            f"{history if args.history else depth:>26,} {median:>13.1f} {p95:>13.1f} {rate:>13,.0f} {median / first:>12.2f}x   (run {time.perf_counter() - t0:.0f}s)",
             flush=True,
         )
 

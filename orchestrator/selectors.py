@@ -7,9 +7,9 @@ has no LATERAL, so it runs the same query with ROW_NUMBER() over the chosen owne
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from django.db import connection
@@ -17,7 +17,7 @@ from django.db.models import Count, Q
 
 from orchestrator.capacity import OwnerRules, local_day_start
 from orchestrator.selection import Candidate
-from outreach.models import Outreach, Owner, State
+from outreach.models import Outreach, Owner, OwnerDailySends, State
 from outreach.tiers import Tier
 
 TABLE = Outreach._meta.db_table
@@ -35,28 +35,31 @@ def active_owners() -> list[tuple[OwnerRules, int]]:
 
 
 def used_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, int]:
-    """Emails each owner sent in its local day plus those in flight (index outreach_sent_by_owner).
+    """Emails each owner sent in its local day plus those on their way out.
 
-    One grouped query: owners sharing a time zone share a local midnight, so the filter is one
-    OR-term per time zone, not per owner. Each owner contributes at most daily_limit rows.
+    Sent: one OwnerDailySends row per owner (kept by the SENT transition), not a count of the
+    day's sent rows, so the cost follows the number of owners and not the day's history.
+    In flight: one pass over the partial in-flight index, whose size is the in-flight cap, with
+    no owner filter: filtering by owner lets the planner walk each owner's whole history
+    through the owner index instead.
     """
-    by_zone: dict[str, list[int]] = defaultdict(list)
+    days: dict[date, list[int]] = defaultdict(list)
     for rules in owners:
-        by_zone[rules.timezone].append(rules.owner_id)
-    if not by_zone:
+        days[local_day_start(tz=rules.timezone, now=now).date()].append(rules.owner_id)
+    if not days:
         return {}
-    sent_today = Q()
-    for zone, ids in by_zone.items():
-        sent_today |= Q(owner_id__in=ids, sent_at__gte=local_day_start(tz=zone, now=now))
-    all_ids = [i for ids in by_zone.values() for i in ids]
-    rows = (
-        Outreach.objects.filter(
-            Q(state=State.SENT) & sent_today | Q(state__in=SEND_IN_FLIGHT, owner_id__in=all_ids)
-        )
-        .values("owner_id")
-        .annotate(n=Count("id"))
+    today = Q()
+    for day, ids in days.items():
+        today |= Q(day=day, owner_id__in=ids)
+    used: Counter[int] = Counter(dict(OwnerDailySends.objects.filter(today).values_list("owner_id", "sent")))
+    wanted = {owner_id for ids in days.values() for owner_id in ids}
+    in_flight = (
+        Outreach.objects.filter(state__in=SEND_IN_FLIGHT).values_list("owner_id").annotate(n=Count("id"))
     )
-    return {row["owner_id"]: row["n"] for row in rows}
+    for owner_id, n in in_flight:
+        if owner_id in wanted:
+            used[owner_id] += n
+    return dict(used)
 
 
 def llm_in_flight() -> int:

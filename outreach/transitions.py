@@ -22,7 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from outreach.models import ErrorClass, Outreach, OutreachEvent, State
+from outreach.models import ErrorClass, Outreach, OutreachEvent, OwnerDailySends, State
 
 S = State
 log = logging.getLogger(__name__)
@@ -53,9 +53,11 @@ UNFINISHED = frozenset(State) - TERMINAL - {S.DEAD}
 class IllegalTransition(ValueError):
     """The move is not in the table: a programming error, never retried."""
 
-    def __init__(self, from_: State, to: State) -> None:
+    def __init__(self, from_: State, to: State, *, detail: str = "") -> None:
         allowed = ", ".join(sorted(ALLOWED[from_])) or "nothing (terminal state)"
-        super().__init__(f"Outreach cannot move from {from_} to {to}; from {from_} it may move to {allowed}.")
+        super().__init__(
+            detail or f"Outreach cannot move from {from_} to {to}; from {from_} it may move to {allowed}."
+        )
 
 
 class TransitionLost(RuntimeError):
@@ -90,13 +92,16 @@ def transition(
     """Move one outreach from `from_` (one state or several) to `to`, setting `fields` too.
 
     Raises IllegalTransition if the table forbids it, TransitionLost if the row was not in
-    `from_` any more. The event row is written in the same transaction as the move.
+    `from_` any more. The event row (and for SENT, the owner's count for the day) is written in
+    the same transaction as the move.
     """
     from_states = _as_states(from_)
     _check(from_states, to)
     if error_class:  # the row keeps its latest failure class; the event keeps each one
         fields["error_class"] = error_class
     now = timezone.now()
+    if to == S.SENT:
+        fields.setdefault("sent_at", now)
     with transaction.atomic():
         # Lock the row while it is in a from-state (SELECT ... FOR UPDATE): a racing mover
         # blocks here, then finds the row moved and loses. The state read feeds the history.
@@ -120,6 +125,8 @@ def transition(
             note=note,
             actor_id=actor_id,
         )
+        if to == S.SENT:
+            OwnerDailySends.objects.record(owner_id=previous[2], sent_at=fields["sent_at"])
     log.info(
         "outreach %s: %s -> %s%s", outreach_id, previous[0], to, f" ({note})" if note else "",
         extra={"outreach_id": outreach_id, "owner_id": previous[2], "tier": previous[3], "state": str(to),
@@ -145,6 +152,10 @@ def transition_many(
     """
     from_states = _as_states(from_)
     _check(from_states, to)
+    if to == S.SENT:  # each SENT is recorded after its own SMTP call, and counted for its owner
+        raise IllegalTransition(
+            from_states[0], to, detail="record SENT one outreach at a time with transition()"
+        )
     if not outreach_ids:
         return []
     now = timezone.now()

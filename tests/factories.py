@@ -8,7 +8,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from outreach.models import Lead, Organization, Outreach, Owner, State
+from outreach.models import Lead, Organization, Outreach, Owner, OwnerDailySends, State
 
 _seq = itertools.count(1)
 
@@ -60,4 +60,7 @@ def make_outreach(*, lead: Lead | None = None, state: State = State.QUEUED, **ov
         "idempotency_key": f"test:{next(_seq)}",
         "state_changed_at": now,
     }
-    return Outreach.objects.create(**{**fields, **overrides})
+    outreach = Outreach.objects.create(**{**fields, **overrides})
+    if outreach.state == State.SENT and outreach.sent_at:  # as the SENT transition counts it
+        OwnerDailySends.objects.record(owner_id=outreach.owner_id, sent_at=outreach.sent_at)
+    return outreach
