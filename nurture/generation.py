@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from config.logging import outreach_log_context
@@ -25,7 +24,7 @@ from nurture.policy import check_draft
 from orchestrator.budget import Budget, get_budget
 from orchestrator.dead_letters import replay_outcome_success
 from outreach.models import Lead, Outreach, State
-from outreach.transitions import TransitionLost, transition
+from outreach.transitions import TransitionLost, transition, transition_durably
 
 log = logging.getLogger(__name__)
 
@@ -146,21 +145,20 @@ def _release(*, budget: Budget, outreach: Outreach, usage: Usage) -> None:
 
 
 def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: Usage) -> State:
+    """Keep the paid-for draft: durably, so a connection that died during the LLM calls does
+    not send the row back through recovery to be written (and paid for) again."""
     fields: dict[str, Any] = {"draft_subject": subject, "draft_body": body, "tokens_used": usage.tokens,
               "llm_calls": usage.requests, "reservation_id": "", "last_error": ""}  # fmt: skip
     if outreach.owner.review_required:
-        transition(outreach_id=outreach.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, **fields)
+        transition_durably(
+            outreach_id=outreach.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, **fields
+        )
         replay_outcome_success(outreach_id=outreach.pk)  # a replayed job that got this far succeeded
         return State.AWAITING_APPROVAL
-    with transaction.atomic():
-        transition(
-            outreach_id=outreach.pk,
-            from_=State.GENERATING,
-            to=State.DISPATCHED,
-            note="autonomous: send",
-            **fields,
-        )
-        transaction.on_commit(lambda: enqueue_send(outreach_id=outreach.pk))
+    transition_durably(
+        outreach_id=outreach.pk, from_=State.GENERATING, to=State.DISPATCHED, note="autonomous: send",
+        then=lambda: enqueue_send(outreach_id=outreach.pk), **fields,
+    )  # fmt: skip
     return State.DISPATCHED
 
 

@@ -9,10 +9,6 @@ at-least-once boundary: the receiving side can drop the copy by Message-ID).
 from __future__ import annotations
 
 import logging
-import time
-
-from django.db import InterfaceError, OperationalError, connection
-from django.utils import timezone
 
 from config.logging import outreach_log_context
 from nurture.errors import OptedOut
@@ -21,12 +17,9 @@ from nurture.intake.sequence import sequence_gate
 from nurture.mail import outreach_message_id, send_outreach_email
 from orchestrator.dead_letters import replay_outcome_success
 from outreach.models import Outreach, State
-from outreach.transitions import TransitionLost, transition
+from outreach.transitions import TransitionLost, transition, transition_durably
 
 log = logging.getLogger(__name__)
-
-# Pauses before recording SENT again on a fresh database connection (see _record_sent).
-RECORD_SENT_RETRY_PAUSES_S = (0.5, 2.0)
 
 
 def outreach_send(*, outreach_id: int) -> State | None:
@@ -50,32 +43,8 @@ def outreach_send(*, outreach_id: int) -> State | None:
         return State.CANCELLED
     except Exception as exc:  # classified by nurture.failures
         return fail(outreach=outreach, from_=State.SENDING, exc=exc, job_type="send")
-    _record_sent(outreach_id=outreach_id)
+    # The server has the email: a connection that died during SMTP must not leave the row
+    # SENDING, or recovery would send it again.
+    transition_durably(outreach_id=outreach_id, from_=State.SENDING, to=State.SENT, last_error="")
     replay_outcome_success(outreach_id=outreach_id)  # a replayed job that got this far succeeded
     return State.SENT
-
-
-def _record_sent(*, outreach_id: int) -> None:
-    """SENDING -> SENT once the server has the message, surviving a database connection that died
-    during the SMTP call (terminated, restarted, failed over): left SENDING, the row would be
-    recovered and the email sent a second time. So a failed write is retried on a fresh connection."""
-    for pause in (*RECORD_SENT_RETRY_PAUSES_S, None):
-        try:
-            transition(
-                outreach_id=outreach_id,
-                from_=State.SENDING,
-                to=State.SENT,
-                sent_at=timezone.now(),
-                last_error="",
-            )
-            return
-        except TransitionLost:
-            if Outreach.objects.filter(pk=outreach_id, state=State.SENT).exists():
-                return  # an earlier try committed before its connection died
-            raise
-        except (OperationalError, InterfaceError):
-            if pause is None:
-                raise
-            log.warning("recording SENT failed on a dead database connection: retrying", exc_info=True)
-            connection.close()
-            time.sleep(pause)

@@ -16,10 +16,11 @@ what makes at-least-once task delivery safe: only the winner of a move does its 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from outreach.models import ErrorClass, Outreach, OutreachEvent, OwnerDailySends, State
@@ -132,6 +133,53 @@ def transition(
         extra={"outreach_id": outreach_id, "owner_id": previous[2], "tier": previous[3], "state": str(to),
                "from_state": previous[0], "error_class": str(error_class)},
     )  # fmt: skip
+
+
+# Pauses before trying a durable move again on a fresh database connection.
+DURABLE_RETRY_PAUSES_S = (0.5, 2.0)
+
+
+def transition_durably(
+    *,
+    outreach_id: int,
+    from_: State | Iterable[State],
+    to: State,
+    then: Callable[[], None] | None = None,
+    **kwargs: Any,
+) -> None:
+    """`transition()` for a move that records work which cannot be taken back: an email the
+    server accepted (SENT), a draft the provider was paid for. If the database connection died
+    while that work ran (terminated, restarted, failed over), the move is tried again on a
+    fresh connection: left where it was, the row would be recovered and the work done twice.
+
+    `then` runs once the move is known to be committed (on commit, or when a retry finds that
+    an earlier try did commit before its connection died), so it must be safe to run twice,
+    like enqueueing a task whose first step is a guarded move. Inside an outer transaction it
+    cannot retry (that transaction died with its connection): it is then a plain transition.
+    """
+    retried = False
+    pauses = () if connection.in_atomic_block else DURABLE_RETRY_PAUSES_S
+    for pause in (*pauses, None):
+        try:
+            with transaction.atomic():
+                transition(outreach_id=outreach_id, from_=from_, to=to, **kwargs)
+                if then is not None:
+                    transaction.on_commit(then)
+            return
+        except TransitionLost:
+            if retried and Outreach.objects.filter(pk=outreach_id, state=to).exists():
+                if then is not None:
+                    then()
+                return  # an earlier try committed before its connection died
+            raise
+        except (OperationalError, InterfaceError):
+            if pause is None:
+                raise
+            log.warning("outreach %s: recording %s failed on a dead database connection, retrying", outreach_id, to,
+                        exc_info=True, extra={"outreach_id": outreach_id, "state": str(to)})  # fmt: skip
+            connection.close()
+            time.sleep(pause)
+            retried = True
 
 
 def transition_many(

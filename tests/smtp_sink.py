@@ -1,11 +1,14 @@
 """A real SMTP server for tests: aiosmtpd on 127.0.0.1 and a free port, keeping what it receives.
 
 Tests can make it refuse recipients with a chosen reply (e.g. "550 5.1.1 no such user" or
-"451 4.3.0 try later") to exercise the SMTP error classification.
+"451 4.3.0 try later") to exercise the SMTP error classification, and make it slow to answer
+DATA (`data_delay_s`): the message is stored, delivered as far as the recipient is concerned,
+before the "250", so a sender that dies or loses its database in that gap cannot know.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import logging
@@ -43,12 +46,15 @@ class _Handler:
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         parsed = email.message_from_bytes(envelope.original_content, policy=email.policy.default)
         self.sink.add(ReceivedMessage(envelope.mail_from, list(envelope.rcpt_tos), parsed))
+        await asyncio.sleep(self.sink.data_delay_s)
         return "250 Message accepted"
 
 
 class SMTPSink:
     def __init__(self) -> None:
         self.refusals: dict[str, str] = {}  # recipient address -> SMTP reply to RCPT
+        self.data_delay_s = 0.0  # wait this long after storing a message before answering "250"
+        self.received_at: list[float] = []  # time.time() of each stored message
         self._received: list[ReceivedMessage] = []
         self._lock = threading.Lock()
         self._controller: Controller | None = None
@@ -62,6 +68,7 @@ class SMTPSink:
     def add(self, message: ReceivedMessage) -> None:
         with self._lock:
             self._received.append(message)
+            self.received_at.append(time.time())
 
     def wait_for(self, count: int, *, timeout_s: float = 5.0) -> list[ReceivedMessage]:
         deadline = time.monotonic() + timeout_s

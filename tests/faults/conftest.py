@@ -20,7 +20,8 @@ from django.db import connection
 
 from config.processes import ProcessGroup
 from tests.e2e.conftest import ARTIFACTS as E2E_ARTIFACTS
-from tests.faults.helpers import CHAOS, RedisServer, SlowSMTPSink, TimedLLMStub
+from tests.faults.helpers import CHAOS, RedisServer, TimedLLMStub
+from tests.smtp_sink import SMTPSink
 
 ARTIFACTS = E2E_ARTIFACTS.parent / "faults"
 _FIGURES: list[dict[str, Any]] = []
@@ -29,8 +30,8 @@ StackFactory = Callable[..., ProcessGroup]
 
 
 @pytest.fixture
-def sink() -> Iterator[SlowSMTPSink]:
-    server = SlowSMTPSink().start()
+def sink() -> Iterator[SMTPSink]:
+    server = SMTPSink().start()
     yield server
     server.stop()
 
@@ -54,7 +55,7 @@ def own_redis() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def make_stack(
-    request: pytest.FixtureRequest, redis_client: Any, sink: SlowSMTPSink, stub: TimedLLMStub, settings: Any
+    request: pytest.FixtureRequest, redis_client: Any, sink: SMTPSink, stub: TimedLLMStub, settings: Any
 ) -> Iterator[StackFactory]:
     """Build a ProcessGroup whose children use this test's database, Redis, sink and provider.
 

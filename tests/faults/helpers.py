@@ -6,8 +6,6 @@ Imported by tests/faults/conftest.py and the tests; nothing here touches product
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import subprocess
 import threading
@@ -18,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from aiosmtpd.controller import Controller
 
 from outreach.models import Outreach, OutreachEvent, State
 from tests.llm_stub import LLMStub, StubRequest, StubResponse
-from tests.smtp_sink import SMTPSink, _Handler, free_port
+from tests.smtp_sink import SMTPSink, free_port
 
 # CHAOS=1: the long variants (a minute-long provider outage, more outreach, longer Redis outage).
 CHAOS = os.environ.get("CHAOS", "") == "1"
@@ -70,42 +67,6 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(timeout=10)
             self.proc = None
-
-
-# --- a slow SMTP sink: the server has the message, the client has no answer yet ----------------
-
-
-class _SlowHandler(_Handler):
-    sink: SlowSMTPSink
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        reply = await super().handle_DATA(server, session, envelope)
-        self.sink.received_at.append(time.time())
-        # The message is stored (delivered, as far as the recipient is concerned) before "250":
-        # a sender killed in this gap cannot know it was delivered.
-        await asyncio.sleep(self.sink.data_delay_s)
-        return reply
-
-
-class SlowSMTPSink(SMTPSink):
-    """SMTPSink whose DATA answer waits `data_delay_s` after the message was stored."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.data_delay_s = 0.0
-        self.received_at: list[float] = []
-
-    def start(self) -> SlowSMTPSink:
-        logging.getLogger("mail.log").setLevel(logging.WARNING)
-        for _ in range(5):
-            controller = Controller(_SlowHandler(self), hostname="127.0.0.1", port=free_port())
-            try:
-                controller.start()
-            except (OSError, RuntimeError):
-                continue
-            self._controller, self.port = controller, controller.port
-            return self
-        raise RuntimeError("could not start the SMTP sink on a free port")
 
 
 # --- an LLM stub that time-stamps arrivals and can answer by rule ------------------------------

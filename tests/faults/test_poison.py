@@ -20,7 +20,8 @@ from outreach.models import DeadLetter, ErrorClass, OutreachEvent, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
-from tests.faults.helpers import SlowSMTPSink, all_in, delivery, pick, sent_events, states
+from tests.faults.helpers import all_in, delivery, pick, sent_events, states
+from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -37,7 +38,7 @@ def sim() -> Iterator[LLMSim]:
 
 
 def test_poison_job_is_dead_lettered_after_the_cap_and_never_loops(
-    make_stack: StackFactory, sim: LLMSim, sink: SlowSMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, sim: LLMSim, sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given one lead whose prompts always make the provider answer 500, among healthy ones
     agent = make_owner(organization=make_org(), daily_limit=10_000)

@@ -19,7 +19,6 @@ from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import (
-    SlowSMTPSink,
     TimedLLMStub,
     all_in,
     delivery,
@@ -29,6 +28,7 @@ from tests.faults.helpers import (
     states,
 )
 from tests.llm_stub import StubResponse
+from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -45,7 +45,7 @@ def terminate_other_backends() -> int:
 
 
 def test_dropped_database_connections_lose_nothing_and_send_nothing_twice(
-    make_stack: StackFactory, stub: TimedLLMStub, sink: SlowSMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given a run in progress, with a mail server that takes 0.5 s to accept each message
     agent = make_owner(organization=make_org(), daily_limit=10_000)

@@ -23,7 +23,6 @@ from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import (
-    SlowSMTPSink,
     TimedLLMStub,
     all_in,
     delivery,
@@ -33,6 +32,7 @@ from tests.faults.helpers import (
     sent_events,
 )
 from tests.llm_stub import StubResponse
+from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -42,7 +42,7 @@ GENERATION_WORKERS = 2  # start_pipeline's generation concurrency
 
 
 def test_a_provider_answering_429_for_a_while_sees_no_retry_storm_and_throughput_recovers(
-    make_stack: StackFactory, stub: TimedLLMStub, sink: SlowSMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given queued outreach and a provider that refuses every call with 429, Retry-After 2 s
     agent = make_owner(organization=make_org(), daily_limit=10_000)

@@ -22,7 +22,6 @@ from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import (
     RedisServer,
-    SlowSMTPSink,
     TimedLLMStub,
     all_in,
     delivery,
@@ -33,6 +32,7 @@ from tests.faults.helpers import (
     states,
 )
 from tests.llm_stub import StubResponse
+from tests.smtp_sink import SMTPSink
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -55,7 +55,7 @@ def test_redis_crash_mid_run_loses_nothing_and_the_budget_follows_its_policy(
     own_redis: RedisServer,  # before make_stack: torn down after the processes that use it
     make_stack: StackFactory,
     stub: TimedLLMStub,
-    sink: SlowSMTPSink,
+    sink: SMTPSink,
     figures: dict[str, object],
 ) -> None:
     # given a run in progress on our own Redis: two outreach in flight at a time, the rest queued

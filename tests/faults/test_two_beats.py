@@ -24,8 +24,9 @@ from outreach.models import State
 from tests.e2e.conftest import wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
-from tests.faults.helpers import SlowSMTPSink, all_in, claims, delivery, pick, sent_events
+from tests.faults.helpers import all_in, claims, delivery, pick, sent_events
 from tests.faults.lease_probe import read_spans
+from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -42,7 +43,7 @@ def probed_worker(queue: Queue, *, name: str) -> list[str]:
 def test_two_beats_still_run_one_dispatch_cycle_at_a_time_and_claim_each_outreach_once(
     make_stack: StackFactory,
     redis_client: redis.Redis,
-    sink: SlowSMTPSink,
+    sink: SMTPSink,
     tmp_path: Path,
     figures: dict[str, object],
 ) -> None:

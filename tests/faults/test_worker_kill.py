@@ -18,7 +18,6 @@ from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import (
-    SlowSMTPSink,
     TimedLLMStub,
     all_in,
     delivery,
@@ -27,6 +26,7 @@ from tests.faults.helpers import (
     states,
 )
 from tests.llm_stub import StubResponse
+from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -37,7 +37,7 @@ def _autonomous_outreach(count: int) -> list[int]:
 
 
 def test_send_worker_killed_after_the_server_took_the_message_resends_with_the_same_message_id(
-    make_stack: StackFactory, sink: SlowSMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given autonomous outreach and a mail server that stores each message, then waits 3 s to say 250
     ids = _autonomous_outreach(pick(6, 24))
@@ -71,7 +71,7 @@ def test_send_worker_killed_after_the_server_took_the_message_resends_with_the_s
 
 
 def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
-    make_stack: StackFactory, stub: TimedLLMStub, sink: SlowSMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given several outreach and a provider slow enough that the kill lands mid-call
     count = pick(4, 24)

@@ -1,0 +1,147 @@
+"""A database connection that dies while paid-for or unsendable work runs (LLM calls, the SMTP
+call) must not lose that work: the outcome is recorded on a fresh connection, once.
+
+The worker's own PostgreSQL backend is terminated from another connection while the provider
+(or the mail server) is still answering, as a failover or an operator's pg_terminate_backend
+would do. Transactional tests: the connection really closes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+from django.db import connection
+
+from nurture.generation import outreach_generate
+from nurture.sending import outreach_send
+from orchestrator.budget import Budget, Limits, Reservation
+from outreach.models import Outreach, OutreachEvent, OwnerDailySends, State
+from outreach.transitions import TransitionLost, transition_durably
+from tests.factories import make_lead, make_outreach, make_owner
+from tests.llm_stub import LLMStub, StubResponse
+from tests.smtp_sink import SMTPSink
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _dsn() -> str:
+    params = connection.get_connection_params()
+    return f"host={params['host']} port={params['port']} user={params['user']} dbname={params['dbname']}"
+
+
+@pytest.fixture
+def kill_my_backend() -> Iterator[Any]:
+    """kill(after_s): terminate this test's database backend `after_s` from now, from a thread."""
+    threads: list[threading.Thread] = []
+
+    def kill(after_s: float) -> None:
+        connection.ensure_connection()
+        pid = connection.connection.info.backend_pid
+        dsn = _dsn()
+
+        def terminate() -> None:
+            threading.Event().wait(after_s)
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+        thread = threading.Thread(target=terminate, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    yield kill
+    for thread in threads:
+        thread.join(10)
+
+
+@pytest.fixture
+def budget(redis_client: redis.Redis) -> Budget:
+    return Budget(redis_client=redis_client, limits=Limits(rpm=10_000, tpm=10_000_000, burst_ms=60_000))
+
+
+def _dispatched(budget: Budget, **owner: Any) -> Outreach:
+    reservation = budget.reserve(requests=3, tokens=1800)
+    assert isinstance(reservation, Reservation)
+    lead = make_lead(owner=make_owner(**owner))
+    return make_outreach(lead=lead, state=State.DISPATCHED, reservation_id=reservation.id)
+
+
+def test_draft_survives_a_connection_killed_during_the_llm_calls(
+    budget: Budget, llm_stub: LLMStub, kill_my_backend: Any
+) -> None:
+    # given a review-required owner's dispatched intro, and a provider taking 0.3 s a call
+    outreach = _dispatched(budget, review_required=True)
+    llm_stub.default = StubResponse(delay_s=0.3)
+    # when the worker's database connection is terminated during the LLM calls
+    kill_my_backend(after_s=0.4)
+    state = outreach_generate(outreach_id=outreach.pk, budget=budget)
+    # then the draft is kept (recorded on a fresh connection), paid for once
+    assert state == State.AWAITING_APPROVAL
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.llm_calls, len(llm_stub.requests)) == (State.AWAITING_APPROVAL, 3, 3)
+    assert outreach.draft_body
+
+
+def test_autonomous_draft_survives_and_its_send_is_enqueued_once(
+    budget: Budget, llm_stub: LLMStub, kill_my_backend: Any, redis_client: redis.Redis
+) -> None:
+    # given an autonomous owner's dispatched intro
+    outreach = _dispatched(budget)
+    llm_stub.default = StubResponse(delay_s=0.3)
+    # when the worker's connection is terminated during the LLM calls
+    kill_my_backend(after_s=0.4)
+    state = outreach_generate(outreach_id=outreach.pk, budget=budget)
+    # then the draft is routed to send, and one send task is on the broker's send queue
+    assert state == State.DISPATCHED
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.llm_calls) == (State.DISPATCHED, 3)
+    assert redis_client.llen("send") == 1
+
+
+def test_sent_is_recorded_once_when_the_connection_dies_during_smtp(
+    smtp_sink: SMTPSink, kill_my_backend: Any
+) -> None:
+    # given a written draft and a mail server slow to say "250" after storing the message
+    owner = make_owner()
+    outreach = make_outreach(
+        lead=make_lead(owner=owner), state=State.DISPATCHED, draft_subject="Hi", draft_body="Hello there"
+    )
+    smtp_sink.data_delay_s = 0.6
+    # when the worker's connection is terminated while it waits for the server
+    kill_my_backend(after_s=0.3)
+    assert outreach_send(outreach_id=outreach.pk) == State.SENT
+    # then SENT is recorded once, counted once, and one email went out
+    outreach.refresh_from_db()
+    assert outreach.state == State.SENT
+    assert OutreachEvent.objects.filter(outreach=outreach, to_state=State.SENT).count() == 1
+    assert OwnerDailySends.objects.get(owner=owner).sent == 1
+    assert len(smtp_sink.messages) == 1
+
+
+def test_durable_move_that_lost_a_race_still_raises(kill_my_backend: Any) -> None:
+    # a row someone else already moved is not "committed by an earlier try": the loser is told
+    outreach = make_outreach(state=State.CANCELLED)
+    ran: list[str] = []
+    with pytest.raises(TransitionLost):
+        transition_durably(
+            outreach_id=outreach.pk, from_=State.SENDING, to=State.SENT, then=lambda: ran.append("then")
+        )
+    assert ran == []
+
+
+def test_durable_move_after_a_dead_connection_runs_then_once(kill_my_backend: Any) -> None:
+    outreach = make_outreach(state=State.GENERATING)
+    kill_my_backend(after_s=0)
+    threading.Event().wait(0.3)  # the backend is gone before the move starts
+    ran: list[str] = []
+    transition_durably(
+        outreach_id=outreach.pk, from_=State.GENERATING, to=State.DISPATCHED, then=lambda: ran.append("then")
+    )
+    outreach.refresh_from_db()
+    assert outreach.state == State.DISPATCHED
+    assert ran == ["then"]
+    assert OutreachEvent.objects.filter(outreach=outreach, to_state=State.DISPATCHED).count() == 1
