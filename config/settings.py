@@ -184,6 +184,15 @@ CELERY_WORKER_SEND_TASK_EVENTS = True  # Flower
 # doubled the cost of a publish; Flower still sees received/started/succeeded from workers.
 CELERY_TASK_SEND_SENT_EVENT = False
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "dispatch-cycle": {
+        "task": "orchestrator.dispatch",
+        "schedule": DISPATCH_INTERVAL,
+        # A cycle message older than one interval is useless (the next one is coming): let it
+        # expire rather than pile up behind a stopped orchestrator worker.
+        "options": {"queue": Queue.ORCHESTRATOR.value, "expires": max(DISPATCH_INTERVAL, 1.0)},
+    }
+}
 
 # Structured logs: JSON lines in production, key=value in debug; every line about an outreach
 # carries its id, owner, tier and state (config.logging.outreach_log_context).

@@ -104,3 +104,20 @@ def test_production_without_a_secret_stops_with_an_error_naming_it(secret: str, 
 def test_short_stuck_timeout_is_flagged_by_the_system_check() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_STUCK_AFTER_S": "60"})
     assert "orchestrator.W001" in result.stderr + result.stdout
+
+
+def test_importing_config_leaves_settings_to_the_environment_set_afterwards() -> None:
+    # a bench or the demo imports config helpers, then sets the environment of its stack: the
+    # settings must be read then, not frozen at import (with a secret-less production default)
+    script = (
+        "import os; import config.processes; from django.conf import settings; "
+        "assert not settings.configured, 'importing config loaded the settings'; "
+        "os.environ.update(DJANGO_DEBUG='1', DISPATCH_INTERVAL='0.5'); "
+        "from config.celery import app; print(app.conf.beat_schedule['dispatch-cycle']['schedule'])"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "DISPATCH"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0.5"
