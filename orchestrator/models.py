@@ -30,6 +30,9 @@ class BudgetSample(models.Model):
 
     class Meta:
         ordering = ["at"]
+        # The dashboard shows every organization's owners and the whole budget: an operator's
+        # view, not an organization member's (their admin lists are scoped to their own).
+        permissions = [("view_queue_health", "Can view the queue-health dashboard and metrics")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.requests}/{self.effective_rpm} rpm"

@@ -1,4 +1,7 @@
-"""The queue-health dashboard (inside the admin, staff only) and the Prometheus endpoint.
+"""The queue-health dashboard (inside the admin) and the Prometheus endpoint.
+
+Both show every organization's owners and the whole budget, so a session needs
+orchestrator.view_queue_health (superusers have it); organization members do not by default.
 
 Thin: both read `orchestrator.metrics.queue_health()`, the one source of the figures.
 """
@@ -9,6 +12,7 @@ import hmac
 
 from django.conf import settings
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET
@@ -21,9 +25,15 @@ from orchestrator.metrics.prometheus import metrics_registry
 REGISTRY = metrics_registry()
 
 
+VIEW_PERMISSION = "orchestrator.view_queue_health"
+
+
 @require_GET
 def queue_health_page(request: HttpRequest) -> HttpResponse:
-    """Wrapped in `admin.site.admin_view` (urls.py): anonymous and non-staff go to the admin login."""
+    """Wrapped in `admin.site.admin_view` (urls.py): anonymous and non-staff go to the admin login,
+    staff without the permission get 403."""
+    if not request.user.has_perm(VIEW_PERMISSION):
+        raise PermissionDenied
     context = {
         **admin.site.each_context(request),
         "title": "Queue health",
@@ -35,7 +45,8 @@ def queue_health_page(request: HttpRequest) -> HttpResponse:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text format. Open by default (scraped on the internal port, like any exporter);
-    with METRICS_TOKEN set, a scrape needs `Authorization: Bearer <token>` (or a staff session)."""
+    with METRICS_TOKEN set, a scrape needs `Authorization: Bearer <token>` (or a session allowed
+    to see the dashboard)."""
     if not _may_scrape(request):
         return HttpResponse(
             "metrics need a bearer token\n", status=401, headers={"WWW-Authenticate": "Bearer"}
@@ -45,7 +56,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 def _may_scrape(request: HttpRequest) -> bool:
     token = getattr(settings, "METRICS_TOKEN", "")
-    if not token or getattr(request.user, "is_staff", False):
+    if not token or request.user.has_perm(VIEW_PERMISSION):
         return True
     given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
     return hmac.compare_digest(given.encode(), token.encode())  # constant time: no timing oracle

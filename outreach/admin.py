@@ -44,8 +44,55 @@ def _approver(request: HttpRequest) -> AbstractBaseUser:
     return request.user
 
 
+class OrganizationScopedAdmin(admin.ModelAdmin):
+    """Everything an admin page lists, opens, changes or acts on, limited for a user who is not
+    a superuser to the organizations they are a member of (Organization.members).
+
+    `organization_path` is the lookup from the model to its Organization. Every view, bulk
+    action and history page reads through get_queryset, so that is the one gate; an object of
+    another organization is a 404, as if it did not exist. Choices of an organization or an
+    owner in forms are limited the same way, so nothing can be moved into another organization.
+    """
+
+    organization_path = "organization"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        rows = super().get_queryset(request)
+        if request.user.is_superuser:
+            return rows
+        # One membership row per (organization, user): the join cannot repeat a row.
+        return rows.filter(**{self._members_lookup(self.organization_path): request.user.pk})
+
+    @staticmethod
+    def _members_lookup(path: str) -> str:
+        return f"{path}__members" if path else "members"
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        found = super().get_object(request, object_id, from_field)
+        if found is None and self._elsewhere(request, object_id):
+            raise Http404("Not found in your organizations.")
+        return found
+
+    def _elsewhere(self, request: HttpRequest, object_id: str) -> bool:
+        """It exists, outside the user's organizations (anything else keeps the admin's "perhaps
+        it was deleted" redirect)."""
+        try:
+            return self.model._default_manager.filter(pk=int(object_id)).exists()
+        except ValueError:
+            return False
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if not request.user.is_superuser and db_field.related_model in (Organization, Owner):
+            path = "" if db_field.related_model is Organization else "organization"
+            kwargs["queryset"] = db_field.related_model._default_manager.filter(
+                **{self._members_lookup(path): request.user.pk}
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
 @admin.register(Organization)
-class OrganizationAdmin(admin.ModelAdmin):
+class OrganizationAdmin(OrganizationScopedAdmin):
+    organization_path = ""
     list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "created_at")
     search_fields = ("name",)
     # Members are the reviewers who may approve this organization's drafts.
@@ -65,7 +112,7 @@ class OwnerForm(forms.ModelForm):
 
 
 @admin.register(Owner)
-class OwnerAdmin(admin.ModelAdmin):
+class OwnerAdmin(OrganizationScopedAdmin):
     form = OwnerForm
     list_display = (
         "name", "kind", "organization", "daily_limit", "hours_start", "hours_end", "working_days",
@@ -75,8 +122,22 @@ class OwnerAdmin(admin.ModelAdmin):
     search_fields = ("name",)
 
 
+class LeadForm(forms.ModelForm):
+    # No Meta: the admin builds it from LeadAdmin.
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or self.cleaned_data
+        organization, owner = data.get("organization"), data.get("owner")
+        if organization is not None and owner is not None and owner.organization_id != organization.pk:
+            self.add_error(
+                "owner", f"{owner.name} works for {owner.organization}: pick an owner of {organization}."
+            )
+        return data
+
+
 @admin.register(Lead)
-class LeadAdmin(admin.ModelAdmin):
+class LeadAdmin(OrganizationScopedAdmin):
+    form = LeadForm
     list_display = ("email", "first_name", "last_name", "company", "owner", "status", "timezone")
     list_filter = ("status", "owner__organization", "owner")
     search_fields = ("email", "first_name", "last_name", "company")
@@ -104,7 +165,8 @@ class OutreachEventInline(admin.TabularInline):
 
 
 @admin.register(Outreach)
-class OutreachAdmin(admin.ModelAdmin):
+class OutreachAdmin(OrganizationScopedAdmin):
+    organization_path = "owner__organization"
     list_display = (
         "id",
         "kind",
@@ -161,15 +223,11 @@ class DraftForm(forms.ModelForm):
 
 
 @admin.register(DraftForApproval)
-class ApprovalQueueAdmin(admin.ModelAdmin):
-    """Only users holding outreach.approve_outreach see this; everyone else gets 403.
+class ApprovalQueueAdmin(OrganizationScopedAdmin):
+    """Only users holding outreach.approve_outreach see this; everyone else gets 403. And only
+    drafts of owners in their organizations (OrganizationScopedAdmin)."""
 
-    And only their organizations' drafts: a reviewer who is not a superuser sees, opens and
-    approves only drafts of owners in organizations they are a member of (Organization.members).
-    Every view, bulk action and history page reads through get_queryset, so that is the one gate;
-    a draft of another organization is a 404, as if it did not exist.
-    """
-
+    organization_path = "owner__organization"
     form = DraftForm
 
     list_display = ("subject_line", "preview", "lead_who", "company", "owner", "kind", "waiting_for")
@@ -182,21 +240,10 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
     actions = ("approve_selected", "reject_selected")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
-        drafts = super().get_queryset(request).filter(state=State.AWAITING_APPROVAL)
-        if request.user.is_superuser:
-            return drafts
-        # One membership row per (organization, user): the join cannot repeat a draft.
-        return drafts.filter(owner__organization__members=request.user.pk)
-
-    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
-        draft = super().get_object(request, object_id, from_field)
-        if draft is None and self._elsewhere(request, object_id):
-            raise Http404("No such draft in your organizations.")
-        return draft
+        return super().get_queryset(request).filter(state=State.AWAITING_APPROVAL)
 
     def _elsewhere(self, request: HttpRequest, object_id: str) -> bool:
-        """A waiting draft exists but outside the user's organizations (the rest keep the admin's
-        "perhaps it was deleted" redirect, e.g. a draft someone else just approved)."""
+        # Only a waiting draft is "elsewhere"; one someone just approved keeps the redirect.
         try:
             return DraftForApproval.objects.filter(pk=int(object_id), state=State.AWAITING_APPROVAL).exists()
         except ValueError:
@@ -293,8 +340,11 @@ class ApprovalQueueAdmin(admin.ModelAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin):
-    """Operators read failures here; approvers (or superusers) replay, cancel or escalate them."""
+class DeadLetterAdmin(OrganizationScopedAdmin):
+    """Operators read failures here; approvers (or superusers) replay, cancel or escalate them,
+    each only their organizations' (the outreach's owner's organization)."""
+
+    organization_path = "outreach__owner__organization"
 
     list_display = (
         "id", "outreach", "job_type", "failure_class", "status", "suggested_action", "entity_ids",

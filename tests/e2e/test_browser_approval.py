@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.contrib.contenttypes.models import ContentType
 from django.db import connections
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
@@ -82,8 +81,7 @@ def browser(
 
 def _staff_user(username: str, *, codenames: list[str]) -> User:
     user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
-    outreach_type = ContentType.objects.get_for_model(Outreach)
-    user.user_permissions.add(*Permission.objects.filter(content_type=outreach_type, codename__in=codenames))
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     return user
 
 
@@ -108,8 +106,9 @@ def _state(outreach_id: int) -> str:
 def test_approver_edits_and_approves_a_draft_in_the_browser_and_sees_the_dashboard(
     browser: BrowserContext, live_server: Any, stack: ProcessGroup, llm_stub: LLMStub, smtp_sink: SMTPSink
 ) -> None:
-    # given a reviewer, a review-required owner and one intro drafted by the real pipeline
-    reviewer = _staff_user("reviewer", codenames=["approve_outreach", "view_outreach"])
+    # given a reviewer (also an operator: the dashboard has its own permission), a
+    # review-required owner and one intro drafted by the real pipeline
+    reviewer = _staff_user("reviewer", codenames=["approve_outreach", "view_outreach", "view_queue_health"])
     org = make_org()
     org.members.add(reviewer)  # reviewers approve the drafts of their own organizations only
     owner = make_owner(organization=org, review_required=True, name="Sam Seller")

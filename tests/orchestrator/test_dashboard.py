@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis
 from django.contrib import admin
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import include, path, reverse
 from django.utils import timezone
@@ -27,8 +27,11 @@ PAGE = "orchestrator:queue-health"
 CHARTS = ("chart-budget-requests", "chart-budget-tokens", "chart-latency", "chart-owner-share")
 
 
-def _client(*, staff: bool) -> Client:
-    user = User.objects.create_user(f"user-{staff}", password="pw", is_staff=staff)
+def _client(*, staff: bool, may_view: bool = True) -> Client:
+    """A session of a user with the dashboard permission (unless may_view=False)."""
+    user = User.objects.create_user(f"user-{staff}-{may_view}", password="pw", is_staff=staff)
+    if may_view:
+        user.user_permissions.add(Permission.objects.get(codename="view_queue_health"))
     client = Client()
     client.force_login(user)
     return client
@@ -92,6 +95,15 @@ def test_admin_index_links_to_the_dashboard_for_staff(redis_client: redis.Redis)
     assert f'href="{reverse(PAGE)}" id="queue-health-link"' in html
 
 
+def test_staff_without_the_dashboard_permission_get_403_and_no_link(some_work: None, settings: Any) -> None:
+    # an organization's reviewer is staff, but the dashboard shows every organization's owners
+    client = _client(staff=True, may_view=False)
+    assert client.get(reverse(PAGE)).status_code == 403
+    assert "queue-health-link" not in client.get(reverse("admin:index")).content.decode()
+    settings.METRICS_TOKEN = "s3cret"
+    assert client.get(reverse("orchestrator:metrics")).status_code == 401
+
+
 def _scrape(client: Client, **headers: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     response = client.get(reverse("orchestrator:metrics"), **headers)
     assert response.status_code == 200
@@ -126,4 +138,4 @@ def test_metrics_token_when_set_is_required(redis_client: redis.Redis, settings:
     assert Client().get(url).status_code == 401
     assert Client().get(url, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert _scrape(Client(), HTTP_AUTHORIZATION="Bearer s3cret")[("outreach_window_seconds", ())] == 86_400
-    assert _client(staff=True).get(url).status_code == 200  # a staff session may look too
+    assert _client(staff=True).get(url).status_code == 200  # a session allowed on the dashboard may look too

@@ -6,7 +6,7 @@ from django.test import Client
 from django.urls import reverse
 
 from orchestrator.dead_letters import dead_letter, dead_letter_replay
-from outreach.models import DeadLetter, ErrorClass, Outreach, State
+from outreach.models import DeadLetter, ErrorClass, Organization, Outreach, State
 from tests.factories import make_outreach
 
 pytestmark = pytest.mark.django_db
@@ -15,6 +15,8 @@ LIST_URL = "admin:outreach_deadletter_changelist"
 
 
 def _client(user: User) -> Client:
+    """Logged in as `user`, a member of every organization so far (lists are scoped to them)."""
+    user.organizations.add(*Organization.objects.all())
     client = Client()
     client.force_login(user)
     return client

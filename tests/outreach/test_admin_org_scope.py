@@ -7,13 +7,17 @@ forged bulk action naming it changes nothing. Superusers see every organization.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from outreach.models import Organization, Outreach, State
+from orchestrator.dead_letters import dead_letter
+from outreach.models import DeadLetter, ErrorClass, Organization, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.security.admin_forms import form_values, superuser_client
 
 pytestmark = pytest.mark.django_db
 
@@ -183,3 +187,86 @@ def test_odd_draft_ids_are_not_found_never_a_500(object_id: str) -> None:
     url = f"/admin/outreach/draftforapproval/{object_id}/change/"
     assert client.get(url).status_code == 302  # the admin's "perhaps it was deleted" redirect
     assert client.post(url, {"draft_subject": "x", "draft_body": "y"}).status_code == 302
+
+
+# --- every other admin list: outreach, leads, owners, dead letters, organizations -------------
+
+
+def _member(orgs: list[Organization], *codenames: str) -> Client:
+    user = User.objects.create_user("member", password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    for org in orgs:
+        org.members.add(user)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _one_of_each(org: Organization, tag: str) -> dict[str, Any]:
+    """A row of every scoped model in `org`, keyed by admin model name."""
+    owner = make_owner(organization=org, name=f"owner-{tag}")
+    lead = make_lead(owner=owner, email=f"{tag}@lead.example")
+    outreach = make_outreach(lead=lead, state=State.GENERATING)
+    letter = dead_letter(outreach=outreach, from_=State.GENERATING, failure_class=ErrorClass.PERMANENT,
+                         reason=f"HTTP 400 for {tag}", job_type="generation")  # fmt: skip
+    return {"organization": org, "owner": owner, "lead": lead, "outreach": outreach, "deadletter": letter}
+
+
+SCOPED = ["organization", "owner", "lead", "outreach", "deadletter"]
+
+
+@pytest.mark.parametrize("model", SCOPED)
+def test_member_lists_and_opens_only_their_organizations_rows(model: str) -> None:
+    # given one row of each kind in two organizations, and a member of the first
+    ours, theirs = make_org(name="Ours"), make_org(name="Theirs")
+    mine, other = _one_of_each(ours, "ours"), _one_of_each(theirs, "theirs")
+    client = _member([ours], f"view_{model}")
+    # when they open the list, and each row
+    listed = client.get(reverse(f"admin:outreach_{model}_changelist"))
+    opened_mine = client.get(reverse(f"admin:outreach_{model}_change", args=[mine[model].pk]))
+    opened_other = client.get(reverse(f"admin:outreach_{model}_change", args=[other[model].pk]))
+    # then only their organization's row is there; the other is a 404
+    assert listed.status_code == 200
+    assert [row.pk for row in listed.context["cl"].result_list] == [mine[model].pk]
+    assert (opened_mine.status_code, opened_other.status_code) == (200, 404)
+
+
+def test_forged_dead_letter_replay_cannot_reach_another_organization() -> None:
+    ours, theirs = make_org(), make_org()
+    mine, other = _one_of_each(ours, "ours")["deadletter"], _one_of_each(theirs, "theirs")["deadletter"]
+    client = _member([ours], "view_deadletter", "approve_outreach")
+    url = reverse("admin:outreach_deadletter_changelist")
+    client.post(url, {"action": "replay_selected", "_selected_action": [mine.pk, other.pk]})
+    mine.refresh_from_db()
+    other.refresh_from_db()
+    assert (mine.status, other.status) == (DeadLetter.Status.REPLAYED, DeadLetter.Status.OPEN)
+
+
+def test_member_cannot_move_a_lead_to_another_organizations_owner() -> None:
+    # given a member who may change leads, their lead, and an owner of another organization
+    ours, theirs = make_org(), make_org()
+    lead = make_lead(owner=make_owner(organization=ours))
+    stranger = make_owner(organization=theirs)
+    client = _member([ours], "view_lead", "change_lead")
+    url = reverse("admin:outreach_lead_change", args=[lead.pk])
+    # when they post the lead with the other organization's owner (a raw id field: any id can be typed)
+    data = form_values(client, url) | {"owner": stranger.pk}
+    response = client.post(url, data)
+    # then the form refuses the owner and the lead keeps its own
+    assert response.status_code == 200
+    assert "owner" in response.context["adminform"].form.errors
+    lead.refresh_from_db()
+    assert lead.owner_id != stranger.pk
+
+
+def test_lead_form_refuses_an_owner_of_another_organization_even_for_a_superuser() -> None:
+    ours, theirs = make_org(), make_org()
+    lead = make_lead(owner=make_owner(organization=ours))
+    stranger = make_owner(organization=theirs, name="Stranger")
+    client = superuser_client()
+    url = reverse("admin:outreach_lead_change", args=[lead.pk])
+    response = client.post(url, form_values(client, url) | {"owner": stranger.pk})
+    errors = response.context["adminform"].form.errors
+    assert "Stranger works for" in str(errors["owner"])
+    lead.refresh_from_db()
+    assert lead.owner_id != stranger.pk
