@@ -7,6 +7,7 @@ Every row is validated first; one bad row and nothing is loaded. Re-running a fi
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,8 +64,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if opts["timeout"] <= 0:  # checked before reading anything: a bad flag writes nothing
-            raise CommandError(f"--timeout {opts['timeout']:g}: give a positive number of seconds.")
+        if not 0 < opts["timeout"] < math.inf:  # before reading anything: a bad flag writes nothing
+            raise CommandError(f"--timeout {opts['timeout']:g}: give a positive, finite number of seconds.")
         started = time.monotonic()
         path = Path(opts["file"])
         raw = _read(path)

@@ -7,7 +7,9 @@ from LLM_RPM / LLM_TPM and the port of LLM_BASE_URL, so a bare `llm_sim` matches
 from __future__ import annotations
 
 import dataclasses
+import errno
 import signal
+import socket
 import threading
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,9 +59,7 @@ class Command(BaseCommand):
         try:
             sim.start()
         except OSError as exc:
-            raise CommandError(
-                f"--port {opts['port']}: cannot listen on {opts['host']}: {exc.strerror or exc}."
-            ) from None
+            raise CommandError(_bind_error(exc, host=opts["host"], port=opts["port"])) from None
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
@@ -96,3 +96,11 @@ def _config(opts: dict[str, Any]) -> SimConfig:
     except SimConfigError as exc:
         flag = "--" + exc.field.replace("_", "-")
         raise CommandError(f"{flag}: {exc.message}.") from None
+
+
+def _bind_error(exc: OSError, *, host: str, port: int) -> str:
+    """Name the flag at fault: an address this machine does not have is --host's, the rest --port's."""
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return f"--host {host}: not an address of this machine ({reason}); use 127.0.0.1 or 0.0.0.0."
+    return f"--port {port}: cannot listen on {host}: {reason}; pick a free port, or 0 for any."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,9 @@ from rich.console import Console
 
 from demo.run import DemoOptions, run
 
+# Seeding and the live view stay quick up to here; a bigger load is bench/soak.py's job.
+MAX_LEADS = 100_000
+
 
 class Command(BaseCommand):
     help = "Run the demo: LLM simulator, SMTP sink, web, a worker per queue, beat and Flower, with live progress."
@@ -21,7 +25,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--for", dest="seconds", type=float, default=None, help="Stop after SECONDS and write a report."
         )
-        parser.add_argument("--leads", type=int, default=2000, help="Leads to seed (default 2000).")
+        parser.add_argument(
+            "--leads", type=int, default=2000, help=f"Leads to seed (default 2000, at most {MAX_LEADS:,})."
+        )
         parser.add_argument("--keep", action="store_true", help="Keep the demo database from the last run.")
         parser.add_argument("--web-port", type=int, default=8000)
         parser.add_argument("--flower-port", type=int, default=5555)
@@ -40,13 +46,19 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         if not settings.DEBUG:
             raise CommandError("The demo runs with DJANGO_DEBUG=1 (demo secrets); scripts/demo.sh sets it.")
-        if opts["seconds"] is not None and opts["seconds"] <= 0:
+        if opts["seconds"] is not None and not 0 < opts["seconds"] < math.inf:
             raise CommandError(f"--for {opts['seconds']}: give a positive number of seconds.")
+        if not 0 <= opts["auto_approve_after"] < math.inf:
+            raise CommandError(
+                f"--auto-approve-after {opts['auto_approve_after']}: give seconds, 0 or more (0: never)."
+            )
         for flag in ("web_port", "flower_port", "sim_port", "smtp_port"):
             if not 1 <= opts[flag] <= 65535:
                 raise CommandError(f"--{flag.replace('_', '-')} {opts[flag]}: a port is between 1 and 65535.")
-        if opts["leads"] < 1:
-            raise CommandError(f"--leads {opts['leads']}: give at least 1.")
+        if not 1 <= opts["leads"] <= MAX_LEADS:
+            raise CommandError(
+                f"--leads {opts['leads']}: give 1 to {MAX_LEADS:,} (the demo seeds and shows them all)."
+            )
         self._fresh_database(keep=opts["keep"])
         call_command("migrate", verbosity=0)
         # SIGTERM (e.g. from a supervisor) stops the demo as cleanly as Ctrl-C.
