@@ -66,7 +66,10 @@ class Adaptive:
     """AIMD on the provider-window limits (both requests and tokens).
 
     A 429 multiplies the limits by `decrease` (at most once per `interval_ms`, so a volley of
-    429s from calls already in flight counts as one signal); a provider report showing less
+    429s from calls already in flight counts as one signal) when our own calls of the last
+    interval ran at `busy_fraction` of the limits or more; otherwise it only holds calls for
+    Retry-After (a provider outage would else cut us down to the floor, and the additive climb
+    back would take minutes after the provider recovered). A provider report showing less
     room than we believe cuts them at once to what the provider says is ours. Every
     `interval_ms` without a cut gives back `step_fraction` of the configured limit. Limits
     never fall below `floor_fraction` of the configured ones.
@@ -77,6 +80,7 @@ class Adaptive:
     interval_ms: int = 5_000
     floor_fraction: float = 0.05
     tolerance_fraction: float = 0.01  # report noise ignored: requests racing the header
+    busy_fraction: float = 0.5  # a 429 cuts only if our last interval ran at this x the limit
 
     def step(self, limit: int) -> int:
         return max(1, int(limit * self.step_fraction))

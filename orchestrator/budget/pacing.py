@@ -10,9 +10,11 @@ call can still count our calls in the window it describes.
 
 Other systems may share the key. Provider headers say how much of the window is left; our
 calls in that window plus what is left is the share we really have. When it is less than the
-limit we believe, the limit is cut to it at once; a 429 halves it (once per interval) and
-blocks calls for Retry-After. Limits then recover additively, `Adaptive.step_fraction` per
-interval. Cuts live in Redis: the next reserve, headroom or acquire_call sees them.
+limit we believe, the limit is cut to it at once. A 429 blocks calls for Retry-After, and halves
+the limit (once per interval) if we were sending near it: a 429 that comes while we send little,
+as through a provider outage, is not about our share. Limits then recover additively,
+`Adaptive.step_fraction` per interval. Cuts live in Redis: the next reserve, headroom or
+acquire_call sees them.
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ class Pacing(BudgetCore):
             self.run("REPORT", keys, args)
 
     def report_429(self, *, retry_after_s: float | None = None, scope: str = PROVIDER) -> None:
-        """The provider refused a call: cut the limits and hold calls for Retry-After (default 1 s)."""
+        """The provider refused a call: hold calls for Retry-After (default 1 s), and cut the
+        limits if our own calls of the last interval were near them (`Adaptive.busy_fraction`)."""
         limits = self.limits_for(scope)
         a = self.adaptive
         retry_ms = 1_000 if retry_after_s is None else max(0, int(retry_after_s * 1000))
@@ -119,9 +122,11 @@ class Pacing(BudgetCore):
             a.floor(limits.rpm),
             a.floor(limits.tpm),
             a.decrease,
+            a.busy_fraction,
         ]
+        keys = [self.key("calls", scope), self.key("callmeta", scope), self.key("rate", scope)]
         with contextlib.suppress(BudgetUnavailable):
-            self.run("REPORT_429", [self.key("rate", scope)], args)
+            self.run("REPORT_429", keys, args)
 
     def snapshot(self, *, scopes: Sequence[str] = (PROVIDER,)) -> dict[str, Any]:
         """Everything the budget decides on, for dashboards and `queue_stats`."""

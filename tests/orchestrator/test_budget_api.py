@@ -254,8 +254,15 @@ def test_paced_calls_never_exceed_the_limit_in_any_window_and_waits_are_exact(cl
 # --- adaptation -------------------------------------------------------------------------------
 
 
+def _send_at_the_limit(budget: Budget, *, interval_ms: int = 5_000) -> None:
+    """Our calls of the last interval at the full rate (300/min: 25 in 5 s): busy when a 429 comes."""
+    for _ in range(300 * interval_ms // WINDOW_MS):
+        assert budget.acquire_call(tokens=10).wait_ms == 0
+
+
 def test_a_429_halves_the_limits_once_per_interval_and_holds_calls(make_budget, clock):
     budget = make_budget(adaptive=Adaptive(interval_ms=5_000))
+    _send_at_the_limit(budget)
     budget.report_429(retry_after_s=2)
     budget.report_429(retry_after_s=2)  # a volley from calls already in flight: one signal
     room = budget.headroom()
@@ -266,12 +273,40 @@ def test_a_429_halves_the_limits_once_per_interval_and_holds_calls(make_budget, 
     clock.now += 2_000
     assert budget.acquire_call(tokens=1).wait_ms == 0
     clock.now += 3_000
+    _send_at_the_limit(budget)
     budget.report_429(retry_after_s=0)
     assert budget.headroom().limit_rpm == (150 + 6) // 2  # recovered one step, then halved
 
 
+def test_a_429_while_we_send_little_holds_calls_but_keeps_the_limits(make_budget, clock):
+    # given a provider outage: the first 429 came while we were busy and cut the limits once
+    budget = make_budget(adaptive=Adaptive(interval_ms=5_000))
+    _send_at_the_limit(budget)
+    budget.report_429(retry_after_s=2)
+    # when the outage goes on and our held-back workers only probe, one call per Retry-After
+    for _ in range(12):
+        clock.now += 5_000
+        budget.acquire_call(tokens=10)
+        budget.report_429(retry_after_s=2)
+    # then each 429 holds calls, but the limit is not halved again and again down to the floor
+    room = budget.headroom()
+    assert room.blocked_ms == 2_000
+    assert room.limit_rpm == 150 + 12 * 6  # one cut, then the additive climb went on
+    assert budget.snapshot()["scopes"]["provider"]["last_429_ms"] == clock.now
+
+
+def test_a_429_for_tokens_cuts_when_our_tokens_ran_near_the_limit(make_budget, clock):
+    # few calls, but each large: the token rate was at the limit
+    budget = make_budget(adaptive=Adaptive(interval_ms=5_000))
+    for _ in range(5):
+        assert budget.acquire_call(tokens=5_000).wait_ms == 0  # 25k tokens in 5 s = 300k/min
+    budget.report_429(retry_after_s=1)
+    assert budget.headroom().limit_tpm == 150_000
+
+
 def test_limits_recover_additively_per_quiet_interval(make_budget, clock):
     budget = make_budget(adaptive=Adaptive(interval_ms=5_000, step_fraction=0.1))
+    _send_at_the_limit(budget)
     budget.report_429(retry_after_s=0)
     clock.now += 5_000 * 3
     assert budget.headroom().limit_rpm == 150 + 3 * 30
@@ -311,6 +346,7 @@ def test_snapshot_shows_what_the_budget_decides_on(make_budget):
     budget = make_budget()
     budget.reserve(requests=3, tokens=1_800)
     budget.acquire_call(tokens=600)
+    _send_at_the_limit(budget)
     budget.report_429(retry_after_s=1)
     snap = budget.snapshot()
     assert snap["redis"] == "ok"
@@ -321,7 +357,7 @@ def test_snapshot_shows_what_the_budget_decides_on(make_budget):
     scope = snap["scopes"]["provider"]
     assert scope["limit_rpm"] == 150
     assert scope["last_429_ms"] == START_MS
-    assert scope["tokens_in_window"] == 600
+    assert scope["tokens_in_window"] == 600 + 25 * 10
 
 
 # --- Redis unreachable ------------------------------------------------------------------------

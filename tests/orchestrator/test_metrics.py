@@ -236,9 +236,9 @@ def test_window_start_is_found_on_the_primary_key() -> None:
 
 
 def test_budget_sample_is_recorded_once_a_minute_with_limit_and_effective_rate(budget: Budget) -> None:
-    # given three provider calls in the window and a 429 that cut the limit
+    # given 25 provider calls in the window (the full 300/min rate) and a 429 that cut the limit
     now = timezone.now()
-    for _ in range(3):
+    for _ in range(25):
         budget.acquire_call(tokens=100)
     budget.report_429(retry_after_s=0)
     # when the dispatcher calls the hook three times in one minute, then once in the next
@@ -250,7 +250,7 @@ def test_budget_sample_is_recorded_once_a_minute_with_limit_and_effective_rate(b
     assert again is None
     assert later is not None
     assert BudgetSample.objects.count() == 2
-    assert (first.requests, first.tokens, first.limit_rpm, first.limit_tpm) == (3, 300, 300, 300_000)
+    assert (first.requests, first.tokens, first.limit_rpm, first.limit_tpm) == (25, 2_500, 300, 300_000)
     assert first.effective_rpm < first.limit_rpm
     assert first.at == now.replace(second=0, microsecond=0)
     points = budget_last_hour(now=now + timedelta(minutes=2))
