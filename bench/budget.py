@@ -22,8 +22,6 @@ import argparse
 import multiprocessing
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -36,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from redis.utils import HIREDIS_AVAILABLE
 
+from config.processes import RedisServer
 from orchestrator.budget import Budget, Limits, Reservation, connect
 
 LIMITS = Limits(rpm=10**9, tpm=10**11)  # never the bottleneck: we measure Redis + the client
@@ -105,25 +104,13 @@ def isolated_redis() -> Iterator[str]:
     """A private redis-server that the scheduler runs ahead of the clients; yields its URL."""
     if shutil.which("redis-server") is None:
         raise SystemExit("--isolate needs redis-server on PATH")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    server = subprocess.Popen(["redis-server", *args], stdout=subprocess.DEVNULL)
+    server = RedisServer().start()
     try:
-        os.setpriority(os.PRIO_PROCESS, server.pid, -10)  # needs root (or CAP_SYS_NICE)
-        url = f"redis://127.0.0.1:{port}/0"
-        client = connect(url)
-        for _ in range(500):
-            try:
-                client.ping()
-                break
-            except Exception:
-                time.sleep(0.02)
-        yield url
+        assert server.proc is not None
+        os.setpriority(os.PRIO_PROCESS, server.proc.pid, -10)  # needs root (or CAP_SYS_NICE)
+        yield server.url
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.stop()
 
 
 def report(url: str, seconds: float) -> None:

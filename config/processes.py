@@ -27,6 +27,55 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class RedisServer:
+    """A throwaway redis-server on a free port, no persistence (a restart comes back empty), for
+    tests and benchmarks that stop, crash or prioritise Redis: the shared one is never touched."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *, timeout_s: float = 10.0) -> RedisServer:
+        """Start (or restart, on the same port) and wait until it answers PING."""
+        import redis  # not needed by the rest of this module's users
+
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(
+            ["redis-server", *args, "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        probe = redis.Redis.from_url(self.url, socket_connect_timeout=0.1)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    probe.ping()
+                    return self
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+        finally:
+            probe.close()
+
+    def stop(self) -> None:
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def crash(self) -> None:
+        """SIGKILL: like a crash, every queued message and key is gone."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
 def celery_worker(queue: Queue, *, concurrency: int = 1, name: str | None = None) -> list[str]:
     return [
         sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue.value,

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from config.processes import ProcessGroup
+from config.processes import ProcessGroup, RedisServer
 from tests.e2e.conftest import ARTIFACTS as E2E_ARTIFACTS
-from tests.faults.helpers import CHAOS, RedisServer, TimedLLMStub
+from tests.faults.helpers import CHAOS, TimedLLMStub
 from tests.smtp_sink import SMTPSink
 
 ARTIFACTS = E2E_ARTIFACTS.parent / "faults"

@@ -7,7 +7,6 @@ Imported by tests/faults/conftest.py and the tests; nothing here touches product
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -15,11 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from outreach.models import Outreach, OutreachEvent, State
 from tests.llm_stub import LLMStub, StubRequest, StubResponse
-from tests.smtp_sink import SMTPSink, free_port
+from tests.smtp_sink import SMTPSink
 
 # CHAOS=1: the long variants (a minute-long provider outage, more outreach, longer Redis outage).
 CHAOS = os.environ.get("CHAOS", "") == "1"
@@ -28,45 +25,6 @@ CHAOS = os.environ.get("CHAOS", "") == "1"
 def pick(quick: Any, chaos: Any) -> Any:
     """The CI value, or the chaos value under CHAOS=1."""
     return chaos if CHAOS else quick
-
-
-# --- an own Redis server: the shared one at 6379 is never restarted ----------------------------
-
-
-class RedisServer:
-    """A throwaway redis-server on a free port, no persistence: a restart comes back empty."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(
-            ["redis-server", *args, "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        probe = redis.Redis.from_url(self.url, socket_connect_timeout=0.1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                probe.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        probe.close()
-
-    def crash(self) -> None:
-        """SIGKILL: like a crash, every queued message and budget key is gone."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 # --- an LLM stub that time-stamps arrivals and can answer by rule ------------------------------

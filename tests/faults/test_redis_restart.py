@@ -16,12 +16,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from config.processes import RedisServer
 from outreach.models import Outreach, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import (
-    RedisServer,
     TimedLLMStub,
     all_in,
     delivery,

@@ -10,52 +10,19 @@ loaded again (the new server has none) and metered reservations resume.
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 
+from config.processes import RedisServer
 from orchestrator.budget import Budget, CircuitBreaker, Denied, Limits, Reservation, connect
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server on PATH"),
 ]
-
-
-class RedisServer:
-    def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(
-            ["redis-server", *args, "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        probe = redis.Redis.from_url(f"redis://127.0.0.1:{self.port}/0", socket_connect_timeout=0.1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                probe.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        probe.close()
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
 
 
 @pytest.fixture
@@ -75,7 +42,7 @@ def classify(result: Reservation | Denied) -> str:
 @pytest.mark.parametrize(("policy", "outage"), [("open", "unmetered"), ("closed", "denied:redis")])
 def test_redis_restart_mid_run(server: RedisServer, policy: str, outage: str) -> None:
     budget = Budget(
-        redis_client=connect(f"redis://127.0.0.1:{server.port}/0", timeout_s=0.2),
+        redis_client=connect(server.url, timeout_s=0.2),
         limits=Limits(rpm=6_000_000, tpm=600_000_000),  # plenty: only Redis may say no
         failure_policy=policy,  # type: ignore[arg-type]
         breaker=CircuitBreaker(failures=2, cooldown_s=0.2),
