@@ -1,0 +1,86 @@
+"""The simulator's settings (SimConfig), checked with messages that name the flag, and its test markers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Mode = Literal["window", "bucket"]
+MODES: tuple[Mode, ...] = ("window", "bucket")
+
+# Test hooks: put one in the last user message (a lead's name will do: prompts quote lead data there).
+MARKER_POLICY_FAIL = "SIM:POLICY_FAIL"  # 200 with an unfilled {{first_name}}: the policy check must reject it
+MARKER_FAIL_500 = "SIM:FAIL_500"  # admitted (counts against the window), then 500
+MARKER_FAIL_400 = "SIM:FAIL_400"  # admitted, then 400 invalid_request_error
+MARKER_FAIL_429 = "SIM:FAIL_429"  # refused with 429 + retry-after 1 s whatever the window holds
+MARKERS = (MARKER_POLICY_FAIL, MARKER_FAIL_500, MARKER_FAIL_400, MARKER_FAIL_429)
+
+CHARS_PER_TOKEN = 4  # the usual rule of thumb; counts are estimates either way
+DEFAULT_MAX_TOKENS = 512  # counted for admission when a request names no max_tokens
+MAX_BODY_BYTES = 4 * 1024 * 1024
+INJECTED_STATUSES = (500, 502, 503)
+
+
+class SimConfigError(ValueError):
+    """A bad setting; `field` names it so the command can name the flag."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    rpm: int
+    tpm: int
+    latency_ms: float = 0.0
+    jitter_ms: float | None = None  # None = half the latency: uniform in mean +- jitter
+    fail_rate: float = 0.0
+    mode: Mode = "window"
+    window_s: float = 60.0  # tests shrink it; providers use 60
+    shared_rps: float = 0.0  # another client on the same key, this many requests/s
+    shared_tokens: int = 300  # tokens each of its requests counts
+    seed: int = 0
+    host: str = "127.0.0.1"
+    port: int = 0  # 0 = any free port
+
+    def __post_init__(self) -> None:
+        problems = [
+            ("rpm", _whole(self.rpm, low=1)),
+            ("tpm", _whole(self.tpm, low=1)),
+            ("latency_ms", _number(self.latency_ms, low=0)),
+            ("jitter_ms", None if self.jitter_ms is None else _number(self.jitter_ms, low=0)),
+            ("fail_rate", _number(self.fail_rate, low=0, high=1)),
+            ("mode", None if self.mode in MODES else f"must be one of {', '.join(MODES)}"),
+            ("window_s", _number(self.window_s, low=0.001)),
+            ("shared_rps", _number(self.shared_rps, low=0, high=10_000)),
+            ("shared_tokens", _whole(self.shared_tokens, low=0, high=self.tpm)),
+            ("port", _whole(self.port, low=0, high=65535)),
+        ]
+        for name, problem in problems:
+            if problem:
+                raise SimConfigError(name, problem)
+
+    @property
+    def jitter(self) -> float:
+        return self.latency_ms / 2 if self.jitter_ms is None else self.jitter_ms
+
+
+def _whole(value: object, *, low: int, high: int | None = None) -> str | None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"must be a whole number, got {value!r}"
+    return _number(value, low=low, high=high)
+
+
+def _number(value: object, *, low: float, high: float | None = None) -> str | None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if value < low or (high is not None and value > high):
+        return (
+            f"must be at least {low}"
+            + (f" and at most {high}" if high is not None else "")
+            + f", got {value}"
+        )
+    return None

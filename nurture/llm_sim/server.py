@@ -1,0 +1,349 @@
+"""The HTTP server: admission, injected faults, replies, /stats."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from nurture.llm_sim.config import (
+    INJECTED_STATUSES,
+    MARKER_FAIL_400,
+    MARKER_FAIL_429,
+    MARKER_FAIL_500,
+    MAX_BODY_BYTES,
+    SimConfig,
+)
+from nurture.llm_sim.content import completion_text
+from nurture.llm_sim.limits import Decision, Limiter, limit_headers
+from nurture.llm_sim.protocol import BadRequest, ChatRequest, Reply, completion_payload, error_reply
+
+_COUNTERS = (
+    "requests",  # every POST to chat completions
+    "admitted",  # counted against the window (includes injected and marker failures)
+    "rejected_429",
+    "injected_5xx",  # --fail-rate
+    "marker_errors",  # SIM:FAIL_500 / SIM:FAIL_400
+    "bad_requests",  # unreadable requests (never counted against the window)
+    "unauthorized",
+    "completed",  # 200 answers
+    "tokens",  # counted at admission: prompt + max_tokens
+    "prompt_tokens",  # usage of the 200 answers
+    "completion_tokens",
+)
+_SHARED_COUNTERS = ("attempted", "admitted", "rejected", "tokens")
+
+
+class LLMSim:
+    """The simulator: `start()` serves in a background thread, `stop()` ends it, `stats()` reads it."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.config = settings.pop("config", None) or SimConfig(**settings)
+        c = self.config
+        self.limiter = Limiter(rpm=c.rpm, tpm=c.tpm, window_s=c.window_s, mode=c.mode)
+        self._lock = threading.Lock()  # one lock: admission must see every earlier admission
+        self._rng = random.Random(c.seed)
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._threads: list[threading.Thread] = []
+        self.started_at = datetime.now(UTC)
+        self._reset_counters()
+
+    # lifecycle
+
+    def start(self) -> int:
+        """Bind, serve in a daemon thread, start the shared client if any; returns the port."""
+        self._server = _Server((self.config.host, self.config.port), _Handler)
+        self._server.sim = self
+        self._spawn(self._server.serve_forever, 0.05)
+        if self.config.shared_rps > 0:
+            self._spawn(self._shared_loop)
+        return self.port
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}/v1"
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True, name=f"llm-sim-{target.__name__}")
+        thread.start()
+        self._threads.append(thread)
+
+    # chat completions
+
+    def handle_chat(self, *, authorization: str | None, body: bytes) -> Reply:
+        """One POST /v1/chat/completions: auth, parse, admit at arrival, then answer or fail."""
+        key = _bearer(authorization)
+        with self._lock:
+            self._counts["requests"] += 1
+            if key is not None:
+                self._keys.add(hashlib.sha256(key.encode()).hexdigest())  # never keep the keys themselves
+        if key is None:
+            self._count("unauthorized")
+            message = "You didn't provide an API key (Authorization: Bearer KEY)."
+            return error_reply(401, message, kind="invalid_request_error", code="invalid_api_key")
+        try:
+            request = ChatRequest.parse(body)
+        except BadRequest as exc:
+            self._count("bad_requests")
+            return error_reply(400, str(exc), kind="invalid_request_error", code=None, param=exc.param)
+        refusal, headers, delay, status = self._admit(request)
+        if refusal is not None:
+            return refusal
+        reply = self._failure(request, status) or self._answer(request)
+        reply.headers, reply.delay_s = headers, delay
+        return reply
+
+    def _admit(self, request: ChatRequest) -> tuple[Reply | None, dict[str, str], float, int]:
+        """Admission at arrival, as providers count it: (refusal or None, headers, latency, 5xx)."""
+        with self._lock:  # one lock: admission sees every earlier one; seeded draws in arrival order
+            now = time.monotonic()
+            decision = self.limiter.admit(
+                now, request.cost, force_refuse=MARKER_FAIL_429 in request.last_user
+            )
+            headers = limit_headers(rpm=self.config.rpm, tpm=self.config.tpm, decision=decision)
+            if not decision.admitted:
+                self._note(now, rejected_429=1)
+                return self._refusal(request, decision, headers), headers, 0.0, 0
+            self._note(now, admitted=1, tokens=request.cost)
+            return None, headers, self._latency_s(), self._injected_status(now)
+
+    def _failure(self, request: ChatRequest, injected: int) -> Reply | None:
+        """An injected 5xx or a marker's error; admitted first, so it still counts in the window."""
+        if injected:
+            return error_reply(injected, f"(simulated) {_5XX[injected]}", kind="server_error", code=None)
+        for marker, status, kind in (
+            (MARKER_FAIL_500, 500, "server_error"),
+            (MARKER_FAIL_400, 400, "invalid_request_error"),
+        ):
+            if marker in request.last_user:
+                self._count("marker_errors")
+                return error_reply(status, f"simulated {status} ({marker})", kind=kind, code=None)
+        return None
+
+    def _answer(self, request: ChatRequest) -> Reply:
+        payload = completion_payload(request=request, text=completion_text(request))
+        with self._lock:
+            self._counts["completed"] += 1
+            self._counts["prompt_tokens"] += payload["usage"]["prompt_tokens"]
+            self._counts["completion_tokens"] += payload["usage"]["completion_tokens"]
+        return Reply(200, payload)
+
+    def _refusal(self, request: ChatRequest, decision: Decision, headers: dict[str, str]) -> Reply:
+        c = self.config
+        if math.isinf(decision.wait_s):  # OpenAI answers a request larger than the limit with a 429 too
+            message = f"Request too large: {request.cost} tokens (prompt + max_tokens), limit {c.tpm}/min."
+            wait_s = c.window_s
+        else:
+            limits = f"{c.rpm} requests/min, {c.tpm} tokens/min"
+            message = f"Rate limit reached ({limits}): retry after {decision.wait_s:.3f}s."
+            wait_s = decision.wait_s
+        reply = error_reply(429, message, kind="rate_limit_exceeded", code="rate_limit_exceeded")
+        retry = {
+            "retry-after": str(max(math.ceil(wait_s), 1)),
+            "retry-after-ms": str(max(math.ceil(wait_s * 1000), 1)),
+        }
+        reply.headers = {**headers, **retry}
+        return reply
+
+    def _latency_s(self) -> float:
+        mean, jitter = self.config.latency_ms, self.config.jitter
+        return max(self._rng.uniform(mean - jitter, mean + jitter), 0.0) / 1000 if mean or jitter else 0.0
+
+    def _injected_status(self, now: float) -> int:
+        if self.config.fail_rate <= 0 or self._rng.random() >= self.config.fail_rate:
+            return 0
+        self._note(now, injected_5xx=1)
+        return self._rng.choice(INJECTED_STATUSES)
+
+    # the other client on the key
+
+    def _shared_loop(self) -> None:
+        interval, next_at = 1 / self.config.shared_rps, time.monotonic()
+        while not self._stopping.is_set():
+            with self._lock:
+                now = time.monotonic()
+                admitted = self.limiter.admit(now, self.config.shared_tokens).admitted
+                self._note_shared(now, admitted=admitted)
+            next_at = max(next_at + interval, time.monotonic() - interval)  # no catch-up storm after a stall
+            self._stopping.wait(max(next_at - time.monotonic(), 0))
+
+    # counters and /stats
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            now = time.monotonic()
+            requests, tokens = self.limiter.window.counts(now)
+            c = self.config
+            return {
+                **self._counts,
+                "distinct_keys": len(self._keys),
+                "window": {"requests": requests, "tokens": tokens},
+                "peak_window": {"requests": self.limiter.peak_requests, "tokens": self.limiter.peak_tokens},
+                "limits": {"rpm": c.rpm, "tpm": c.tpm, "window_s": c.window_s, "mode": c.mode},
+                "config": {
+                    "latency_ms": c.latency_ms,
+                    "jitter_ms": c.jitter,
+                    "fail_rate": c.fail_rate,
+                    "shared_rps": c.shared_rps,
+                    "shared_tokens": c.shared_tokens,
+                    "seed": c.seed,
+                },
+                "shared": dict(self._shared),
+                "started_at": self.started_at.isoformat(),
+                "counters_since": self._since.isoformat(),
+                "uptime_s": round(now - self._since_mono, 3),
+                "per_minute": [{"minute": m, **row} for m, row in sorted(self._minutes.items())],
+            }
+
+    def reset_stats(self, *, limits: bool = False) -> None:
+        """Zero the counters, peaks and series. The window itself is the provider's memory and
+        stays (the next peak still sees calls made just before), unless `limits`."""
+        with self._lock:
+            self._reset_counters()
+            self.limiter.reset_peaks()
+            if limits:
+                self.limiter.clear()
+
+    def _reset_counters(self) -> None:
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._shared = dict.fromkeys(_SHARED_COUNTERS, 0)
+        self._keys: set[str] = set()
+        self._minutes: dict[int, dict[str, int]] = {}
+        self._since, self._since_mono = datetime.now(UTC), time.monotonic()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def _note(self, now: float, **increments: int) -> None:
+        row = self._series(now)
+        for name, value in increments.items():
+            self._counts[name] += value
+            row[name] += value
+
+    def _note_shared(self, now: float, *, admitted: bool) -> None:
+        self._shared["attempted"] += 1
+        self._shared["admitted" if admitted else "rejected"] += 1
+        self._shared["tokens"] += self.config.shared_tokens if admitted else 0
+        self._series(now)["shared_admitted"] += int(admitted)
+
+    def _series(self, now: float) -> dict[str, int]:
+        minute = int((now - self._since_mono) // 60)  # real minutes, whatever window_s is: for charts
+        return self._minutes.setdefault(
+            minute,
+            dict.fromkeys(("admitted", "tokens", "rejected_429", "injected_5xx", "shared_admitted"), 0),
+        )
+
+
+def _bearer(authorization: str | None) -> str | None:
+    scheme, _, key = (authorization or "").strip().partition(" ")
+    return key.strip() or None if scheme.lower() == "bearer" else None
+
+
+_5XX = {
+    500: "The server had an error while processing your request.",
+    502: "Bad gateway.",
+    503: "The engine is currently overloaded, please try again later.",
+}
+
+
+_GET_ROUTES: dict[str, Any] = {
+    "/health": lambda sim: {"status": "ok"},
+    "/stats": lambda sim: sim.stats(),
+    "/v1/models": lambda sim: {
+        "object": "list",
+        "data": [{"id": "sim-1", "object": "model", "owned_by": "llm_sim"}],
+    },
+}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a handler sleeping out its latency never blocks stop()
+    request_queue_size = 256  # bursts of concurrent clients must queue, not be refused at connect
+    sim: LLMSim
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's connection pool expects
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def _route(self, method: str) -> None:
+        body = self._body()
+        if body is None:
+            return
+        url = urlsplit(self.path)
+        path, sim = url.path.rstrip("/"), self.server.sim
+        if method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
+            self._send(sim.handle_chat(authorization=self.headers.get("Authorization"), body=body))
+        elif method == "POST" and path == "/stats/reset":
+            limits = parse_qs(url.query).get("limits", ["0"])[0].lower() in ("1", "true", "yes")
+            sim.reset_stats(limits=limits)
+            self._send(Reply(200, {"reset": True, "limits": limits}))
+        elif method == "GET" and path in _GET_ROUTES:
+            self._send(Reply(200, _GET_ROUTES[path](sim)))
+        else:
+            self._send(
+                error_reply(404, f"no route {method} {path}", kind="invalid_request_error", code="not_found")
+            )
+
+    def _body(self) -> bytes | None:
+        # Always read the whole body: on a keep-alive connection unread bytes would be taken
+        # for the next request.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(
+                error_reply(413, "bad or too large Content-Length", kind="invalid_request_error", code=None)
+            )
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, reply: Reply) -> None:
+        if reply.delay_s:
+            time.sleep(reply.delay_s)  # the model "thinking": concurrent requests overlap (threaded)
+        body = json.dumps(reply.payload).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("x-request-id", f"req_sim_{uuid.uuid4().hex[:16]}")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up (its timeout): nothing to answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # one line per request would drown the demo's logs; /stats has the numbers
