@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.utils import timezone
@@ -21,8 +22,9 @@ from nurture.errors import OptedOut, PolicyViolation, RateLimited
 from nurture.failures import Paced, fail
 from nurture.intake.sequence import Gate, sequence_gate
 from nurture.policy import check_draft
-from orchestrator.budget import Budget, get_budget
+from orchestrator.budget import PROVIDER, Budget, get_budget, organization_scope
 from orchestrator.dead_letters import replay_outcome_success
+from orchestrator.selectors import organization_caps
 from outreach.models import Lead, Outreach, State
 from outreach.transitions import TransitionLost, transition, transition_durably
 
@@ -86,14 +88,15 @@ def _hold(*, outreach: Outreach, gate: Gate) -> State:
 
 def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, str]:
     facts = prompts.prompt_facts(outreach=outreach)
-    plan = _call(budget, prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS, usage)
-    notes = _call(budget, prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS, usage)
+    call = partial(_call, budget, usage=usage, scopes=_scopes(budget=budget, outreach=outreach))
+    plan = call(prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS)
+    notes = call(prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS)
     allowed = outreach.lead.organization.allowed_link_domains
     thread_subject = (facts.inbound or {}).get("subject", "")
     feedback: list[str] = []
     for _ in range(2):  # the first draft, and one regeneration told what was wrong
-        text = _call(budget, prompts.message_prompt(facts=facts, plan=plan, notes=notes, policy_feedback=feedback),
-                     MESSAGE_MAX_TOKENS, usage)  # fmt: skip
+        text = call(prompts.message_prompt(facts=facts, plan=plan, notes=notes, policy_feedback=feedback),
+                    MESSAGE_MAX_TOKENS)  # fmt: skip
         draft = prompts.draft_parse(text=text, kind=outreach.kind, thread_subject=thread_subject)
         feedback = check_draft(subject=draft.subject, body=draft.body, allowed_domains=allowed)
         if not feedback:
@@ -101,10 +104,22 @@ def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, st
     raise PolicyViolation("draft failed the policy check twice: " + "; ".join(feedback), violations=feedback)
 
 
-def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, usage: Usage) -> str:
-    """One provider call, paced against the shared window, its outcome reported to the budget."""
+def _scopes(*, budget: Budget, outreach: Outreach) -> tuple[str, ...]:
+    """The budget scopes this job's calls are paced in: the provider's, and its organization's
+    when that has its own cap (read now: an operator may have changed it in the admin)."""
+    caps = organization_caps()
+    budget.set_scope_limits(caps)
+    scope = organization_scope(outreach.lead.organization_id)
+    return (PROVIDER, scope) if scope in caps else (PROVIDER,)
+
+
+def _call(
+    budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: Usage, scopes: tuple[str, ...]
+) -> str:
+    """One provider call, paced against the shared window (and the organization's cap, if it
+    has one), its outcome reported to the budget."""
     estimate = sum(len(m["content"]) for m in messages) // 4 + max_tokens
-    slot = budget.acquire_call(tokens=estimate)
+    slot = budget.acquire_call(tokens=estimate, scopes=scopes)
     waited = 0.0
     while slot.wait_ms:
         if waited + slot.wait_ms / 1000 > MAX_PACING_WAIT_S:
@@ -116,7 +131,7 @@ def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, usag
             raise Paced(wait_s=slot.wait_ms / 1000, cause=cause)
         time.sleep(slot.wait_ms / 1000)
         waited += slot.wait_ms / 1000
-        slot = budget.acquire_call(tokens=estimate)
+        slot = budget.acquire_call(tokens=estimate, scopes=scopes)
     usage.requests += 1
     try:
         result = llm.chat(messages=messages, max_tokens=max_tokens)

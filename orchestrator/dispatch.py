@@ -24,13 +24,13 @@ from django.utils import timezone
 
 from config.celery import app
 from orchestrator import selectors
-from orchestrator.budget import Budget, get_budget
+from orchestrator.budget import PROVIDER, Budget, get_budget, organization_scope
 from orchestrator.capacity import Capacity, OwnerRules, owner_capacity
 from orchestrator.lock import Lease, dispatch_lease
 from orchestrator.metrics import budget_sample_record
 from orchestrator.recovery import recover_stuck
 from orchestrator.selection import Candidates, Cursor, Pick, StarvationGuard, rows_per_owner, select_batch
-from outreach.models import Outreach, State
+from outreach.models import Outreach, Owner, State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
 
@@ -189,12 +189,25 @@ def _candidates(
 
 
 def _reserve_and_claim(*, picks: list[Pick], budget: Budget) -> list[int]:
-    """Reserve budget for each pick, claim the rows, enqueue on commit; refund what was not claimed."""
+    """Reserve budget for each pick, claim the rows, enqueue on commit; refund what was not claimed.
+
+    Picks of an organization with its own LLM cap reserve from its scope too: those its cap
+    cannot take now stay QUEUED (in the selection's fair order, the first ones get through).
+    """
     if not picks:
         return []
     requests, tokens = _cost()
-    reservations = budget.reserve_many(count=len(picks), requests_each=requests, tokens_each=tokens)
-    by_id = {pick.outreach_id: r.id for pick, r in zip(picks, reservations, strict=False)}
+    by_id: dict[int, str] = {}
+    for scopes, group in _by_scopes(picks=picks, budget=budget).items():
+        reservations = budget.reserve_many(
+            count=len(group), requests_each=requests, tokens_each=tokens, scopes=scopes
+        )
+        by_id |= {pick.outreach_id: r.id for pick, r in zip(group, reservations, strict=False)}
+        if len(reservations) < len(group):
+            capped = [pick.outreach_id for pick in group[len(reservations) :]]
+            Outreach.objects.filter(id__in=capped).update(
+                blocked_reason=f"organization LLM cap reached ({scopes[-1]})"
+            )
     with transaction.atomic():
         claimed = transition_many(
             outreach_ids=list(by_id), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason=""
@@ -204,6 +217,22 @@ def _reserve_and_claim(*, picks: list[Pick], budget: Budget) -> list[int]:
     for outreach_id in set(by_id) - set(claimed):
         budget.refund(reservation_id=by_id[outreach_id])  # someone else claimed it: give it back
     return claimed
+
+
+def _by_scopes(*, picks: list[Pick], budget: Budget) -> dict[tuple[str, ...], list[Pick]]:
+    """Picks grouped by the budget scopes they reserve from, in pick order: the provider's, plus
+    their organization's where it has a cap (one query, and only when some organization has)."""
+    caps = selectors.organization_caps()
+    budget.set_scope_limits(caps)
+    if not caps:
+        return {(PROVIDER,): picks}
+    owner_ids = {pick.owner_id for pick in picks}
+    org_of = dict(Owner.objects.filter(id__in=owner_ids).values_list("id", "organization_id"))
+    groups: dict[tuple[str, ...], list[Pick]] = {}
+    for pick in picks:
+        scope = organization_scope(org_of[pick.owner_id])
+        groups.setdefault((PROVIDER, scope) if scope in caps else (PROVIDER,), []).append(pick)
+    return groups
 
 
 def _record_reservations(by_id: Mapping[int, str]) -> None:

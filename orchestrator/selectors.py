@@ -7,6 +7,7 @@ has no LATERAL, so it runs the same query with ROW_NUMBER() over the chosen owne
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime
@@ -15,11 +16,13 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Q
 
+from orchestrator.budget import Limits, organization_limits, organization_scope
 from orchestrator.capacity import OwnerRules, local_day_start
 from orchestrator.selection import Candidate
-from outreach.models import Outreach, Owner, OwnerDailySends, State
+from outreach.models import Organization, Outreach, Owner, OwnerDailySends, State
 from outreach.tiers import Tier
 
+log = logging.getLogger(__name__)
 TABLE = Outreach._meta.db_table
 LLM_IN_FLIGHT = (State.DISPATCHED, State.GENERATING)
 # What counts against an owner's daily limit besides SENT today: emails on their way out.
@@ -60,6 +63,19 @@ def used_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, int]
         if owner_id in wanted:
             used[owner_id] += n
     return dict(used)
+
+
+def organization_caps() -> dict[str, Limits]:
+    """Budget scope -> limits of every organization with its own LLM cap (Organization.llm_rpm /
+    llm_tpm, see budget.organization_limits). O(organizations with a cap)."""
+    caps: dict[str, Limits] = {}
+    rows = Organization.objects.filter(Q(llm_rpm__isnull=False) | Q(llm_tpm__isnull=False))
+    for org_id, rpm, tpm in rows.values_list("id", "llm_rpm", "llm_tpm"):
+        try:
+            caps[organization_scope(org_id)] = organization_limits(rpm=rpm, tpm=tpm)
+        except ValueError as exc:  # the admin refuses such caps; one written around it is not applied
+            log.error("organization %s: LLM cap ignored: %s", org_id, exc, extra={"organization_id": org_id})
+    return caps
 
 
 def llm_in_flight() -> int:

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from nurture.intake.sequence import lead_mark_converted
+from orchestrator.budget import organization_limits
 from orchestrator.dead_letters import (
     DeadLetterNotActionable,
     dead_letter_cancel,
@@ -90,9 +91,25 @@ class OrganizationScopedAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
+class OrganizationForm(forms.ModelForm):
+    # No Meta: the admin builds it from OrganizationAdmin.
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or self.cleaned_data
+        rpm, tpm = data.get("llm_rpm"), data.get("llm_tpm")
+        if rpm is not None or tpm is not None:
+            try:
+                organization_limits(rpm=rpm, tpm=tpm)
+            except ValueError as exc:
+                field = str(exc).split(" ", 1)[0]
+                self.add_error(field if field in ("llm_rpm", "llm_tpm") else None, str(exc))
+        return data
+
+
 @admin.register(Organization)
 class OrganizationAdmin(OrganizationScopedAdmin):
     organization_path = ""
+    form = OrganizationForm
     list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "created_at")
     search_fields = ("name",)
     # Members are the reviewers who may approve this organization's drafts.

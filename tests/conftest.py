@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
+
+from tests.llm_stub import LLMStub
+from tests.smtp_sink import SMTPSink
 
 
 @pytest.fixture
@@ -14,3 +18,29 @@ def redis_client() -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.flushdb()
+
+
+@pytest.fixture
+def smtp_sink(settings: Any) -> Iterator[SMTPSink]:
+    """A real SMTP server; Django's SMTP backend pointed at it.
+
+    The backend is set explicitly because Django's test environment swaps in the locmem
+    backend, and these tests are about what really crosses the wire.
+    """
+    sink = SMTPSink().start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", sink.port
+    settings.EMAIL_USE_TLS, settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = False, "", ""
+    settings.EMAIL_TIMEOUT = 5
+    yield sink
+    sink.stop()
+
+
+@pytest.fixture
+def llm_stub(settings: Any) -> Iterator[LLMStub]:
+    """A real HTTP server speaking chat completions; nurture.llm pointed at it."""
+    stub = LLMStub().start()
+    settings.LLM_BASE_URL, settings.LLM_API_KEY = stub.base_url, "sk-test"
+    settings.LLM_MODEL, settings.LLM_TIMEOUT_S = "stub-1", 5.0
+    yield stub
+    stub.stop()

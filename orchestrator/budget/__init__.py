@@ -33,6 +33,7 @@ from orchestrator.budget.model import (
     Headroom,
     Limits,
     Reservation,
+    organization_scope,
 )
 from orchestrator.budget.pacing import Pacing
 from orchestrator.budget.reservations import UNMETERED, Reservations
@@ -52,6 +53,9 @@ __all__ = [
     "budget_from_settings",
     "connect",
     "get_budget",
+    "limits_from_settings",
+    "organization_limits",
+    "organization_scope",
 ]
 
 
@@ -74,33 +78,61 @@ def get_budget() -> Budget:
     return _budget
 
 
-def budget_from_settings() -> Budget:
-    """A budget from settings: LLM_RPM, LLM_TPM, LLM_CALLS_PER_OUTREACH, LLM_EST_TOKENS_PER_CALL,
-    DISPATCH_INTERVAL, DISPATCH_STUCK_AFTER_S, BUDGET_FAILURE_POLICY, REDIS_URL, and optionally
-    LLM_BUDGET_STRICT (default True), LLM_BUDGET_MARGIN_MS (default 1000) and LLM_BUDGET_BURST_MS
-    (a floor for the computed burst)."""
+def limits_from_settings(*, rpm: int, tpm: int) -> Limits:
+    """Window limits of `rpm` / `tpm` with the bucket shape settings give every scope: strict or
+    paced (LLM_BUDGET_STRICT, LLM_BUDGET_MARGIN_MS) and a burst that holds a dispatch cycle's
+    refill plus one outreach (maths.burst_for_cycle; LLM_BUDGET_BURST_MS is a floor). Raises
+    ValueError, naming the limit, when one outreach can never fit it."""
     from django.conf import settings
 
     strict = bool(getattr(settings, "LLM_BUDGET_STRICT", True))
     margin_ms = int(getattr(settings, "LLM_BUDGET_MARGIN_MS", 1_000))
     calls, per_call = settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL
     interval_ms = int(settings.DISPATCH_INTERVAL * 1000)
-    # The bucket must hold a dispatch cycle's refill plus one outreach (maths.burst_for_cycle).
     burst_ms = max(
         int(getattr(settings, "LLM_BUDGET_BURST_MS", 0)),
         *(
             burst_for_cycle(
                 limit=limit, amount=amount, interval_ms=interval_ms, strict=strict, margin_ms=margin_ms
             )
-            for limit, amount in ((settings.LLM_RPM, calls), (settings.LLM_TPM, calls * per_call))
+            for limit, amount in ((rpm, calls), (tpm, calls * per_call))
         ),
     )
+    return Limits(rpm=rpm, tpm=tpm, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms)
+
+
+def organization_limits(*, rpm: int | None, tpm: int | None) -> Limits:
+    """An organization's cap as limits: a half left empty (or above the provider's) is the
+    provider's. Raises ValueError naming the field when one outreach could never get through:
+    fewer requests/min than the calls of one outreach, or fewer tokens/min than their estimate
+    (its calls would wait for room that never comes)."""
+    from django.conf import settings
+
+    calls = settings.LLM_CALLS_PER_OUTREACH
+    if rpm is not None and rpm < calls:
+        raise ValueError(
+            f"llm_rpm {rpm}: one outreach makes {calls} calls, so allow at least {calls} requests/min."
+        )
+    need = calls * settings.LLM_EST_TOKENS_PER_CALL
+    if tpm is not None and tpm < need:
+        raise ValueError(
+            f"llm_tpm {tpm}: one outreach needs about {need} tokens, so allow at least {need}/min."
+        )
+    return limits_from_settings(
+        rpm=min(rpm or settings.LLM_RPM, settings.LLM_RPM), tpm=min(tpm or settings.LLM_TPM, settings.LLM_TPM)
+    )
+
+
+def budget_from_settings() -> Budget:
+    """A budget from settings: LLM_RPM, LLM_TPM (limits_from_settings), DISPATCH_STUCK_AFTER_S,
+    BUDGET_FAILURE_POLICY and REDIS_URL. Organizations' caps are added per use
+    (`set_scope_limits`), since they change in the admin."""
+    from django.conf import settings
+
     policy: FailurePolicy = "closed" if settings.BUDGET_FAILURE_POLICY == "closed" else "open"
     return Budget(
         redis_client=connect(settings.REDIS_URL),
-        limits=Limits(
-            rpm=settings.LLM_RPM, tpm=settings.LLM_TPM, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms
-        ),
+        limits=limits_from_settings(rpm=settings.LLM_RPM, tpm=settings.LLM_TPM),
         # A reservation outlives the stuck-job timeout, so the recovery's refund still finds it.
         reservation_ttl_ms=(getattr(settings, "DISPATCH_STUCK_AFTER_S", 600) + 120) * 1000,
         failure_policy=policy,

@@ -93,6 +93,14 @@ class BudgetCore:
     def key(self, *parts: str) -> str:
         return f"{{{self.prefix}}}:" + ":".join(parts)
 
+    def set_scope_limits(self, scope_limits: Mapping[str, Limits]) -> None:
+        """Replace the non-provider scopes' limits (e.g. organizations' caps read from the
+        database); the cached script arguments are rebuilt only when something changed."""
+        new = dict(scope_limits)
+        if new != self.scope_limits:
+            self.scope_limits = new
+            self._plans.clear()
+
     def limits_for(self, scope: str) -> Limits:
         """Limits of a scope: "provider", an exact entry, or a family entry such as "org:*"."""
         if not SCOPE_RE.match(scope):

@@ -13,6 +13,11 @@ SCOPE_RE: Final = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")  # no '@' or ',': they
 PROVIDER: Final = "provider"
 
 
+def organization_scope(organization_id: int) -> str:
+    """The scope of one organization's own cap (Organization.llm_rpm / llm_tpm)."""
+    return f"org:{organization_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """One scope's limits, as the provider counts them: per sliding 60 s window.
