@@ -7,6 +7,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from orchestrator.budget import Budget, Limits
 from tests.llm_stub import LLMStub
 from tests.smtp_sink import SMTPSink
 
@@ -18,6 +19,13 @@ def redis_client() -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.flushdb()
+
+
+@pytest.fixture
+def budget(redis_client: redis.Redis) -> Budget:
+    """A real budget in the test Redis with roomy limits: for tests about the pipeline or the
+    dispatcher, not the bucket (those build their own)."""
+    return Budget(redis_client=redis_client, limits=Limits(rpm=100_000, tpm=100_000_000, burst_ms=60_000))
 
 
 @pytest.fixture

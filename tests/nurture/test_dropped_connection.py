@@ -19,7 +19,7 @@ from django.db import connection
 
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
-from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.budget import Budget, Reservation
 from outreach.models import Outreach, OutreachEvent, OwnerDailySends, State
 from outreach.transitions import TransitionLost, transition_durably
 from tests.factories import make_lead, make_outreach, make_owner
@@ -56,11 +56,6 @@ def kill_my_backend() -> Iterator[Any]:
     yield kill
     for thread in threads:
         thread.join(10)
-
-
-@pytest.fixture
-def budget(redis_client: redis.Redis) -> Budget:
-    return Budget(redis_client=redis_client, limits=Limits(rpm=10_000, tpm=10_000_000, burst_ms=60_000))
 
 
 def _dispatched(budget: Budget, **owner: Any) -> Outreach:

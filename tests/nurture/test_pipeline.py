@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import redis
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
-from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.budget import Budget, Reservation
 from orchestrator.dispatch import dispatch_cycle
 from outreach.models import DeadLetter, ErrorClass, Lead, Outreach, OutreachEvent, State
 from outreach.services import draft_approve
@@ -21,11 +20,6 @@ from tests.llm_stub import LLMStub, StubResponse
 from tests.smtp_sink import SMTPSink
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def budget(redis_client: redis.Redis) -> Budget:
-    return Budget(redis_client=redis_client, limits=Limits(rpm=10_000, tpm=10_000_000, burst_ms=60_000))
 
 
 def _dispatched(budget: Budget, **fields: Any) -> Outreach:

@@ -21,12 +21,6 @@ from tests.subprocesses import claim_overlapping, run_cycles
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def budget(redis_client: redis.Redis) -> Budget:
-    # Roomy limits: these tests are about the dispatcher, not the bucket.
-    return Budget(redis_client=redis_client, limits=Limits(rpm=100_000, tpm=100_000_000, burst_ms=60_000))
-
-
 def _cycle(budget: Budget, captured: Any, **kwargs: Any) -> Any:
     with captured(execute=True):
         return dispatch_cycle(budget=budget, **kwargs)

@@ -12,13 +12,12 @@ import logging
 from typing import Any
 
 import pytest
-import redis
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
 from nurture.generation import outreach_generate
-from orchestrator.budget import PROVIDER, Budget, Limits, Reservation, organization_scope
+from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
 from orchestrator.dispatch import dispatch_cycle
 from orchestrator.selectors import organization_caps
 from outreach.models import Outreach, State
@@ -27,12 +26,6 @@ from tests.llm_stub import LLMStub
 from tests.security.admin_forms import form_values
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def budget(redis_client: redis.Redis) -> Budget:
-    # The provider's limits are roomy: what binds here is the organization's cap.
-    return Budget(redis_client=redis_client, limits=Limits(rpm=100_000, tpm=100_000_000, burst_ms=60_000))
 
 
 def test_capped_organization_gets_its_cap_and_the_others_the_rest(

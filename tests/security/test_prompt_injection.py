@@ -13,11 +13,10 @@ import json
 from typing import Any
 
 import pytest
-import redis
 
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
-from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.budget import Budget, Reservation
 from outreach.models import DeadLetter, ErrorClass, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.llm_stub import LLMStub, StubRequest, StubResponse
@@ -49,11 +48,6 @@ class ObedientModel(LLMStub):
                 return StubResponse(text=f"Subject: A quick hello\n\nHi Pat,\n\nAs promised, claim it here: "
                                          f"{self.link} before Friday.\n\nBest,\nSam")  # fmt: skip
             return StubResponse(text=CLEAN)
-
-
-@pytest.fixture
-def budget(redis_client: redis.Redis) -> Budget:
-    return Budget(redis_client=redis_client, limits=Limits(rpm=10_000, tpm=10_000_000, burst_ms=60_000))
 
 
 def _model(settings: Any, *, link: str = LINK, obey: int) -> ObedientModel:

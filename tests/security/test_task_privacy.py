@@ -14,7 +14,7 @@ import redis
 from django.core.management import CommandError, call_command
 
 from nurture.generation import outreach_generate
-from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.budget import Budget, Reservation
 from outreach.models import AssignmentBatch, DeadLetter, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.llm_stub import LLMStub, StubResponse
@@ -24,11 +24,6 @@ pytestmark = pytest.mark.django_db
 
 SECRET_EMAIL = "private.person@secret-prospect.example"
 DRAFT_WORD = "Zanzibarquux"  # a word only the generated draft contains
-
-
-@pytest.fixture
-def budget(redis_client: redis.Redis) -> Budget:
-    return Budget(redis_client=redis_client, limits=Limits(rpm=10_000, tpm=10_000_000, burst_ms=60_000))
 
 
 def _dispatched(budget: Budget) -> Outreach:
