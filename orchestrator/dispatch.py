@@ -199,14 +199,14 @@ def _reserve_and_claim(*, picks: list[Pick], budget: Budget) -> list[int]:
     requests, tokens = _cost()
     by_id: dict[int, str] = {}
     for scopes, group in _by_scopes(picks=picks, budget=budget).items():
-        reservations = budget.reserve_many(
+        reservations, denied = budget.reserve_up_to(
             count=len(group), requests_each=requests, tokens_each=tokens, scopes=scopes
         )
         by_id |= {pick.outreach_id: r.id for pick, r in zip(group, reservations, strict=False)}
-        if len(reservations) < len(group):
+        if denied is not None and denied.bucket.startswith("org:"):  # say why they wait
             capped = [pick.outreach_id for pick in group[len(reservations) :]]
             Outreach.objects.filter(id__in=capped).update(
-                blocked_reason=f"organization LLM cap reached ({scopes[-1]})"
+                blocked_reason=f"organization LLM cap reached ({denied.bucket})"
             )
     with transaction.atomic():
         claimed = transition_many(

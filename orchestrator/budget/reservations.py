@@ -33,7 +33,15 @@ class Reservations(BudgetCore):
         self, *, count: int, requests_each: int, tokens_each: int, scopes: Sequence[str] = (PROVIDER,)
     ) -> list[Reservation]:
         """Reserve up to `count` equal reservations in one round trip; returns those granted."""
-        return self._reserve(count=count, requests=requests_each, tokens=tokens_each, scopes=tuple(scopes))[0]
+        return self.reserve_up_to(
+            count=count, requests_each=requests_each, tokens_each=tokens_each, scopes=scopes
+        )[0]
+
+    def reserve_up_to(
+        self, *, count: int, requests_each: int, tokens_each: int, scopes: Sequence[str] = (PROVIDER,)
+    ) -> tuple[list[Reservation], Denied | None]:
+        """`reserve_many`, also saying what stopped it short (None when all were granted)."""
+        return self._reserve(count=count, requests=requests_each, tokens=tokens_each, scopes=tuple(scopes))
 
     def _reserve(
         self, *, count: int, requests: int, tokens: int, scopes: tuple[str, ...]

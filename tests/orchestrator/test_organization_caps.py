@@ -50,7 +50,7 @@ def test_capped_organization_gets_its_cap_and_the_others_the_rest(
     assert all(rid.endswith(f"@{PROVIDER},{scope}") for rid in reservation_ids)
     waiting = Outreach.objects.filter(id__in=set(capped_ids) - claimed)
     assert {row.state for row in waiting} == {State.QUEUED}
-    assert {row.blocked_reason for row in waiting} == {f"organization LLM cap reached ({scope})"}
+    assert {row.blocked_reason for row in waiting} == {f"organization LLM cap reached ({scope}:requests)"}
 
 
 def test_generation_paces_its_calls_in_the_organizations_window(
