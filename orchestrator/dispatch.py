@@ -24,13 +24,14 @@ from django.utils import timezone
 
 from config.celery import app
 from orchestrator import selectors
-from orchestrator.budget import PROVIDER, Budget, get_budget, organization_scope
+from orchestrator.budget import Budget, get_budget
 from orchestrator.capacity import Capacity, OwnerRules, owner_capacity
+from orchestrator.caps import OrganizationCaps
 from orchestrator.lock import Lease, dispatch_lease
 from orchestrator.metrics import budget_sample_record
 from orchestrator.recovery import recover_stuck
 from orchestrator.selection import Candidates, Cursor, Pick, StarvationGuard, rows_per_owner, select_batch
-from outreach.models import Outreach, Owner, State
+from outreach.models import Outreach, State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
 
@@ -90,12 +91,16 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     room = {owner_id: c.remaining for owner_id, c in capacity.items() if c.remaining > 0}
     report.send = _dispatch_approved(room=room, now=now)
     report.slots = _llm_slots(budget=budget)
+    caps = OrganizationCaps.read(budget=budget, owner_ids=room)
+    if caps.scope_of:
+        room = caps.limit_room(room=room, budget=budget, cost=_cost(), now=now,
+                               turn=int(now.timestamp() / settings.DISPATCH_INTERVAL))  # fmt: skip
     weights = {rules.owner_id: weight for rules, weight in owners}
     cursor = Cursor.from_json(client.get(CURSOR_KEY))
     selection = select_batch(_candidates(room=room, slots=report.slots, weights=weights, now=now),
                              slots=report.slots, cursor=cursor, weights=weights, starvation_guard=_guard())  # fmt: skip
     report.picks = list(selection.picks)
-    report.generation = _reserve_and_claim(picks=report.picks, budget=budget)
+    report.generation = _reserve_and_claim(picks=report.picks, budget=budget, caps=caps)
     lease.set_if_held(CURSOR_KEY, selection.cursor.to_json())
     return report
 
@@ -188,17 +193,20 @@ def _candidates(
     return result
 
 
-def _reserve_and_claim(*, picks: list[Pick], budget: Budget) -> list[int]:
+def _reserve_and_claim(*, picks: list[Pick], budget: Budget, caps: OrganizationCaps) -> list[int]:
     """Reserve budget for each pick, claim the rows, enqueue on commit; refund what was not claimed.
 
-    Picks of an organization with its own LLM cap reserve from its scope too: those its cap
-    cannot take now stay QUEUED (in the selection's fair order, the first ones get through).
+    Picks of an organization with its own LLM cap reserve from its scope too; any its cap cannot
+    take after all (its workers' calls came first) stay QUEUED and say why.
     """
     if not picks:
         return []
     requests, tokens = _cost()
+    groups: dict[tuple[str, ...], list[Pick]] = {}
+    for pick in picks:  # in pick order: within a group, the first picks get the budget
+        groups.setdefault(caps.scopes(pick.owner_id), []).append(pick)
     by_id: dict[int, str] = {}
-    for scopes, group in _by_scopes(picks=picks, budget=budget).items():
+    for scopes, group in groups.items():
         reservations, denied = budget.reserve_up_to(
             count=len(group), requests_each=requests, tokens_each=tokens, scopes=scopes
         )
@@ -217,22 +225,6 @@ def _reserve_and_claim(*, picks: list[Pick], budget: Budget) -> list[int]:
     for outreach_id in set(by_id) - set(claimed):
         budget.refund(reservation_id=by_id[outreach_id])  # someone else claimed it: give it back
     return claimed
-
-
-def _by_scopes(*, picks: list[Pick], budget: Budget) -> dict[tuple[str, ...], list[Pick]]:
-    """Picks grouped by the budget scopes they reserve from, in pick order: the provider's, plus
-    their organization's where it has a cap (one query, and only when some organization has)."""
-    caps = selectors.organization_caps()
-    budget.set_scope_limits(caps)
-    if not caps:
-        return {(PROVIDER,): picks}
-    owner_ids = {pick.owner_id for pick in picks}
-    org_of = dict(Owner.objects.filter(id__in=owner_ids).values_list("id", "organization_id"))
-    groups: dict[tuple[str, ...], list[Pick]] = {}
-    for pick in picks:
-        scope = organization_scope(org_of[pick.owner_id])
-        groups.setdefault((PROVIDER, scope) if scope in caps else (PROVIDER,), []).append(pick)
-    return groups
 
 
 def _record_reservations(by_id: Mapping[int, str]) -> None:

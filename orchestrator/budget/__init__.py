@@ -85,8 +85,8 @@ def limits_from_settings(*, rpm: int, tpm: int) -> Limits:
     ValueError, naming the limit, when one outreach can never fit it."""
     from django.conf import settings
 
-    strict = bool(getattr(settings, "LLM_BUDGET_STRICT", True))
-    margin_ms = int(getattr(settings, "LLM_BUDGET_MARGIN_MS", 1_000))
+    strict = bool(settings.LLM_BUDGET_STRICT)
+    margin_ms = int(settings.LLM_BUDGET_MARGIN_MS)
     calls, per_call = settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL
     interval_ms = int(settings.DISPATCH_INTERVAL * 1000)
     burst_ms = max(

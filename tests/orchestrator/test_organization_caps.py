@@ -9,18 +9,23 @@ one outreach could never get through.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from nurture.generation import outreach_generate
 from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
-from orchestrator.dispatch import dispatch_cycle
+from orchestrator.caps import OrganizationCaps
+from orchestrator.dispatch import _reserve_and_claim, dispatch_cycle
+from orchestrator.selection import Pick
 from orchestrator.selectors import organization_caps
 from outreach.models import Outreach, State
+from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.llm_stub import LLMStub
 from tests.security.admin_forms import form_values
@@ -28,29 +33,71 @@ from tests.security.admin_forms import form_values
 pytestmark = pytest.mark.django_db
 
 
-def test_capped_organization_gets_its_cap_and_the_others_the_rest(
+def test_capped_organization_gets_its_cap_and_the_others_its_slots_in_the_same_cycle(
     budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    # given two organizations with 5 intros each; the first may make 6 requests/min (2 outreach)
-    settings.DISPATCH_MAX_IN_FLIGHT = 20
+    # given 6 slots; an organization capped at 6 requests/min (one outreach in its bucket now)
+    # whose 3 owners each have work, and another organization with plenty of work
+    settings.DISPATCH_MAX_IN_FLIGHT = 6
     capped, free = make_org(llm_rpm=6), make_org()
-    capped_ids = [make_outreach(lead=make_lead(owner=make_owner(organization=capped))).pk for _ in range(5)]
-    free_ids = [make_outreach(lead=make_lead(owner=make_owner(organization=free))).pk for _ in range(5)]
+    capped_ids = [make_outreach(lead=make_lead(owner=make_owner(organization=capped))).pk for _ in range(3)]
+    free_owners = [make_owner(organization=free) for _ in range(3)]
+    free_ids = [make_outreach(lead=make_lead(owner=free_owners[i % 3])).pk for i in range(9)]
     # when a cycle runs
     with django_capture_on_commit_callbacks(execute=True):
         report = dispatch_cycle(budget=budget)
-    # then the capped organization got what its bucket holds, the other all its work
+    # then the capped organization got what its bucket holds, and the other every other slot:
+    # round-robin alone would have spent 3 slots on the capped owners and wasted 2 of them
     claimed = set(report.generation)
-    assert set(free_ids) <= claimed
     got = [i for i in capped_ids if i in claimed]
-    assert 1 <= len(got) <= 2
-    # its claimed rows reserved from its scope, and the rest say why they wait
+    assert len(got) == 1
+    assert len(claimed & set(free_ids)) == 5
+    # the capped organization's outreach reserved from its scope as well
     scope = organization_scope(capped.pk)
-    reservation_ids = Outreach.objects.filter(id__in=got).values_list("reservation_id", flat=True)
-    assert all(rid.endswith(f"@{PROVIDER},{scope}") for rid in reservation_ids)
-    waiting = Outreach.objects.filter(id__in=set(capped_ids) - claimed)
-    assert {row.state for row in waiting} == {State.QUEUED}
-    assert {row.blocked_reason for row in waiting} == {f"organization LLM cap reached ({scope}:requests)"}
+    reservation_id = Outreach.objects.get(pk=got[0]).reservation_id
+    assert reservation_id.endswith(f"@{PROVIDER},{scope}")
+
+
+def test_the_capped_organizations_turn_moves_between_its_owners(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an organization whose bucket takes one outreach a cycle, and three owners with work
+    capped = make_org(llm_rpm=6)
+    owners = [make_owner(organization=capped) for _ in range(3)]
+    for owner in owners:
+        make_outreach(lead=make_lead(owner=owner))
+    # when cycles run at three successive turns, the bucket emptied in between
+    served = []
+    start = timezone.now() + timedelta(minutes=1)
+    for turn in range(3):
+        budget.reset()
+        now = start + timedelta(seconds=turn * settings.DISPATCH_INTERVAL)
+        with django_capture_on_commit_callbacks(execute=True):
+            report = dispatch_cycle(budget=budget, now=now)
+        served += [pick.owner_id for pick in report.picks]
+        Outreach.objects.filter(state=State.DISPATCHED).update(state=State.QUEUED, reservation_id="")
+    # then each owner was served once
+    assert sorted(served) == sorted(owner.pk for owner in owners)
+
+
+def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Budget) -> None:
+    # given an organization's bucket emptied between the cycle's look and its reservation
+    # (its workers' calls came first), and two of its picks
+    capped = make_org(llm_rpm=6)
+    owner = make_owner(organization=capped)
+    ids = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(2)]
+    caps = OrganizationCaps.read(budget=budget, owner_ids=[owner.pk])
+    scope = organization_scope(capped.pk)
+    assert isinstance(budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, scope)), Reservation)
+    picks = [Pick(outreach_id=i, owner_id=owner.pk, tier=Tier.INTRO, reason="test") for i in ids]
+    # when they are reserved and claimed
+    claimed = _reserve_and_claim(picks=picks, budget=budget, caps=caps)
+    # then none is claimed, and each says which bucket stopped it
+    assert claimed == []
+    rows = Outreach.objects.filter(id__in=ids)
+    assert {(row.state, row.blocked_reason) for row in rows} == {
+        (State.QUEUED, f"organization LLM cap reached ({scope}:requests)")
+    }
 
 
 def test_generation_paces_its_calls_in_the_organizations_window(
