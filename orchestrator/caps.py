@@ -45,30 +45,42 @@ class OrganizationCaps:
         self, *, room: Mapping[int, int], budget: Budget, cost: tuple[int, int], now: datetime, turn: int
     ) -> dict[int, int]:
         """`room` with each capped organization's owners who have ready work sharing what its
-        bucket fits now: equal parts, the remainder going to different owners as `turn` (the
-        cycle's number) advances, so none of them waits for ever behind the others."""
+        bucket fits now: equal parts, and the remainder to owners whose best ready work is in
+        the best tier (replies first), rotating within a tier as `turn` (the cycle's number)
+        advances, so none of them waits for ever behind the others."""
         limited = dict(room)
         members: dict[str, list[int]] = defaultdict(list)
         for owner_id in sorted(room):
             if owner_id in self.scope_of and room[owner_id] > 0:
                 members[self.scope_of[owner_id]].append(owner_id)
         for scope, owners in members.items():
-            ready = _with_ready_work(owners, now=now)
-            for owner_id in set(owners) - set(ready):
+            best = _best_ready_tier(owners, now=now)
+            for owner_id in set(owners) - set(best):
                 limited[owner_id] = 0  # nothing to send now: its part goes to the others
-            if not ready:
+            if not best:
                 continue
             fits = budget.headroom(scopes=(PROVIDER, scope)).fits(requests_each=cost[0], tokens_each=cost[1])
-            base, extra = divmod(fits, len(ready))
-            for i, owner_id in enumerate(ready):
-                share = base + (1 if (i - turn) % len(ready) < extra else 0)
-                limited[owner_id] = min(limited[owner_id], share)
+            base, extra = divmod(fits, len(best))
+            bonus = set(_turn_order(best, turn=turn)[:extra])
+            for owner_id in best:
+                limited[owner_id] = min(limited[owner_id], base + int(owner_id in bonus))
         return limited
 
 
-def _with_ready_work(owner_ids: list[int], *, now: datetime) -> list[int]:
-    """Those of `owner_ids` with ready work in any tier, in id order (an index probe each)."""
-    found: set[int] = set()
-    for tier in Tier:
-        found |= set(selectors.owners_with_ready_work(tier=tier, owner_ids=owner_ids, now=now))
-    return sorted(found)
+def _best_ready_tier(owner_ids: list[int], *, now: datetime) -> dict[int, Tier]:
+    """Owner -> the best tier it has ready work in, for those of `owner_ids` that have any."""
+    best: dict[int, Tier] = {}
+    for tier in sorted(Tier, reverse=True):  # the best tier last, so it wins
+        for owner_id in selectors.owners_with_ready_work(tier=tier, owner_ids=owner_ids, now=now):
+            best[owner_id] = tier
+    return best
+
+
+def _turn_order(best: Mapping[int, Tier], *, turn: int) -> list[int]:
+    """Owners by their best tier, replies first; within a tier in id order rotated by `turn`."""
+    order: list[int] = []
+    for tier in sorted(set(best.values())):
+        group = sorted(owner for owner, t in best.items() if t == tier)
+        k = turn % len(group)
+        order += group[k:] + group[:k]
+    return order

@@ -80,6 +80,28 @@ def test_the_capped_organizations_turn_moves_between_its_owners(
     assert sorted(served) == sorted(owner.pk for owner in owners)
 
 
+def test_within_a_capped_organization_a_reply_gets_the_turn_first(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an organization whose bucket takes one outreach now: one owner with an intro, one
+    # (created later, so later in id order) with a reply
+    capped = make_org(llm_rpm=6)
+    intro = make_outreach(lead=make_lead(owner=make_owner(organization=capped)))
+    reply = make_outreach(lead=make_lead(owner=make_owner(organization=capped)), kind=Outreach.Kind.REPLY)
+    # when cycles run at two successive turns, the bucket emptied in between
+    start = timezone.now() + timedelta(minutes=1)
+    for turn in range(2):
+        budget.reset()
+        with django_capture_on_commit_callbacks(execute=True):
+            report = dispatch_cycle(
+                budget=budget, now=start + timedelta(seconds=turn * settings.DISPATCH_INTERVAL)
+            )
+        # then the reply is served whatever the turn, as everywhere else (reply-first)
+        assert report.generation == [reply.pk]
+        Outreach.objects.filter(pk=reply.pk).update(state=State.QUEUED, reservation_id="")
+    assert Outreach.objects.get(pk=intro.pk).state == State.QUEUED
+
+
 def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Budget) -> None:
     # given an organization's bucket emptied between the cycle's look and its reservation
     # (its workers' calls came first), and two of its picks
