@@ -22,9 +22,9 @@ from nurture.errors import OptedOut, PolicyViolation, RateLimited
 from nurture.failures import Paced, fail
 from nurture.intake.sequence import Gate, sequence_gate
 from nurture.policy import check_draft
-from orchestrator.budget import PROVIDER, Budget, get_budget, organization_scope
+from orchestrator.budget import PROVIDER, Budget, get_budget
+from orchestrator.caps import job_scopes
 from orchestrator.dead_letters import replay_outcome_success
-from orchestrator.selectors import organization_caps
 from outreach.models import Lead, Outreach, State
 from outreach.transitions import TransitionLost, transition, transition_durably
 
@@ -41,6 +41,9 @@ MAX_PACING_WAIT_S = 5.0
 
 @dataclass
 class Usage:
+    """One job's budget: the scopes its calls draw from, and what they used."""
+
+    scopes: tuple[str, ...] = (PROVIDER,)
     requests: int = 0
     tokens: int = 0
 
@@ -54,7 +57,7 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
         log.info("generate skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
     budget = budget or get_budget()
-    usage = Usage()
+    usage = Usage(scopes=job_scopes(budget=budget, reservation_id=outreach.reservation_id))
     gate = sequence_gate(outreach=outreach)
     if not gate.go:
         _release(budget=budget, outreach=outreach, usage=usage)
@@ -88,7 +91,7 @@ def _hold(*, outreach: Outreach, gate: Gate) -> State:
 
 def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, str]:
     facts = prompts.prompt_facts(outreach=outreach)
-    call = partial(_call, budget, usage=usage, scopes=_scopes(budget=budget, outreach=outreach))
+    call = partial(_call, budget, usage=usage)
     plan = call(prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS)
     notes = call(prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS)
     allowed = outreach.lead.organization.allowed_link_domains
@@ -104,22 +107,11 @@ def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, st
     raise PolicyViolation("draft failed the policy check twice: " + "; ".join(feedback), violations=feedback)
 
 
-def _scopes(*, budget: Budget, outreach: Outreach) -> tuple[str, ...]:
-    """The budget scopes this job's calls are paced in: the provider's, and its organization's
-    when that has its own cap (read now: an operator may have changed it in the admin)."""
-    caps = organization_caps()
-    budget.set_scope_limits(caps)
-    scope = organization_scope(outreach.lead.organization_id)
-    return (PROVIDER, scope) if scope in caps else (PROVIDER,)
-
-
-def _call(
-    budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: Usage, scopes: tuple[str, ...]
-) -> str:
+def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: Usage) -> str:
     """One provider call, paced against the shared window (and the organization's cap, if it
     has one), its outcome reported to the budget."""
     estimate = sum(len(m["content"]) for m in messages) // 4 + max_tokens
-    slot = budget.acquire_call(tokens=estimate, scopes=scopes)
+    slot = budget.acquire_call(tokens=estimate, scopes=usage.scopes)
     waited = 0.0
     while slot.wait_ms:
         if waited + slot.wait_ms / 1000 > MAX_PACING_WAIT_S:
@@ -131,7 +123,7 @@ def _call(
             raise Paced(wait_s=slot.wait_ms / 1000, cause=cause)
         time.sleep(slot.wait_ms / 1000)
         waited += slot.wait_ms / 1000
-        slot = budget.acquire_call(tokens=estimate, scopes=scopes)
+        slot = budget.acquire_call(tokens=estimate, scopes=usage.scopes)
     usage.requests += 1
     try:
         result = llm.chat(messages=messages, max_tokens=max_tokens)

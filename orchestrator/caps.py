@@ -1,6 +1,9 @@
 """Organizations' own LLM caps in the dispatch cycle (Organization.llm_rpm / llm_tpm).
 
-Read once a cycle, used twice:
+Loaded into the budget before anything touches a capped scope (a scope without limits can be
+neither reserved, settled nor refunded): at the start of each dispatch cycle, before stuck
+recovery refunds, and at the start of a generation job whose reservation names one. In the
+cycle, used twice:
 - before selection, the owners of a capped organization who have ready work share what its
   bucket can take now, so the fair selection does not spend slots on picks the cap would
   refuse: other organizations get those slots in the same cycle;
@@ -16,9 +19,27 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator import selectors
-from orchestrator.budget import PROVIDER, Budget, organization_scope
+from orchestrator.budget import PROVIDER, Budget, Limits, organization_scope, reservation_scopes
 from outreach.models import Owner
 from outreach.tiers import Tier
+
+
+def load_caps(budget: Budget) -> dict[str, Limits]:
+    """Read the organizations' caps and give them to `budget` (one query: O(capped ones))."""
+    caps = selectors.organization_caps()
+    budget.set_scope_limits(caps)
+    return caps
+
+
+def job_scopes(*, budget: Budget, reservation_id: str) -> tuple[str, ...]:
+    """The scopes a job's calls, settle and refund use: those its reservation was made in (the
+    dispatcher's decision, named by the id), with their caps loaded into `budget`. A cap
+    removed since is dropped: the provider's limit still holds, and that reservation expires."""
+    scopes = reservation_scopes(reservation_id)
+    if scopes == (PROVIDER,):
+        return scopes
+    caps = load_caps(budget)
+    return tuple(scope for scope in scopes if scope == PROVIDER or scope in caps)
 
 
 @dataclass(frozen=True)
@@ -26,11 +47,9 @@ class OrganizationCaps:
     scope_of: Mapping[int, str]  # owner id -> its organization's scope; owners of capped ones only
 
     @classmethod
-    def read(cls, *, budget: Budget, owner_ids: Iterable[int]) -> OrganizationCaps:
-        """This cycle's caps, handed to the budget too (one query, two when some organization
-        has a cap: O(capped organizations + owners))."""
-        caps = selectors.organization_caps()
-        budget.set_scope_limits(caps)
+    def read(cls, *, caps: Mapping[str, Limits], owner_ids: Iterable[int]) -> OrganizationCaps:
+        """The scopes of these owners under `caps` (no query without caps; one with:
+        O(owners))."""
         if not caps:
             return cls({})
         rows = Owner.objects.filter(id__in=list(owner_ids)).values_list("id", "organization_id")

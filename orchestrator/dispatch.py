@@ -26,7 +26,7 @@ from config.celery import app
 from orchestrator import selectors
 from orchestrator.budget import Budget, get_budget
 from orchestrator.capacity import Capacity, OwnerRules, owner_capacity
-from orchestrator.caps import OrganizationCaps
+from orchestrator.caps import OrganizationCaps, load_caps
 from orchestrator.lock import Lease, dispatch_lease
 from orchestrator.metrics import budget_sample_record
 from orchestrator.recovery import recover_stuck
@@ -81,6 +81,7 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
 
 
 def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) -> CycleReport:
+    caps = load_caps(budget)  # first: recovery may refund reservations made in a capped scope
     report = CycleReport(
         recovered=recover_stuck(now=now, refund=lambda rid: budget.refund(reservation_id=rid))
     )
@@ -91,16 +92,16 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     room = {owner_id: c.remaining for owner_id, c in capacity.items() if c.remaining > 0}
     report.send = _dispatch_approved(room=room, now=now)
     report.slots = _llm_slots(budget=budget)
-    caps = OrganizationCaps.read(budget=budget, owner_ids=room)
-    if caps.scope_of:
-        room = caps.limit_room(room=room, budget=budget, cost=_cost(), now=now,
+    org_caps = OrganizationCaps.read(caps=caps, owner_ids=room)
+    if org_caps.scope_of:
+        room = org_caps.limit_room(room=room, budget=budget, cost=_cost(), now=now,
                                turn=int(now.timestamp() / settings.DISPATCH_INTERVAL))  # fmt: skip
     weights = {rules.owner_id: weight for rules, weight in owners}
     cursor = Cursor.from_json(client.get(CURSOR_KEY))
     selection = select_batch(_candidates(room=room, slots=report.slots, weights=weights, now=now),
                              slots=report.slots, cursor=cursor, weights=weights, starvation_guard=_guard())  # fmt: skip
     report.picks = list(selection.picks)
-    report.generation = _reserve_and_claim(picks=report.picks, budget=budget, caps=caps)
+    report.generation = _reserve_and_claim(picks=report.picks, budget=budget, caps=org_caps)
     lease.set_if_held(CURSOR_KEY, selection.cursor.to_json())
     return report
 

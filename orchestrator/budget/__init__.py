@@ -36,7 +36,7 @@ from orchestrator.budget.model import (
     organization_scope,
 )
 from orchestrator.budget.pacing import Pacing
-from orchestrator.budget.reservations import UNMETERED, Reservations
+from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_scopes
 
 __all__ = [
     "PROVIDER",
@@ -56,6 +56,7 @@ __all__ = [
     "limits_from_settings",
     "organization_limits",
     "organization_scope",
+    "reservation_scopes",
 ]
 
 

@@ -18,6 +18,13 @@ from orchestrator.budget.model import PROVIDER, Denied, Headroom, Reservation
 UNMETERED = "unmetered:"
 
 
+def reservation_scopes(reservation_id: str) -> tuple[str, ...]:
+    """The scopes a reservation was made in: its id ends with them ("...@provider,org:7").
+    An unmetered (fail-open) or empty id names none: the provider's."""
+    _, at, tail = reservation_id.rpartition("@")
+    return tuple(tail.split(",")) if at and not reservation_id.startswith(UNMETERED) else (PROVIDER,)
+
+
 class Reservations(BudgetCore):
     def reserve(
         self, *, requests: int, tokens: int, scopes: Sequence[str] = (PROVIDER,)
@@ -118,7 +125,7 @@ class Reservations(BudgetCore):
         if reservation_id.startswith(UNMETERED):
             return False
         try:
-            plan = self.plan(tuple(reservation_id.rpartition("@")[2].split(",")))
+            plan = self.plan(reservation_scopes(reservation_id))
         except ValueError:
             return False
         args = [self.now_arg(), reservation_id, int(refund), *used, self.adaptive.interval_ms, *plan.args]

@@ -20,11 +20,11 @@ from django.utils import timezone
 
 from nurture.generation import outreach_generate
 from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
-from orchestrator.caps import OrganizationCaps
+from orchestrator.caps import OrganizationCaps, load_caps
 from orchestrator.dispatch import _reserve_and_claim, dispatch_cycle
 from orchestrator.selection import Pick
 from orchestrator.selectors import organization_caps
-from outreach.models import Outreach, State
+from outreach.models import Lead, Outreach, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.llm_stub import LLMStub
@@ -108,7 +108,7 @@ def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Bu
     capped = make_org(llm_rpm=6)
     owner = make_owner(organization=capped)
     ids = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(2)]
-    caps = OrganizationCaps.read(budget=budget, owner_ids=[owner.pk])
+    caps = OrganizationCaps.read(caps=load_caps(budget), owner_ids=[owner.pk])
     scope = organization_scope(capped.pk)
     assert isinstance(budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, scope)), Reservation)
     picks = [Pick(outreach_id=i, owner_id=owner.pk, tier=Tier.INTRO, reason="test") for i in ids]
@@ -142,6 +142,52 @@ def test_generation_paces_its_calls_in_the_organizations_window(
     # then its three calls count in the organization's window as well as the provider's
     snapshot = budget.snapshot(scopes=(PROVIDER, scope))["scopes"]
     assert (snapshot[PROVIDER]["calls_in_window"], snapshot[scope]["calls_in_window"]) == (3, 3)
+
+
+def _fresh(budget: Budget) -> Budget:
+    """Another process's budget on the same keys, which has read no organization's cap yet."""
+    return Budget(redis_client=budget._redis, limits=budget.limits)
+
+
+def _capped_reservation(budget: Budget, org_id: int) -> str:
+    budget.set_scope_limits(organization_caps())
+    reservation = budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, organization_scope(org_id)))
+    assert isinstance(reservation, Reservation)
+    return reservation.id
+
+
+def test_a_fresh_dispatcher_refunds_a_stuck_capped_reservation(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given work stuck in GENERATING for an hour, holding a reservation in its organization's scope
+    org = make_org(llm_rpm=30)
+    held = _capped_reservation(budget, org.pk)
+    stuck = make_outreach(
+        lead=make_lead(owner=make_owner(organization=org)), state=State.GENERATING, reservation_id=held,
+        state_changed_at=timezone.now() - timedelta(hours=1),
+    )  # fmt: skip
+    # when a dispatcher process runs its first cycle (recovery comes before anything else)
+    dispatcher = _fresh(budget)
+    with django_capture_on_commit_callbacks(execute=True):
+        report = dispatch_cycle(budget=dispatcher)
+    # then the work is recovered and its reservation refunded, not left to expire
+    assert report.recovered == 1
+    assert Outreach.objects.get(pk=stuck.pk).reservation_id != held
+    assert dispatcher.refund(reservation_id=held) is False  # already given back
+
+
+def test_a_job_that_stops_before_its_calls_refunds_its_capped_reservation(budget: Budget) -> None:
+    # given a dispatched outreach of a capped organization whose lead has opted out since
+    org = make_org(llm_rpm=30)
+    lead = make_lead(owner=make_owner(organization=org), status=Lead.Status.OPTED_OUT)
+    outreach = make_outreach(
+        lead=lead, state=State.DISPATCHED, reservation_id=_capped_reservation(budget, org.pk)
+    )
+    # when a worker process that has read no cap yet takes it
+    worker = _fresh(budget)
+    assert outreach_generate(outreach_id=outreach.pk, budget=worker) == State.CANCELLED
+    # then its reservation is refunded in both scopes
+    assert worker.snapshot()["in_flight"] == 0
 
 
 def test_caps_follow_admin_edits_and_half_caps_take_the_providers_other_half(settings: Any) -> None:
