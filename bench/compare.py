@@ -175,16 +175,15 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     from aiosmtpd.controller import Controller
     from aiosmtpd.handlers import Sink
 
-    from config.processes import free_port
+    from config.processes import free_port, stack_env
 
     smtp = Controller(Sink(), hostname="127.0.0.1", port=free_port())
     smtp.start()
-    env = {
-        "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
-        "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/outreach_bench_compare",
-        "REDIS_URL": "redis://127.0.0.1:6379/12", "LLM_BASE_URL": sim.base_url, "LLM_RPM": str(rpm), "LLM_TPM": str(tpm),
-        "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp.port), "DISPATCH_INTERVAL": "1", "LOG_LEVEL": "WARNING",
-    }  # fmt: skip
+    env = stack_env(
+        llm_base_url=sim.base_url, smtp_port=smtp.port,
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/outreach_bench_compare", REDIS_URL="redis://127.0.0.1:6379/12",
+        LLM_RPM=str(rpm), LLM_TPM=str(tpm), DISPATCH_INTERVAL="1", LOG_LEVEL="WARNING",
+    )  # fmt: skip
     os.environ.update(env)
     import django
 
@@ -195,15 +194,11 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     call_command("migrate", verbosity=0)
     owners = _seed_product()
-    from config.processes import ProcessGroup, celery_beat, celery_worker
+    from config.processes import ProcessGroup, start_pipeline
     from config.queues import Queue
 
-    group = ProcessGroup(log_dir=OUT / "product-logs", env={**os.environ, **env})
-    group.start("generation", celery_worker(Queue.GENERATION, concurrency=8))
-    group.start("send", celery_worker(Queue.SEND, concurrency=2))
-    group.start("orchestrator", celery_worker(Queue.ORCHESTRATOR))
-    group.start("dead_letter", celery_worker(Queue.DEAD_LETTER))
-    group.start("beat", celery_beat())
+    group = ProcessGroup(log_dir=OUT / "product-logs", env=env)
+    start_pipeline(group, concurrency={Queue.GENERATION: 8, Queue.SEND: 2})
     try:
         _drive(seconds=seconds, sim=sim, reply_every=reply_every, send_reply=lambda k: _reply(owners, k))
         steady_util, minutes = sim._steady.utilization(rpm=rpm)

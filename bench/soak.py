@@ -184,15 +184,16 @@ def pct(values: list[float], q: int) -> float:
 
 
 def environment(*, sim_url: str, smtp_port: int, args: argparse.Namespace) -> dict[str, str]:
-    return {
-        "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", "REDIS_URL": REDIS_URL,
-        "LLM_BASE_URL": sim_url, "LLM_RPM": str(args.rpm), "LLM_TPM": str(args.tpm),
-        "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp_port), "DISPATCH_INTERVAL": "1",
-        "DISPATCH_MAX_IN_FLIGHT": str(args.max_in_flight), "RETRY_BACKOFF_BASE_S": str(args.backoff_base_s),
+    from config.processes import stack_env
+
+    return stack_env(
+        llm_base_url=sim_url, smtp_port=smtp_port,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", REDIS_URL=REDIS_URL,
+        LLM_RPM=str(args.rpm), LLM_TPM=str(args.tpm), DISPATCH_INTERVAL="1",
+        DISPATCH_MAX_IN_FLIGHT=str(args.max_in_flight), RETRY_BACKOFF_BASE_S=str(args.backoff_base_s),
         # INFO: the dispatcher's "dispatch cycle ... ms=" line is what the cycle-time samples read.
-        "LOG_LEVEL": "INFO", "LOG_FORMAT": "kv",
-    }  # fmt: skip
+        LOG_LEVEL="INFO", LOG_FORMAT="kv",
+    )  # fmt: skip
 
 
 def fresh_database() -> None:
@@ -334,8 +335,8 @@ def _run_stack(
         old.unlink()
     # The orchestrator worker logs at INFO (its "dispatch cycle ... ms=" lines are the samples);
     # the others at --worker-log-level: a line per task and transition costs CPU on 2 cores.
-    quiet = ProcessGroup(log_dir=LOG_DIR, env={**os.environ, **env, "LOG_LEVEL": args.worker_log_level})
-    loud = ProcessGroup(log_dir=LOG_DIR, env={**os.environ, **env})
+    quiet = ProcessGroup(log_dir=LOG_DIR, env={**env, "LOG_LEVEL": args.worker_log_level})
+    loud = ProcessGroup(log_dir=LOG_DIR, env=env)
     figures = Figures(count=args.count)
     quiet.start("generation", celery_worker(Queue.GENERATION, concurrency=args.gen_concurrency))
     quiet.start("send", celery_worker(Queue.SEND, concurrency=args.send_concurrency))

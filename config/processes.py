@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def celery_worker(queue: Queue, *, concurrency: int = 1, name: str | None = None
     ]  # fmt: skip
 
 
-def celery_beat(*, schedule_db: str | None = None) -> list[str]:
+def celery_beat() -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO"]
 
 
@@ -97,6 +98,28 @@ def flower(*, port: int, basic_auth: str) -> list[str]:
 
 def web(*, port: int) -> list[str]:
     return [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+
+
+def stack_env(*, llm_base_url: str, smtp_port: int, **settings: str) -> dict[str, str]:
+    """The environment of a local stack's processes (the demo, benchmarks, tests): this
+    process's, with demo settings (DJANGO_DEBUG=1: demo secrets, never production ones), the
+    provider and the mail server they talk to, and `settings` (variable -> value)."""
+    return {
+        **os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
+        "LLM_BASE_URL": llm_base_url, "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp_port), **settings,
+    }  # fmt: skip
+
+
+def start_pipeline(
+    group: ProcessGroup, *, concurrency: int | Mapping[Queue, int] = 1, beat: bool = True
+) -> None:
+    """One Celery worker per queue, named `worker-<queue>` (`concurrency`: for all of them, or
+    per queue with 1 for the rest), and beat unless `beat=False`."""
+    for queue in Queue:
+        n = concurrency if isinstance(concurrency, int) else concurrency.get(queue, 1)
+        group.start(f"worker-{queue.value}", celery_worker(queue, concurrency=n))
+    if beat:
+        group.start("beat", celery_beat())
 
 
 @dataclass

@@ -22,7 +22,7 @@ from django.utils import timezone
 from rich.console import Console
 from rich.live import Live
 
-from config.processes import ProcessGroup, celery_beat, celery_worker, flower, web
+from config.processes import ProcessGroup, flower, stack_env, start_pipeline, web
 from config.queues import Queue
 from demo.live import Sample, render, take_sample
 from demo.report import write_report
@@ -53,18 +53,10 @@ def port_free(port: int) -> bool:
 
 
 def child_env(opts: DemoOptions) -> dict[str, str]:
-    import os
-
-    return {
-        **os.environ,
-        "DJANGO_DEBUG": "1",
-        "LLM_BASE_URL": f"http://127.0.0.1:{opts.sim_port}/v1",
-        "LLM_RPM": str(opts.rpm),
-        "LLM_TPM": str(opts.tpm),
-        "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(opts.smtp_port),
-        "PUBLIC_BASE_URL": f"http://127.0.0.1:{opts.web_port}",
-    }
+    return stack_env(
+        llm_base_url=f"http://127.0.0.1:{opts.sim_port}/v1", smtp_port=opts.smtp_port, LLM_RPM=str(opts.rpm),
+        LLM_TPM=str(opts.tpm), PUBLIC_BASE_URL=f"http://127.0.0.1:{opts.web_port}",
+    )  # fmt: skip
 
 
 def start_all(group: ProcessGroup, opts: DemoOptions) -> None:
@@ -76,10 +68,7 @@ def start_all(group: ProcessGroup, opts: DemoOptions) -> None:
         [py, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{opts.smtp_port}", "-c", "aiosmtpd.handlers.Sink"],
     )
     group.start("web", web(port=opts.web_port))
-    group.start(f"worker-{Queue.GENERATION.value}", celery_worker(Queue.GENERATION, concurrency=6))
-    for queue in (Queue.ORCHESTRATOR, Queue.SEND, Queue.DEAD_LETTER):
-        group.start(f"worker-{queue.value}", celery_worker(queue))
-    group.start("beat", celery_beat())
+    start_pipeline(group, concurrency={Queue.GENERATION: 6})
     group.start("flower", flower(port=opts.flower_port, basic_auth=settings.FLOWER_BASIC_AUTH))
 
 

@@ -3,17 +3,17 @@ a scripted LLM provider over HTTP. Tests here are transactional so other process
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
 
-from config.processes import ProcessGroup, celery_beat, celery_worker
-from config.queues import Queue
+from config import processes
+from config.processes import ProcessGroup, stack_env
 from tests.llm_stub import LLMStub
 from tests.smtp_sink import SMTPSink
 
@@ -39,30 +39,28 @@ def stack(
     request: pytest.FixtureRequest, redis_client: Any, smtp_sink: SMTPSink, llm_stub: LLMStub, settings: Any
 ) -> Iterator[ProcessGroup]:
     """A process group whose children use this test's database, Redis, SMTP sink and provider."""
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "DJANGO_DEBUG": "1",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "REDIS_URL": settings.REDIS_URL,
-        "LLM_BASE_URL": llm_stub.base_url,
-        "LLM_API_KEY": "sk-test",
-        "EMAIL_HOST": "127.0.0.1",
-        "EMAIL_PORT": str(smtp_sink.port),
-        "DISPATCH_INTERVAL": "1",
-        "DISPATCH_STUCK_AFTER_S": "4",
-    }
+    env = stack_env_for_test(llm_base_url=llm_stub.base_url, smtp_port=smtp_sink.port)
     group = ProcessGroup(log_dir=ARTIFACTS / request.node.name, env=env)
     yield group
     group.stop()
 
 
+def stack_env_for_test(*, llm_base_url: str, smtp_port: int, **settings: str) -> dict[str, str]:
+    """A stack's environment pointed at this test's database and Redis, with fast recovery
+    (stuck after 4 s) and a cycle a second; `settings` override."""
+    db = connection.settings_dict
+    return stack_env(
+        llm_base_url=llm_base_url, smtp_port=smtp_port, **{
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            "REDIS_URL": django_settings.REDIS_URL, "LLM_API_KEY": "sk-test", "DISPATCH_INTERVAL": "1",
+            "DISPATCH_STUCK_AFTER_S": "4", **settings,
+        },
+    )  # fmt: skip
+
+
 def start_pipeline(group: ProcessGroup, *, beat: bool = True) -> None:
-    for queue in (Queue.ORCHESTRATOR, Queue.GENERATION, Queue.SEND, Queue.DEAD_LETTER):
-        group.start(f"worker-{queue.value}", celery_worker(queue, concurrency=2))
-    if beat:
-        group.start("beat", celery_beat())
+    """The product's workers (2 processes each) and, unless beat=False, beat."""
+    processes.start_pipeline(group, concurrency=2, beat=beat)
 
 
 def wait_until(

@@ -10,16 +10,15 @@ artifacts/faults/figures.json (figures-chaos.json under CHAOS=1) for docs/reliab
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from config.processes import ProcessGroup, RedisServer
 from tests.e2e.conftest import ARTIFACTS as E2E_ARTIFACTS
+from tests.e2e.conftest import stack_env_for_test
 from tests.faults.helpers import CHAOS, TimedLLMStub
 from tests.smtp_sink import SMTPSink
 
@@ -65,22 +64,11 @@ def make_stack(
     groups: list[ProcessGroup] = []
 
     def build(*, redis_url: str | None = None, llm_base_url: str | None = None, **env: str) -> ProcessGroup:
-        db = connection.settings_dict
-        full_env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "DJANGO_DEBUG": "1",
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-            "REDIS_URL": redis_url or settings.REDIS_URL,
-            "LLM_BASE_URL": llm_base_url or stub.base_url,
-            "LLM_API_KEY": "sk-test",
-            "EMAIL_HOST": "127.0.0.1",
-            "EMAIL_PORT": str(sink.port),
-            "DISPATCH_INTERVAL": "1",
-            "DISPATCH_STUCK_AFTER_S": "4",
-            "RETRY_BACKOFF_BASE_S": "0.5",  # retries in about a second, not 15 s
+        full_env = stack_env_for_test(
+            llm_base_url=llm_base_url or stub.base_url, smtp_port=sink.port, REDIS_URL=redis_url or settings.REDIS_URL,
+            RETRY_BACKOFF_BASE_S="0.5",  # retries in about a second, not 15 s
             **env,
-        }
+        )  # fmt: skip
         log_dir = ARTIFACTS / request.node.name
         for old in log_dir.glob("*.log") if log_dir.exists() else []:
             old.unlink()  # one run's logs per directory
