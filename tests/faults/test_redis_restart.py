@@ -61,7 +61,7 @@ def test_redis_crash_mid_run_loses_nothing_and_the_budget_follows_its_policy(
     # given a run in progress on our own Redis: two outreach in flight at a time, the rest queued
     agent = make_owner(organization=make_org(), daily_limit=10_000)
     ids = [make_outreach(lead=make_lead(owner=agent)).pk for _ in range(pick(8, 40))]
-    stub.default = StubResponse(delay_s=0.6)  # a job just started still has a call 0.7 s+ after the crash
+    stub.default = StubResponse(delay_s=1.0)  # a job just started still has calls 1 s+ after the crash
     stack = make_stack(redis_url=own_redis.url, BUDGET_FAILURE_POLICY=policy, DISPATCH_MAX_IN_FLIGHT="2")
     start_pipeline(stack)
     wait_until(lambda: states(ids)[State.SENT] >= 2, timeout_s=30, what="2 outreach SENT", group=stack)
