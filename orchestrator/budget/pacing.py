@@ -26,7 +26,7 @@ from dataclasses import asdict
 from typing import Any
 
 from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable
-from orchestrator.budget.model import PROVIDER, CallSlot
+from orchestrator.budget.model import PROVIDER, CallSlot, Limits
 
 
 class Pacing(BudgetCore):
@@ -44,7 +44,7 @@ class Pacing(BudgetCore):
                 raise ValueError(
                     f"a call of {tokens} tokens can never fit scope {scope!r} ({limits.tpm}/min)"
                 )
-            keys += [self.key("calls", scope), self.key("callmeta", scope), self.key("rate", scope)]
+            keys += self._call_log_keys(scope)
             step = self.adaptive.step
             args += [limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm), limits.pacing_window_ms]
         try:
@@ -85,48 +85,43 @@ class Pacing(BudgetCore):
                 "sent_at_ms": sent_at_ms,
             }
         )
-        keys = [self.key("calls", scope), self.key("callmeta", scope), self.key("rate", scope)]
         args = [
             self.now_arg(),
             "" if sent_at_ms is None else sent_at_ms,
             "" if remaining_requests is None else remaining_requests,
             "" if remaining_tokens is None else remaining_tokens,
-            a.interval_ms,
-            limits.rpm,
-            limits.tpm,
-            a.step(limits.rpm),
-            a.step(limits.tpm),
-            a.floor(limits.rpm),
-            a.floor(limits.tpm),
+            *self._adaptation_args(limits),
             a.tolerance(limits.rpm),
             a.tolerance(limits.tpm),
             report,
         ]
         with contextlib.suppress(BudgetUnavailable):  # advisory: the pacer and the buckets still hold
-            self.run("REPORT", keys, args)
+            self.run("REPORT", self._call_log_keys(scope), args)
 
     def report_429(self, *, retry_after_s: float | None = None, scope: str = PROVIDER) -> None:
         """The provider refused a call: hold calls for Retry-After (default 1 s), and cut the
         limits if our own calls of the last interval were near them (`Adaptive.busy_fraction`)."""
-        limits = self.limits_for(scope)
         a = self.adaptive
         retry_ms = 1_000 if retry_after_s is None else max(0, int(retry_after_s * 1000))
         args = [
             self.now_arg(),
             retry_ms,
-            a.interval_ms,
-            limits.rpm,
-            limits.tpm,
-            a.step(limits.rpm),
-            a.step(limits.tpm),
-            a.floor(limits.rpm),
-            a.floor(limits.tpm),
+            *self._adaptation_args(self.limits_for(scope)),
             a.decrease,
             a.busy_fraction,
         ]
-        keys = [self.key("calls", scope), self.key("callmeta", scope), self.key("rate", scope)]
         with contextlib.suppress(BudgetUnavailable):
-            self.run("REPORT_429", keys, args)
+            self.run("REPORT_429", self._call_log_keys(scope), args)
+
+    def _call_log_keys(self, scope: str) -> list[str]:
+        """KEYS of the scripts that read a scope's call log and adapt its limits."""
+        return [self.key("calls", scope), self.key("callmeta", scope), self.key("rate", scope)]
+
+    def _adaptation_args(self, limits: Limits) -> list[int]:
+        """ARGV the adapting scripts share: interval, configured r/t, step r/t, floor r/t."""
+        a = self.adaptive
+        return [a.interval_ms, limits.rpm, limits.tpm, a.step(limits.rpm), a.step(limits.tpm),
+                a.floor(limits.rpm), a.floor(limits.tpm)]  # fmt: skip
 
     def snapshot(self, *, scopes: Sequence[str] = (PROVIDER,)) -> dict[str, Any]:
         """Everything the budget decides on, for dashboards and `queue_stats`."""
