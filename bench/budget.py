@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from redis.utils import HIREDIS_AVAILABLE
 
-from config.processes import RedisServer
+from devtools.processes import RedisServer
 from orchestrator.budget import Budget, Limits, Reservation, connect
 
 LIMITS = Limits(rpm=10**9, tpm=10**11)  # never the bottleneck: we measure Redis + the client

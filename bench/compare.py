@@ -71,7 +71,7 @@ def workload() -> list[tuple[int, int]]:
 
 
 def start_sim(*, rpm: int, tpm: int) -> Any:
-    from nurture.llm_sim import LLMSim
+    from devtools.llm_sim import LLMSim
 
     sim = LLMSim(rpm=rpm, tpm=tpm, latency_ms=400, mode="window", seed=1)
     sim.start()
@@ -175,7 +175,7 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     from aiosmtpd.controller import Controller
     from aiosmtpd.handlers import Sink
 
-    from config.processes import free_port, stack_env
+    from devtools.processes import free_port, stack_env
 
     smtp = Controller(Sink(), hostname="127.0.0.1", port=free_port())
     smtp.start()
@@ -194,8 +194,8 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     call_command("migrate", verbosity=0)
     owners = _seed_product()
-    from config.processes import ProcessGroup, start_pipeline
     from config.queues import Queue
+    from devtools.processes import ProcessGroup, start_pipeline
 
     group = ProcessGroup(log_dir=OUT / "product-logs", env=env)
     start_pipeline(group, concurrency={Queue.GENERATION: 8, Queue.SEND: 2})

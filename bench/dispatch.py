@@ -118,7 +118,7 @@ def _measure(
     from django.db import connection
 
     from orchestrator.budget import Budget, Limits
-    from orchestrator.dispatch import dispatch_cycle
+    from orchestrator.dispatch.cycle import dispatch_cycle
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.flushdb()

@@ -48,11 +48,11 @@ DB_NAME = "outreach_bench_soak"
 REDIS_URL = "redis://127.0.0.1:6379/11"
 SAMPLE_EVERY_S = 10.0
 PROCESSES = ("generation", "send", "orchestrator", "dead_letter", "beat")
-# kv log line of the dispatcher: "2025-01-02 03:04:05,678 INFO orchestrator.dispatch dispatch cycle ... ms=12.3"
+# kv log line of the dispatcher: "2025-01-02 03:04:05,678 INFO orchestrator.dispatch.cycle dispatch cycle ... ms=12.3"
 CYCLE_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO orchestrator\.dispatch dispatch cycle .*?\bms=([\d.]+)"
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO orchestrator\.dispatch\.cycle dispatch cycle .*?\bms=([\d.]+)"
 )
-POISON = ("SIM:POLICY_FAIL", "SIM:FAIL_400", "SIM:FAIL_500")  # nurture.llm_sim markers
+POISON = ("SIM:POLICY_FAIL", "SIM:FAIL_400", "SIM:FAIL_500")  # devtools.llm_sim markers
 
 
 # --- the SMTP sink: counts messages per Message-ID ---------------------------------------------
@@ -184,7 +184,7 @@ def pct(values: list[float], q: int) -> float:
 
 
 def environment(*, sim_url: str, smtp_port: int, args: argparse.Namespace) -> dict[str, str]:
-    from config.processes import stack_env
+    from devtools.processes import stack_env
 
     return stack_env(
         llm_base_url=sim_url, smtp_port=smtp_port,
@@ -288,14 +288,14 @@ def done(states: dict[str, int], *, attended_waiting: int) -> bool:
 def run(args: argparse.Namespace) -> Figures:
     from aiosmtpd.controller import Controller
 
-    from nurture.llm_sim import LLMSim
+    from devtools.llm_sim import LLMSim
 
     fresh_database()
     sim = LLMSim(rpm=args.rpm, tpm=args.tpm, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
                  mode="window", seed=args.seed)  # fmt: skip
     sim.start()
     handler = CountingHandler()
-    from config.processes import free_port
+    from devtools.processes import free_port
 
     smtp = Controller(handler, hostname="127.0.0.1", port=free_port())
     smtp.start()
@@ -322,8 +322,8 @@ def _run_stack(
     from django.contrib.auth.models import User
     from django.core.management import call_command
 
-    from config.processes import ProcessGroup, celery_beat, celery_worker
     from config.queues import Queue
+    from devtools.processes import ProcessGroup, celery_beat, celery_worker
 
     redis.Redis.from_url(REDIS_URL).flushdb()
     call_command("migrate", verbosity=0)

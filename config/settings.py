@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "outreach",
     "nurture",
     "orchestrator",
+    "devtools",  # llm_sim: the provider simulator (demo, benchmarks, tests)
+    "demo",  # the one-command demo
 ]
 
 MIDDLEWARE = [

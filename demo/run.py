@@ -22,11 +22,11 @@ from django.utils import timezone
 from rich.console import Console
 from rich.live import Live
 
-from config.processes import ProcessGroup, flower, stack_env, start_pipeline, web
 from config.queues import Queue
 from demo.live import Sample, render, take_sample
 from demo.report import write_report
 from demo.seed import seed_demo
+from devtools.processes import ProcessGroup, flower, stack_env, start_pipeline, web
 from outreach.models import Outreach, State
 from outreach.services import draft_approve
 from outreach.transitions import TransitionLost

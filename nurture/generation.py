@@ -19,12 +19,12 @@ from django.utils import timezone
 from config.logging import outreach_log_context
 from nurture import llm, prompts
 from nurture.errors import OptedOut, PolicyViolation, RateLimited
-from nurture.failures import Paced, fail
 from nurture.intake.sequence import Gate, sequence_gate
 from nurture.policy import check_draft
+from nurture.retry_rules import Paced, fail
 from orchestrator.budget import PROVIDER, Budget, get_budget
-from orchestrator.caps import job_scopes
 from orchestrator.dead_letters import replay_outcome_success
+from orchestrator.dispatch.org_caps import job_scopes
 from outreach.models import Lead, Outreach, State
 from outreach.transitions import TransitionLost, transition, transition_durably
 
@@ -70,7 +70,7 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
         _release(budget=budget, outreach=outreach, usage=usage)
         transition(outreach_id=outreach_id, from_=State.GENERATING, to=State.CANCELLED, note=str(exc))
         return State.CANCELLED
-    except Exception as exc:  # classified by nurture.failures; unknown errors count as transient
+    except Exception as exc:  # classified by nurture.retry_rules; unknown errors count as transient
         _release(budget=budget, outreach=outreach, usage=usage)
         return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
     _release(budget=budget, outreach=outreach, usage=usage)

@@ -12,9 +12,9 @@ import logging
 
 from config.logging import outreach_log_context
 from nurture.errors import OptedOut
-from nurture.failures import fail
 from nurture.intake.sequence import sequence_gate
 from nurture.mail import outreach_message_id, send_outreach_email
+from nurture.retry_rules import fail
 from orchestrator.dead_letters import replay_outcome_success
 from outreach.models import Outreach, State
 from outreach.transitions import TransitionLost, transition, transition_durably
@@ -41,7 +41,7 @@ def outreach_send(*, outreach_id: int) -> State | None:
     except OptedOut as exc:
         transition(outreach_id=outreach_id, from_=State.SENDING, to=State.CANCELLED, note=str(exc))
         return State.CANCELLED
-    except Exception as exc:  # classified by nurture.failures
+    except Exception as exc:  # classified by nurture.retry_rules
         return fail(outreach=outreach, from_=State.SENDING, exc=exc, job_type="send")
     # The server has the email: a connection that died during SMTP must not leave the row
     # SENDING, or recovery would send it again.

@@ -1,6 +1,6 @@
 """Celery adapters for the pipeline: ids in, one service call, no retries here.
 
-Retries are rules applied in the database (nurture.failures sets `not_before`; the dispatcher
+Retries are rules applied in the database (nurture.retry_rules sets `not_before`; the dispatcher
 re-dispatches), not Celery autoretry: a retry must pass through the budget and the owner's
 limits again, which only the dispatcher can grant. acks_late + reject_on_worker_lost
 (settings) make a killed worker's message come back; the guarded first transition makes that

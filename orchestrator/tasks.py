@@ -6,7 +6,7 @@ import logging
 
 from celery import shared_task
 
-from orchestrator.dispatch import dispatch_cycle
+from orchestrator.dispatch.cycle import dispatch_cycle
 
 log = logging.getLogger(__name__)
 

@@ -209,7 +209,7 @@ class Outreach(models.Model):
         verbose_name_plural = "outreach"
         permissions = [("approve_outreach", "Can approve, edit-and-approve or reject drafts")]
         indexes = [
-            # orchestrator.selectors.ready_candidates: per-owner top-k of ready work in one
+            # orchestrator.dispatch.reads.ready_candidates: per-owner top-k of ready work in one
             # tier (LATERAL ... WHERE owner_id=? AND tier=? AND state='queued' AND
             # not_before<=now ORDER BY not_before, id LIMIT k). Partial, so its size is the
             # queue's, not the history's, and the scan stops after k rows.
@@ -218,13 +218,13 @@ class Outreach(models.Model):
                 condition=Q(state="queued"),
                 name="outreach_ready_by_owner_tier",
             ),
-            # orchestrator.selectors.approved_candidates: approved drafts waiting to be sent.
+            # orchestrator.dispatch.reads.approved_candidates: approved drafts waiting to be sent.
             models.Index(
                 fields=["owner", "state_changed_at", "id"],
                 condition=Q(state="approved"),
                 name="outreach_approved_by_owner",
             ),
-            # orchestrator.recovery.recover_stuck: in-flight work older than the timeout.
+            # orchestrator.dispatch.recovery.recover_stuck: in-flight work older than the timeout.
             models.Index(
                 fields=["state_changed_at"],
                 condition=Q(state__in=["dispatched", "generating", "sending"]),
@@ -303,7 +303,7 @@ class OwnerDailySends(models.Model):
 
     The dispatcher checks every owner's daily limit each cycle; reading one row per owner keeps
     that cost proportional to owners, where counting the day's SENT rows grew with the day's
-    history (see orchestrator.selectors.used_today). Written only by `record` above.
+    history (see orchestrator.dispatch.reads.used_today). Written only by `record` above.
     """
 
     owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="daily_sends")

@@ -7,9 +7,9 @@ import pytest
 import redis
 from django.conf import settings
 
+from devtools.llm_stub import LLMStub
+from devtools.smtp_sink import SMTPSink
 from orchestrator.budget import Budget, Limits
-from tests.llm_stub import LLMStub
-from tests.smtp_sink import SMTPSink
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ def run_cycles(db_name: str, seconds: float, results: Any) -> None:
     setup_django(db_name)
     import time
 
-    from orchestrator.dispatch import dispatch_cycle
+    from orchestrator.dispatch.cycle import dispatch_cycle
 
     spans, deadline = [], time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -24,7 +24,9 @@ import threading
 from orchestrator.budget.breaker import CircuitBreaker
 from orchestrator.budget.core import BudgetUnavailable, connect
 from orchestrator.budget.maths import burst_for_cycle
-from orchestrator.budget.model import (
+from orchestrator.budget.pacing import Pacing
+from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_scopes
+from orchestrator.budget.values import (
     PROVIDER,
     Adaptive,
     CallSlot,
@@ -35,8 +37,6 @@ from orchestrator.budget.model import (
     Reservation,
     organization_scope,
 )
-from orchestrator.budget.pacing import Pacing
-from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_scopes
 
 __all__ = [
     "PROVIDER",

@@ -25,7 +25,7 @@ from redis.retry import Retry
 
 from orchestrator.budget import lua
 from orchestrator.budget.breaker import CircuitBreaker
-from orchestrator.budget.model import PROVIDER, SCOPE_RE, Adaptive, FailurePolicy, Limits
+from orchestrator.budget.values import PROVIDER, SCOPE_RE, Adaptive, FailurePolicy, Limits
 
 logger = logging.getLogger("orchestrator.budget")
 

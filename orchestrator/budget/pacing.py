@@ -26,7 +26,7 @@ from dataclasses import asdict
 from typing import Any
 
 from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable
-from orchestrator.budget.model import PROVIDER, CallSlot, Limits
+from orchestrator.budget.values import PROVIDER, CallSlot, Limits
 
 
 class Pacing(BudgetCore):

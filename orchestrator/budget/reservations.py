@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from orchestrator.budget import maths
 from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable, Plan
-from orchestrator.budget.model import PROVIDER, Denied, Headroom, Reservation
+from orchestrator.budget.values import PROVIDER, Denied, Headroom, Reservation
 
 UNMETERED = "unmetered:"
 

@@ -30,8 +30,8 @@ from orchestrator.metrics.budget_use import (
     budget_now,
     budget_sample_record,
 )
+from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes
 from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
-from orchestrator.metrics.failures import FailureClass, dead_letter_classes
 from outreach.models import DeadLetter
 
 __all__ = ["QueueHealth", "budget_sample_record", "queue_health"]

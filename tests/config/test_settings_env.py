@@ -110,7 +110,7 @@ def test_importing_config_leaves_settings_to_the_environment_set_afterwards() ->
     # a bench or the demo imports config helpers, then sets the environment of its stack: the
     # settings must be read then, not frozen at import (with a secret-less production default)
     script = (
-        "import os; import config.processes; from django.conf import settings; "
+        "import os; import devtools.processes; from django.conf import settings; "
         "assert not settings.configured, 'importing config loaded the settings'; "
         "os.environ.update(DJANGO_DEBUG='1', DISPATCH_INTERVAL='0.5'); "
         "from config.celery import app; print(app.conf.beat_schedule['dispatch-cycle']['schedule'])"

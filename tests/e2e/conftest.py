@@ -12,10 +12,10 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 
-from config import processes
-from config.processes import ProcessGroup, stack_env
-from tests.llm_stub import LLMStub
-from tests.smtp_sink import SMTPSink
+from devtools import processes
+from devtools.llm_stub import LLMStub
+from devtools.processes import ProcessGroup, stack_env
+from devtools.smtp_sink import SMTPSink
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 

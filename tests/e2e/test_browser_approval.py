@@ -19,12 +19,12 @@ from django.contrib.auth.models import Permission, User
 from django.db import connections
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 
-from config.processes import ProcessGroup
+from devtools.llm_stub import LLMStub
+from devtools.processes import ProcessGroup
+from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, OutreachEvent, State
 from tests.e2e.conftest import ARTIFACTS, start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.llm_stub import LLMStub
-from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from config.processes import ROOT
-from tests.smtp_sink import free_port
+from devtools.processes import ROOT
+from devtools.smtp_sink import free_port
 
 pytestmark = pytest.mark.slow
 

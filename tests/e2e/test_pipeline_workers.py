@@ -6,14 +6,14 @@ from collections import Counter
 import pytest
 from django.contrib.auth.models import User
 
-from config.processes import ProcessGroup, celery_worker
 from config.queues import Queue
+from devtools.llm_stub import LLMStub, StubResponse
+from devtools.processes import ProcessGroup, celery_worker
+from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, OutreachEvent, State
 from outreach.services import draft_approve
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.llm_stub import LLMStub, StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from config.processes import ProcessGroup, RedisServer
+from devtools.processes import ProcessGroup, RedisServer
+from devtools.smtp_sink import SMTPSink
 from tests.e2e.conftest import ARTIFACTS as E2E_ARTIFACTS
 from tests.e2e.conftest import stack_env_for_test
 from tests.faults.helpers import CHAOS, TimedLLMStub
-from tests.smtp_sink import SMTPSink
 
 ARTIFACTS = E2E_ARTIFACTS.parent / "faults"
 _FIGURES: list[dict[str, Any]] = []

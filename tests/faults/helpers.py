@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from devtools.llm_stub import LLMStub, StubRequest, StubResponse
+from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, OutreachEvent, State
-from tests.llm_stub import LLMStub, StubRequest, StubResponse
-from tests.smtp_sink import SMTPSink
 
 # CHAOS=1: the long variants (a minute-long provider outage, more outreach, longer Redis outage).
 CHAOS = os.environ.get("CHAOS", "") == "1"

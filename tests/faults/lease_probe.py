@@ -6,7 +6,7 @@ the test can check that no two cycles ever held it at once. $FAULTS_LEASE_HOLD_S
 won lease that much longer: a cycle slower than the dispatch interval, so that the second
 beat's cycles really do arrive while one is running.
 
-It wraps `orchestrator.lock.dispatch_lease` before `orchestrator.dispatch` imports it (Celery
+It wraps `orchestrator.dispatch.lease.dispatch_lease` before `orchestrator.dispatch` imports it (Celery
 imports task modules after this runs); the product's lease logic itself is untouched.
 """
 
@@ -20,13 +20,13 @@ from contextlib import contextmanager
 
 import redis
 
-from orchestrator import lock
+from orchestrator.dispatch import lease
 
-_original = lock.dispatch_lease
+_original = lease.dispatch_lease
 
 
 @contextmanager
-def observed_lease(client: redis.Redis, *, ttl_s: float) -> Iterator[lock.Lease | None]:
+def observed_lease(client: redis.Redis, *, ttl_s: float) -> Iterator[lease.Lease | None]:
     with _original(client, ttl_s=ttl_s) as lease:
         if lease is None:
             yield None
@@ -61,7 +61,7 @@ def read_spans(path: str) -> list[tuple[float, float]]:
 
 
 if __name__ == "__main__":
-    lock.dispatch_lease = observed_lease
+    lease.dispatch_lease = observed_lease
     from celery.__main__ import main
 
     sys.exit(main())

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 from config.celery import app
+from devtools.llm_sim import MARKER_FAIL_500, LLMSim
+from devtools.smtp_sink import SMTPSink
 from nurture.errors import TransientError
-from nurture.failures import fail
-from nurture.llm_sim import MARKER_FAIL_500, LLMSim
+from nurture.retry_rules import fail
 from outreach.models import DeadLetter, ErrorClass, OutreachEvent, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import all_in, delivery, pick, sent_events, states
-from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -14,6 +14,8 @@ import time
 import pytest
 from django.db import connection
 
+from devtools.llm_stub import StubResponse
+from devtools.smtp_sink import SMTPSink
 from outreach.models import State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -27,8 +29,6 @@ from tests.faults.helpers import (
     sent_events,
     states,
 )
-from tests.llm_stub import StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

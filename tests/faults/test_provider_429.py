@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from devtools.llm_stub import StubResponse
+from devtools.smtp_sink import SMTPSink
 from orchestrator.budget import Adaptive, budget_from_settings
 from outreach.models import DeadLetter, State
 from tests.e2e.conftest import start_pipeline, wait_until
@@ -31,8 +33,6 @@ from tests.faults.helpers import (
     pick,
     sent_events,
 )
-from tests.llm_stub import StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

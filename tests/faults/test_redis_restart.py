@@ -16,7 +16,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from config.processes import RedisServer
+from devtools.llm_stub import StubResponse
+from devtools.processes import RedisServer
+from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -31,8 +33,6 @@ from tests.faults.helpers import (
     sent_events,
     states,
 )
-from tests.llm_stub import StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

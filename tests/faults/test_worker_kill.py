@@ -11,8 +11,10 @@ import signal
 
 import pytest
 
-from config.processes import celery_worker
 from config.queues import Queue
+from devtools.llm_stub import StubResponse
+from devtools.processes import celery_worker
+from devtools.smtp_sink import SMTPSink
 from outreach.models import OutreachEvent, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -25,8 +27,6 @@ from tests.faults.helpers import (
     sent_events,
     states,
 )
-from tests.llm_stub import StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -17,14 +17,14 @@ import pytest
 import redis
 from django.db import connection
 
+from devtools.llm_stub import LLMStub, StubResponse
+from devtools.smtp_sink import SMTPSink
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
 from orchestrator.budget import Budget, Reservation
 from outreach.models import Outreach, OutreachEvent, OwnerDailySends, State
 from outreach.transitions import TransitionLost, transition_durably
 from tests.factories import make_lead, make_outreach, make_owner
-from tests.llm_stub import LLMStub, StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

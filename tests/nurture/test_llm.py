@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from devtools.llm_stub import LLMStub, StubResponse
+from devtools.smtp_sink import free_port
 from nurture.errors import PermanentError, PipelineError, RateLimited, TransientError
 from nurture.llm import (
     DEFAULT_RETRY_AFTER_S,
@@ -19,8 +21,6 @@ from nurture.llm import (
     retry_after_s,
 )
 from outreach.models import ErrorClass
-from tests.llm_stub import LLMStub, StubResponse
-from tests.smtp_sink import free_port
 
 MESSAGES: list[ChatMessage] = [
     {"role": "system", "content": "You write emails."},

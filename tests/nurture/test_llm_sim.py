@@ -27,9 +27,7 @@ from django.core.management.base import CommandError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nurture.errors import RateLimited
-from nurture.llm import classify_status, parse_duration_s
-from nurture.llm_sim import (
+from devtools.llm_sim import (
     MARKER_FAIL_400,
     MARKER_FAIL_429,
     MARKER_FAIL_500,
@@ -40,6 +38,8 @@ from nurture.llm_sim import (
     SimConfigError,
     format_duration,
 )
+from nurture.errors import RateLimited
+from nurture.llm import classify_status, parse_duration_s
 from nurture.policy import check_draft
 from nurture.prompts import PromptFacts, context_prompt, draft_parse, message_prompt, plan_prompt
 

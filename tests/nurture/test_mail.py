@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from django.core import signing
 
+from devtools.smtp_sink import SMTPSink, free_port
 from nurture.errors import OptedOut, PermanentError, TransientError
 from nurture.mail import lead_id_from_token, send_outreach_email, unsubscribe_token
 from outreach.models import Lead, Outreach
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.smtp_sink import SMTPSink, free_port
 
 pytestmark = pytest.mark.django_db
 

@@ -9,15 +9,15 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from devtools.llm_stub import LLMStub, StubResponse
+from devtools.smtp_sink import SMTPSink
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
 from orchestrator.budget import Budget, Reservation
-from orchestrator.dispatch import dispatch_cycle
+from orchestrator.dispatch.cycle import dispatch_cycle
 from outreach.models import DeadLetter, ErrorClass, Lead, Outreach, OutreachEvent, State
 from outreach.services import draft_approve
 from tests.factories import make_lead, make_outreach, make_owner
-from tests.llm_stub import LLMStub, StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from orchestrator.budget import Budget, Limits
-from orchestrator.dispatch import dispatch_cycle
+from orchestrator.dispatch.cycle import dispatch_cycle
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from config.processes import free_port
+from devtools.processes import free_port
 from orchestrator.budget import (
     Adaptive,
     Budget,

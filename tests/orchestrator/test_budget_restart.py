@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from config.processes import RedisServer
+from devtools.processes import RedisServer
 from orchestrator.budget import Budget, CircuitBreaker, Denied, Limits, Reservation, connect
 
 pytestmark = [

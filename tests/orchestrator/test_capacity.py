@@ -4,7 +4,7 @@ from datetime import UTC, datetime, time
 
 import pytest
 
-from orchestrator.capacity import OwnerRules, local_day_start, next_opening, owner_capacity
+from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start, next_opening, owner_capacity
 
 BERLIN = OwnerRules(1, 50, time(9), time(17), "12345", "Europe/Berlin")
 

@@ -11,8 +11,8 @@ from django.db import connection
 from django.utils import timezone
 
 from orchestrator.budget import Budget, Limits, Reservation
-from orchestrator.dispatch import dispatch_cycle
-from orchestrator.lock import dispatch_lease
+from orchestrator.dispatch.cycle import dispatch_cycle
+from orchestrator.dispatch.lease import dispatch_lease
 from outreach.models import Outreach, OutreachEvent, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -220,7 +220,7 @@ def test_selection_queries_use_the_partial_indexes() -> None:
     )  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE outreach_outreach")
-    from orchestrator.selectors import explain_selection_queries
+    from orchestrator.dispatch.reads import explain_selection_queries
 
     plans = explain_selection_queries(owner_ids=[owner.pk], now=now)
     assert "outreach_ready_by_owner_tier" in plans["ready_candidates"]

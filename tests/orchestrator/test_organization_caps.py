@@ -18,16 +18,16 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from devtools.llm_stub import LLMStub
 from nurture.generation import outreach_generate
 from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
-from orchestrator.caps import OrganizationCaps, load_caps
-from orchestrator.dispatch import _reserve_and_claim, dispatch_cycle
-from orchestrator.selection import Pick
-from orchestrator.selectors import organization_caps
+from orchestrator.dispatch.cycle import _reserve_and_claim, dispatch_cycle
+from orchestrator.dispatch.org_caps import OrganizationCaps, load_caps
+from orchestrator.dispatch.reads import organization_caps
+from orchestrator.dispatch.selection import Pick
 from outreach.models import Lead, Outreach, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.llm_stub import LLMStub
 from tests.security.admin_forms import form_values
 
 pytestmark = pytest.mark.django_db
@@ -202,7 +202,7 @@ def test_caps_follow_admin_edits_and_half_caps_take_the_providers_other_half(set
 
 def test_a_cap_no_outreach_fits_is_ignored_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     org = make_org(llm_rpm=1)  # written around the admin's check
-    with caplog.at_level(logging.ERROR, logger="orchestrator.selectors"):
+    with caplog.at_level(logging.ERROR, logger="orchestrator.dispatch.reads"):
         assert organization_caps() == {}
     assert f"organization {org.pk}: LLM cap ignored: llm_rpm 1" in caplog.text
 

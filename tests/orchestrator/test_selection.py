@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.selection import (
+from orchestrator.dispatch.selection import (
     Candidate,
     Candidates,
     Cursor,

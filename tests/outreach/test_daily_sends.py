@@ -84,8 +84,8 @@ def test_sent_cannot_be_recorded_in_bulk() -> None:
 
 
 def test_daily_limit_counts_sent_today_and_emails_on_their_way_out() -> None:
-    from orchestrator.capacity import OwnerRules
-    from orchestrator.selectors import used_today
+    from orchestrator.dispatch.owner_limits import OwnerRules
+    from orchestrator.dispatch.reads import used_today
 
     owner = make_owner(daily_limit=5, hours_start=time(0), hours_end=time(23, 59))
     now = timezone.now()

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from config.processes import ProcessGroup, flower
-from tests.smtp_sink import free_port
+from devtools.processes import ProcessGroup, flower
+from devtools.smtp_sink import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

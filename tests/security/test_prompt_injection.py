@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from devtools.llm_stub import LLMStub, StubRequest, StubResponse
+from devtools.smtp_sink import SMTPSink
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
 from orchestrator.budget import Budget, Reservation
 from outreach.models import DeadLetter, ErrorClass, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.llm_stub import LLMStub, StubRequest, StubResponse
-from tests.smtp_sink import SMTPSink
 
 pytestmark = pytest.mark.django_db
 

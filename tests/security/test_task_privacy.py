@@ -13,11 +13,11 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
+from devtools.llm_stub import LLMStub, StubResponse
 from nurture.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
 from outreach.models import AssignmentBatch, DeadLetter, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.llm_stub import LLMStub, StubResponse
 from tests.orchestrator.test_broker_privacy import _redis_texts
 
 pytestmark = pytest.mark.django_db

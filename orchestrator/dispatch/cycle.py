@@ -1,10 +1,10 @@
-"""The dispatch cycle: the I/O shell around the pure selection policy (orchestrator.selection).
+"""The dispatch cycle: the I/O shell around the pure selection policy (orchestrator.dispatch.selection).
 
 One cycle, holding the cluster-wide lease:
   recover stuck work -> owner capacity (limits, hours) -> approved drafts to `send` (no LLM)
   -> LLM slots = min(in-flight headroom, budget headroom / per-outreach cost)
   -> per-tier candidates (per-owner top-k) -> select_batch -> reserve budget -> claim -> enqueue
-Every query is bounded by slots and active owners (see orchestrator.selectors), so a cycle
+Every query is bounded by slots and active owners (see orchestrator.dispatch.reads), so a cycle
 costs the same at a thousand queued rows as at a million.
 """
 
@@ -23,14 +23,21 @@ from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from config.celery import app
-from orchestrator import selectors
 from orchestrator.budget import Budget, get_budget
-from orchestrator.capacity import Capacity, OwnerRules, owner_capacity
-from orchestrator.caps import OrganizationCaps, load_caps
-from orchestrator.lock import Lease, dispatch_lease
+from orchestrator.dispatch import reads
+from orchestrator.dispatch.lease import Lease, dispatch_lease
+from orchestrator.dispatch.org_caps import OrganizationCaps, load_caps
+from orchestrator.dispatch.owner_limits import Capacity, OwnerRules, owner_capacity
+from orchestrator.dispatch.recovery import recover_stuck
+from orchestrator.dispatch.selection import (
+    Candidates,
+    Cursor,
+    Pick,
+    StarvationGuard,
+    rows_per_owner,
+    select_batch,
+)
 from orchestrator.metrics import budget_sample_record
-from orchestrator.recovery import recover_stuck
-from orchestrator.selection import Candidates, Cursor, Pick, StarvationGuard, rows_per_owner, select_batch
 from outreach.models import Outreach, State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
@@ -85,7 +92,7 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     report = CycleReport(
         recovered=recover_stuck(now=now, refund=lambda rid: budget.refund(reservation_id=rid))
     )
-    owners = selectors.active_owners()
+    owners = reads.active_owners()
     capacity = _capacity(owners=[rules for rules, _ in owners], now=now)
     report.deferred = {c.owner_id: c.blocked_reason for c in capacity.values() if c.remaining <= 0}
     _note_deferrals(client=client, deferred=report.deferred, now=now)
@@ -116,7 +123,7 @@ def _guard() -> StarvationGuard | None:
 
 
 def _capacity(*, owners: list[OwnerRules], now: datetime) -> dict[int, Capacity]:
-    used = selectors.used_today(owners=owners, now=now)
+    used = reads.used_today(owners=owners, now=now)
     return {r.owner_id: owner_capacity(rules=r, now=now, used_today=used.get(r.owner_id, 0)) for r in owners}
 
 
@@ -148,7 +155,7 @@ def _text(value: bytes | str) -> str:
 
 def _dispatch_approved(*, room: dict[int, int], now: datetime) -> list[int]:
     """Approved drafts go to `send` under owner limits only: no LLM call, no LLM budget."""
-    found = selectors.approved_candidates(k_by_owner=room, now=now)
+    found = reads.approved_candidates(k_by_owner=room, now=now)
     ids = [i for per_owner in found.values() for i in per_owner]
     with transaction.atomic():
         claimed = transition_many(outreach_ids=ids, from_=State.APPROVED, to=State.DISPATCHED, note="send")
@@ -160,7 +167,7 @@ def _dispatch_approved(*, room: dict[int, int], now: datetime) -> list[int]:
 
 def _llm_slots(*, budget: Budget) -> int:
     """min(in-flight headroom, how many whole outreach the budget can take now)."""
-    in_flight_room = max(0, settings.DISPATCH_MAX_IN_FLIGHT - selectors.llm_in_flight())
+    in_flight_room = max(0, settings.DISPATCH_MAX_IN_FLIGHT - reads.llm_in_flight())
     if in_flight_room == 0:
         return 0
     requests, tokens = _cost()
@@ -183,12 +190,12 @@ def _candidates(
     left = dict(room)
     result: dict[Tier, dict[int, list]] = {}
     for tier in sorted(Tier):
-        owners = selectors.owners_with_ready_work(
+        owners = reads.owners_with_ready_work(
             tier=tier, owner_ids=[o for o, n in left.items() if n > 0], now=now
         )
         k = {o: min(left[o], rows_per_owner(slots=slots, owners_with_work=len(owners), weight=weights.get(o, 1)))
              for o in owners}  # fmt: skip
-        result[tier] = selectors.ready_candidates(tier=tier, k_by_owner=k, now=now)
+        result[tier] = reads.ready_candidates(tier=tier, k_by_owner=k, now=now)
         for owner_id, rows in result[tier].items():
             left[owner_id] -= len(rows)
     return result

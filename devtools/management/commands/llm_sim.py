@@ -1,6 +1,6 @@
 """python manage.py llm_sim --port P --rpm N --tpm N [--latency-ms N] [--fail-rate F] [...]
 
-Runs nurture.llm_sim in the foreground until SIGINT or SIGTERM (then exits 0). Defaults come
+Runs devtools.llm_sim in the foreground until SIGINT or SIGTERM (then exits 0). Defaults come
 from LLM_RPM / LLM_TPM and the port of LLM_BASE_URL, so a bare `llm_sim` matches the settings.
 """
 
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nurture.llm_sim import MODES, LLMSim, SimConfig, SimConfigError
+from devtools.llm_sim import MODES, LLMSim, SimConfig, SimConfigError
 
 
 class Command(BaseCommand):

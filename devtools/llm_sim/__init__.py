@@ -15,7 +15,7 @@ The package: config (SimConfig, markers), limits (window and bucket), protocol (
 replies), content (the email text) and server (LLMSim).
 """
 
-from nurture.llm_sim.config import (
+from devtools.llm_sim.config import (
     MARKER_FAIL_400,
     MARKER_FAIL_429,
     MARKER_FAIL_500,
@@ -26,8 +26,8 @@ from nurture.llm_sim.config import (
     SimConfig,
     SimConfigError,
 )
-from nurture.llm_sim.limits import Limiter, format_duration
-from nurture.llm_sim.server import LLMSim
+from devtools.llm_sim.limits import Limiter, format_duration
+from devtools.llm_sim.server import LLMSim
 
 __all__ = [
     "MARKERS",

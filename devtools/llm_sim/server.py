@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from nurture.llm_sim.config import (
+from devtools.llm_sim.config import (
     INJECTED_STATUSES,
     MARKER_FAIL_400,
     MARKER_FAIL_429,
@@ -22,9 +22,9 @@ from nurture.llm_sim.config import (
     MAX_BODY_BYTES,
     SimConfig,
 )
-from nurture.llm_sim.content import completion_text
-from nurture.llm_sim.limits import Decision, Limiter, limit_headers
-from nurture.llm_sim.protocol import BadRequest, ChatRequest, Reply, completion_payload, error_reply
+from devtools.llm_sim.content import completion_text
+from devtools.llm_sim.limits import Decision, Limiter, limit_headers
+from devtools.llm_sim.protocol import BadRequest, ChatRequest, Reply, completion_payload, error_reply
 
 _COUNTERS = (
     "requests",  # every POST to chat completions

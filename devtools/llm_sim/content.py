@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from nurture.llm_sim.config import MARKER_POLICY_FAIL
-from nurture.llm_sim.protocol import ChatRequest
+from devtools.llm_sim.config import MARKER_POLICY_FAIL
+from devtools.llm_sim.protocol import ChatRequest
 
 # Everything below writes text our policy check accepts: no links, no addresses, no placeholders.
 # Lead data is untrusted, so only name-like values are echoed (letters, spaces, ' - &).

@@ -6,7 +6,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from nurture.llm_sim.config import Mode
+from devtools.llm_sim.config import Mode
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator import selectors
 from orchestrator.budget import PROVIDER, Budget, Limits, organization_scope, reservation_scopes
+from orchestrator.dispatch import reads
 from outreach.models import Owner
 from outreach.tiers import Tier
 
 
 def load_caps(budget: Budget) -> dict[str, Limits]:
     """Read the organizations' caps and give them to `budget` (one query: O(capped ones))."""
-    caps = selectors.organization_caps()
+    caps = reads.organization_caps()
     budget.set_scope_limits(caps)
     return caps
 
@@ -90,7 +90,7 @@ def _best_ready_tier(owner_ids: list[int], *, now: datetime) -> dict[int, Tier]:
     """Owner -> the best tier it has ready work in, for those of `owner_ids` that have any."""
     best: dict[int, Tier] = {}
     for tier in sorted(Tier, reverse=True):  # the best tier last, so it wins
-        for owner_id in selectors.owners_with_ready_work(tier=tier, owner_ids=owner_ids, now=now):
+        for owner_id in reads.owners_with_ready_work(tier=tier, owner_ids=owner_ids, now=now):
             best[owner_id] = tier
     return best
 

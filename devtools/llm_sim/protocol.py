@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from nurture.llm_sim.config import CHARS_PER_TOKEN, DEFAULT_MAX_TOKENS
+from devtools.llm_sim.config import CHARS_PER_TOKEN, DEFAULT_MAX_TOKENS
 
 
 class BadRequest(ValueError):

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
-from config.processes import free_port
+from devtools.processes import free_port
 
 
 @dataclass(frozen=True)

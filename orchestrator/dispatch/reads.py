@@ -17,8 +17,8 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from orchestrator.budget import Limits, organization_limits, organization_scope
-from orchestrator.capacity import OwnerRules, local_day_start
-from orchestrator.selection import Candidate
+from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
+from orchestrator.dispatch.selection import Candidate
 from outreach.models import Organization, Outreach, Owner, OwnerDailySends, State
 from outreach.tiers import Tier
 
