@@ -1,4 +1,4 @@
-"""Queue names: the one home of every Celery queue the product uses (DESIGN.md section 4)."""
+"""Queue names: the one home of every Celery queue the product uses (docs/architecture.md, "Queues")."""
 
 from __future__ import annotations
 

@@ -5,12 +5,8 @@ means someone else moved the row first (a duplicate delivery, a racing worker, a
 sweep): the caller gets `TransitionLost` and must not act as if it owned the work. This is
 what makes at-least-once task delivery safe: only the winner of a move does its side effect.
 
-    QUEUED --claim--> DISPATCHED --worker--> GENERATING --review--> AWAITING_APPROVAL
-      ^                  |   \\                 |   \\                  |        \\
-      |  (recover, 429,  |    `--send--> SENDING --> SENT         autonomous  approve   reject
-      |   backoff)       |                 ^                       -> DISPATCHED -> APPROVED  -> REJECTED
-      `------------------'                 `-- DISPATCHED <--claim-- APPROVED
-    any unfinished state -> CANCELLED (opt-out, reply stops a sequence); failures -> DEAD -> replay
+The states and their diagram: docs/architecture.md, "States". `ALLOWED` below is the table of
+allowed moves, each row with its reason.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DESIGN.md "Budget maths", simulated on real Redis with a fake clock.
+"""docs/budget.md "The maths", simulated on real Redis with a fake clock.
 
 A dispatcher reserves every 2 s from `headroom()`; each job waits 0-20 s in a queue, then
 makes 3 sequential calls (0.5-1.5 s each), each reaching the provider 0-200 ms after it left.

@@ -18,7 +18,7 @@ class Command(BaseCommand):
     help = (
         "Queue health: rows per state and tier, oldest ready age, latency, retries, provider 429s, "
         "LLM requests, dead letters, approvals, share per owner, deferred work and the LLM budget. "
-        "--json prints one object (keys per DESIGN.md section 4, then the rest)."
+        "--json prints one object (the keys of docs/architecture.md first, then the rest)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
