@@ -458,10 +458,12 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
         ("duplicates at the sink", [f"{r.duplicates} (SENT not received: {r.sent_not_received})" for r in runs]),
     ]  # fmt: skip
     if any(r.kill for r in runs):
-        rows.append(("kill: stranded / back to QUEUED", [
-            f"{r.kill.get('stranded')} / {r.kill.get('back_to_queued')} (p50 {r.kill.get('back_to_queued_p50_s')} s, "
-            f"max {r.kill.get('back_to_queued_max_s')} s; still in flight {r.kill.get('still_in_flight')})"
-            for r in runs]))  # fmt: skip
+        k = [r.kill for r in runs]
+        rows.append(("kill: stranded -> back to QUEUED", [
+            f"{x.get('stranded')} -> {x.get('back_to_queued')} (p50 {x.get('back_to_queued_p50_s')} s, "
+            f"max {x.get('back_to_queued_max_s')} s)" for x in k]))  # fmt: skip
+        rows.append(("  moved on at all / sent / still in flight", [
+            f"{x.get('moved_on')} / {x.get('stranded_sent')} / {x.get('still_in_flight')}" for x in k]))  # fmt: skip
     if any(r.dead_processes for r in runs):
         rows.append(("processes that died", [", ".join(r.dead_processes) or "-" for r in runs]))
     width = max(len(label) for label, _ in rows)
