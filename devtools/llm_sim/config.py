@@ -20,6 +20,7 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb; counts are estimates either way
 DEFAULT_MAX_TOKENS = 512  # counted for admission when a request names no max_tokens
 MAX_BODY_BYTES = 4 * 1024 * 1024
 INJECTED_STATUSES = (500, 502, 503)
+DEFAULT_SIGMA = 0.5  # with --latency-median-ms alone: p95 = median x e^(1.645 x 0.5) = 2.3 x median
 
 
 class SimConfigError(ValueError):
@@ -37,6 +38,12 @@ class SimConfig:
     tpm: int
     latency_ms: float = 0.0
     jitter_ms: float | None = None  # None = half the latency: uniform in mean +- jitter
+    # A lognormal latency instead (real LLMs: right-skewed, a long tail): the median and the
+    # sigma of the underlying normal (None = 0.5 with a median). Excludes latency_ms/jitter_ms.
+    latency_median_ms: float | None = None
+    latency_sigma: float | None = None
+    latency_max_ms: float | None = None  # a cap on any shape (a provider's own timeout)
+    latency_histogram: tuple[float, ...] = ()  # recorded latencies (ms), drawn with replacement
     fail_rate: float = 0.0
     mode: Mode = "window"
     window_s: float = 60.0  # tests shrink it; providers use 60
@@ -59,13 +66,46 @@ class SimConfig:
             ("shared_tokens", _whole(self.shared_tokens, low=0, high=self.tpm)),
             ("port", _whole(self.port, low=0, high=65535)),
         ]
-        for name, problem in problems:
+        for name, problem in problems + self._latency_problems():
             if problem:
                 raise SimConfigError(name, problem)
 
     @property
     def jitter(self) -> float:
         return self.latency_ms / 2 if self.jitter_ms is None else self.jitter_ms
+
+    @property
+    def sigma(self) -> float:
+        return DEFAULT_SIGMA if self.latency_sigma is None else self.latency_sigma
+
+    def _latency_problems(self) -> list[tuple[str, str | None]]:
+        """One latency shape at a time: a second one given would otherwise be silently ignored."""
+        median, sigma, cap, histogram = (
+            self.latency_median_ms, self.latency_sigma, self.latency_max_ms, self.latency_histogram
+        )  # fmt: skip
+        numbers = [
+            ("latency_median_ms", None if median is None else _number(median, low=0.001)),
+            ("latency_sigma", None if sigma is None else _number(sigma, low=0, high=5)),
+            ("latency_max_ms", None if cap is None else _number(cap, low=0.001)),
+            ("latency_histogram", next((f"must hold latencies in ms (numbers >= 0), got {v!r}"
+                                        for v in histogram if _number(v, low=0)), None)),
+        ]  # fmt: skip
+        if any(problem for _, problem in numbers):
+            return numbers
+        uniform = self.latency_ms != 0 or self.jitter_ms is not None
+        combos = [
+            ("latency_sigma", "needs --latency-median-ms (it is the lognormal's spread)"),
+            ("latency_median_ms", "cannot be combined with --latency-ms/--jitter-ms (a uniform latency)"),
+            ("latency_histogram", "cannot be combined with --latency-ms/--jitter-ms/--latency-median-ms"),
+            ("latency_max_ms", f"must be at least --latency-median-ms ({median}), got {cap}"),
+        ]
+        wrong = [
+            sigma is not None and median is None,
+            median is not None and uniform,
+            bool(histogram) and (uniform or median is not None),
+            median is not None and cap is not None and cap < median,
+        ]
+        return [(name, message if bad else None) for (name, message), bad in zip(combos, wrong, strict=True)]
 
 
 def _whole(value: object, *, low: int, high: int | None = None) -> str | None:

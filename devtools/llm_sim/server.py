@@ -23,6 +23,7 @@ from devtools.llm_sim.config import (
     SimConfig,
 )
 from devtools.llm_sim.content import completion_text
+from devtools.llm_sim.latency import latency_model
 from devtools.llm_sim.limits import Decision, Limiter, limit_headers
 from devtools.llm_sim.protocol import BadRequest, ChatRequest, Reply, completion_payload, error_reply
 
@@ -51,10 +52,12 @@ class LLMSim:
         self.limiter = Limiter(rpm=c.rpm, tpm=c.tpm, window_s=c.window_s, mode=c.mode)
         self._lock = threading.Lock()  # one lock: admission must see every earlier admission
         self._rng = random.Random(c.seed)
+        self.latency = latency_model(config=c)
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._threads: list[threading.Thread] = []
         self.started_at = datetime.now(UTC)
+        self._in_flight = 0  # the provider's state, not a counter: a stats reset keeps it
         self._reset_counters()
 
     # lifecycle
@@ -127,7 +130,11 @@ class LLMSim:
                 self._note(now, rejected_429=1)
                 return self._refusal(request, decision, headers), headers, 0.0, 0
             self._note(now, admitted=1, tokens=request.cost)
-            return None, headers, self._latency_s(), self._injected_status(now)
+            delay = self.latency.sample_s(self._rng)
+            self._delays["count"] += 1
+            self._delays["total_s"] += delay
+            self._delays["max_s"] = max(self._delays["max_s"], delay)
+            return None, headers, delay, self._injected_status(now)
 
     def _failure(self, request: ChatRequest, injected: int) -> Reply | None:
         """An injected 5xx or a marker's error; admitted first, so it still counts in the window."""
@@ -167,10 +174,6 @@ class LLMSim:
         reply.headers = {**headers, **retry}
         return reply
 
-    def _latency_s(self) -> float:
-        mean, jitter = self.config.latency_ms, self.config.jitter
-        return max(self._rng.uniform(mean - jitter, mean + jitter), 0.0) / 1000 if mean or jitter else 0.0
-
     def _injected_status(self, now: float) -> int:
         if self.config.fail_rate <= 0 or self._rng.random() >= self.config.fail_rate:
             return 0
@@ -202,9 +205,21 @@ class LLMSim:
                 "window": {"requests": requests, "tokens": tokens},
                 "peak_window": {"requests": self.limiter.peak_requests, "tokens": self.limiter.peak_tokens},
                 "limits": {"rpm": c.rpm, "tpm": c.tpm, "window_s": c.window_s, "mode": c.mode},
+                "in_flight": self._in_flight,  # chat requests received and not yet answered
+                "peak_in_flight": self._peak_in_flight,
+                "latency": {
+                    "model": self.latency.describe(),
+                    "drawn": int(self._delays["count"]),
+                    "mean_ms": round(1000 * self._delays["total_s"] / max(self._delays["count"], 1), 1),
+                    "max_ms": round(1000 * self._delays["max_s"], 1),
+                },
                 "config": {
                     "latency_ms": c.latency_ms,
                     "jitter_ms": c.jitter,
+                    "latency_median_ms": c.latency_median_ms,
+                    "latency_sigma": c.sigma if c.latency_median_ms is not None else None,
+                    "latency_max_ms": c.latency_max_ms,
+                    "latency_histogram_size": len(c.latency_histogram),
                     "fail_rate": c.fail_rate,
                     "shared_rps": c.shared_rps,
                     "shared_tokens": c.shared_tokens,
@@ -230,8 +245,16 @@ class LLMSim:
         self._counts = dict.fromkeys(_COUNTERS, 0)
         self._shared = dict.fromkeys(_SHARED_COUNTERS, 0)
         self._keys: set[str] = set()
+        self._delays = {"count": 0, "total_s": 0.0, "max_s": 0.0}
+        self._peak_in_flight = self._in_flight
         self._minutes: dict[int, dict[str, int]] = {}
         self._since, self._since_mono = datetime.now(UTC), time.monotonic()
+
+    def in_flight_change(self, delta: int) -> None:
+        """A chat request opened (+1) or answered (-1): how many the provider is working on at once."""
+        with self._lock:
+            self._in_flight += delta
+            self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -302,7 +325,11 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path, sim = url.path.rstrip("/"), self.server.sim
         if method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
-            self._send(sim.handle_chat(authorization=self.headers.get("Authorization"), body=body))
+            sim.in_flight_change(+1)
+            try:
+                self._send(sim.handle_chat(authorization=self.headers.get("Authorization"), body=body))
+            finally:
+                sim.in_flight_change(-1)
         elif method == "POST" and path == "/stats/reset":
             limits = parse_qs(url.query).get("limits", ["0"])[0].lower() in ("1", "true", "yes")
             sim.reset_stats(limits=limits)

@@ -1,4 +1,5 @@
-"""python manage.py llm_sim --port P --rpm N --tpm N [--latency-ms N] [--fail-rate F] [...]
+"""python manage.py llm_sim --port P --rpm N --tpm N [--latency-ms N | --latency-median-ms M
+[--latency-sigma S] | --latency-histogram FILE] [--latency-max-ms N] [--fail-rate F] [...]
 
 Runs devtools.llm_sim in the foreground until SIGINT or SIGTERM (then exits 0). Defaults come
 from LLM_RPM / LLM_TPM and the port of LLM_BASE_URL, so a bare `llm_sim` matches the settings.
@@ -11,6 +12,7 @@ import errno
 import signal
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,6 +20,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from devtools.llm_sim import MODES, LLMSim, SimConfig, SimConfigError
+from devtools.llm_sim.config import DEFAULT_SIGMA
+from devtools.llm_sim.latency import latency_histogram_read
 
 
 class Command(BaseCommand):
@@ -37,6 +41,25 @@ class Command(BaseCommand):
             "--jitter-ms", type=float, default=None, help="Latency spread +-; default half the mean."
         )
         parser.add_argument(
+            "--latency-median-ms",
+            type=float,
+            default=None,
+            help="Lognormal latency instead: its median (real LLMs: a few seconds).",
+        )
+        parser.add_argument(
+            "--latency-sigma",
+            type=float,
+            default=None,
+            help=f"Sigma of the lognormal's underlying normal (default {DEFAULT_SIGMA}).",
+        )
+        parser.add_argument(
+            "--latency-histogram",
+            type=Path,
+            default=None,
+            help="Recorded latencies instead: a file of ms values (one per line), drawn at random.",
+        )
+        parser.add_argument("--latency-max-ms", type=float, default=None, help="Cap on any latency drawn.")
+        parser.add_argument(
             "--fail-rate", type=float, default=0.0, help="Share of admitted calls answered 5xx (0-1)."
         )
         parser.add_argument(
@@ -49,7 +72,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--shared-tokens", type=int, default=300, help="Tokens per shared-client request."
         )
-        parser.add_argument("--seed", type=int, default=0, help="Seed for latency and failure draws.")
+        parser.add_argument(
+            "--seed", type=int, default=0, help="Seed for latency and failure draws (a run repeats)."
+        )
         parser.add_argument(
             "--log-every", type=float, default=10.0, help="Seconds between status lines; 0 = off."
         )
@@ -66,7 +91,7 @@ class Command(BaseCommand):
         c = sim.config
         self._say(
             f"llm_sim listening on {sim.base_url} ({c.mode}: {c.rpm} requests and {c.tpm} tokens per "
-            f"{c.window_s:g} s; latency {c.latency_ms:g}+-{c.jitter:g} ms; fail rate {c.fail_rate:g}; "
+            f"{c.window_s:g} s; latency {sim.latency.describe()}; fail rate {c.fail_rate:g}; "
             f"shared client {c.shared_rps:g}/s). Stats: http://{c.host}:{sim.port}/stats. Ctrl-C stops."
         )
         try:
@@ -92,7 +117,10 @@ class Command(BaseCommand):
 
 def _config(opts: dict[str, Any]) -> SimConfig:
     try:
-        return SimConfig(**{f.name: opts[f.name] for f in dataclasses.fields(SimConfig)})
+        settings = {f.name: opts[f.name] for f in dataclasses.fields(SimConfig)}
+        path = settings.pop("latency_histogram")
+        recorded = () if path is None else latency_histogram_read(path=path)
+        return SimConfig(**settings, latency_histogram=recorded)
     except SimConfigError as exc:
         flag = "--" + exc.field.replace("_", "-")
         raise CommandError(f"{flag}: {exc.message}.") from None
