@@ -1,6 +1,10 @@
-"""Admin of dead letters: operators read them; approvers replay, cancel or escalate them.
-It extends the tenancy gate of the records (outreach.admin.OrganizationScopedAdmin); actions
-call services (orchestrator.dead_letters).
+"""Admin of the orchestrator's concerns: organizations (their LLM caps are the budget's rules)
+and dead letters (operators read them; approvers replay, cancel or escalate them).
+
+Both extend the tenancy gate of the records (outreach.admin.OrganizationScopedAdmin): the
+organization admin lives here rather than beside its model because its only rule beyond the
+model's own is the budget's (`organization_limits`); registered once, here, the records' app
+needs no import of the budget. Actions call services (orchestrator.dead_letters).
 """
 
 from __future__ import annotations
@@ -9,12 +13,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from orchestrator.budget import organization_limits
 from orchestrator.dead_letters import (
     DeadLetterNotActionable,
     dead_letter_cancel,
@@ -23,6 +29,34 @@ from orchestrator.dead_letters import (
 )
 from orchestrator.models import DeadLetter
 from outreach.admin import APPROVE_PERMISSION, OrganizationScopedAdmin, admin_user
+from outreach.models import Organization
+
+
+class OrganizationForm(forms.ModelForm):
+    """An organization's LLM caps must let one outreach through (the budget's rule, said on the field)."""
+
+    # No Meta: the admin builds it from OrganizationAdmin.
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or self.cleaned_data
+        rpm, tpm = data.get("llm_rpm"), data.get("llm_tpm")
+        if rpm is not None or tpm is not None:
+            try:
+                organization_limits(rpm=rpm, tpm=tpm)
+            except ValueError as exc:
+                field = str(exc).split(" ", 1)[0]
+                self.add_error(field if field in ("llm_rpm", "llm_tpm") else None, str(exc))
+        return data
+
+
+@admin.register(Organization)
+class OrganizationAdmin(OrganizationScopedAdmin):
+    organization_path = ""
+    form = OrganizationForm
+    list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "created_at")
+    search_fields = ("name",)
+    # Members are the reviewers who may approve this organization's drafts.
+    filter_horizontal = ("members",)
 
 
 @admin.register(DeadLetter)

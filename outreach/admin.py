@@ -1,4 +1,11 @@
-"""Admin: lists for operators, and the approval queue for reviewers. Actions call services."""
+"""Admin of the records: the tenancy gate every admin extends (OrganizationScopedAdmin), owners,
+outreach, and the approval queue for reviewers. Actions call services.
+
+Admins whose actions belong to an upper app live in that app and extend the gate from here, so
+this bottom layer imports none of them: leads ("Mark converted" stops a sequence) in
+nurture/admin.py; organizations (their LLM caps are the budget's rules) and dead letters in
+orchestrator/admin.py.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +19,8 @@ from django.http import Http404, HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from nurture.intake.sequence import lead_mark_converted
-from orchestrator.budget import organization_limits
 from outreach import services
-from outreach.models import (
-    DraftForApproval,
-    Lead,
-    Organization,
-    Outreach,
-    OutreachEvent,
-    Owner,
-    State,
-)
+from outreach.models import DraftForApproval, Organization, Outreach, OutreachEvent, Owner, State
 from outreach.transitions import TransitionLost
 
 APPROVE_PERMISSION = "outreach.approve_outreach"
@@ -82,31 +79,6 @@ class OrganizationScopedAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
-class OrganizationForm(forms.ModelForm):
-    # No Meta: the admin builds it from OrganizationAdmin.
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or self.cleaned_data
-        rpm, tpm = data.get("llm_rpm"), data.get("llm_tpm")
-        if rpm is not None or tpm is not None:
-            try:
-                organization_limits(rpm=rpm, tpm=tpm)
-            except ValueError as exc:
-                field = str(exc).split(" ", 1)[0]
-                self.add_error(field if field in ("llm_rpm", "llm_tpm") else None, str(exc))
-        return data
-
-
-@admin.register(Organization)
-class OrganizationAdmin(OrganizationScopedAdmin):
-    organization_path = ""
-    form = OrganizationForm
-    list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "created_at")
-    search_fields = ("name",)
-    # Members are the reviewers who may approve this organization's drafts.
-    filter_horizontal = ("members",)
-
-
 class OwnerForm(forms.ModelForm):
     # No Meta: the admin builds it from OwnerAdmin (model and fields).
 
@@ -128,37 +100,6 @@ class OwnerAdmin(OrganizationScopedAdmin):
     )  # fmt: skip
     list_filter = ("kind", "review_required", "active", "organization")
     search_fields = ("name",)
-
-
-class LeadForm(forms.ModelForm):
-    # No Meta: the admin builds it from LeadAdmin.
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or self.cleaned_data
-        organization, owner = data.get("organization"), data.get("owner")
-        if organization is not None and owner is not None and owner.organization_id != organization.pk:
-            self.add_error(
-                "owner", f"{owner.name} works for {owner.organization}: pick an owner of {organization}."
-            )
-        return data
-
-
-@admin.register(Lead)
-class LeadAdmin(OrganizationScopedAdmin):
-    form = LeadForm
-    list_display = ("email", "first_name", "last_name", "company", "owner", "status", "timezone")
-    list_filter = ("status", "owner__organization", "owner")
-    search_fields = ("email", "first_name", "last_name", "company")
-    list_select_related = ("owner",)
-    raw_id_fields = ("owner",)
-    actions = ("mark_converted",)
-
-    @admin.action(description="Mark converted (stops their sequence)")
-    def mark_converted(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
-        cancelled = sum(len(lead_mark_converted(lead=lead)) for lead in queryset)
-        self.message_user(
-            request, f"{queryset.count()} lead(s) marked converted; {cancelled} pending email(s) cancelled."
-        )
 
 
 class OutreachEventInline(admin.TabularInline):
