@@ -400,7 +400,8 @@ def _collect(*, figures: Figures, seeded: Seeded, samples: list[Sample], handler
              started_wall: float) -> None:  # fmt: skip
     from django.db.models import Count, Exists, OuterRef, Q
 
-    from outreach.models import DeadLetter, Outreach, OutreachEvent, State
+    from orchestrator.models import DeadLetter
+    from outreach.models import Outreach, OutreachEvent, State
 
     ids = list(seeded.ids)
     mine = Outreach.objects.filter(pk__gte=min(ids), pk__lte=max(ids))

@@ -13,7 +13,8 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from rich.table import Table
 
-from outreach.models import DeadLetter, Outreach, State
+from orchestrator.models import DeadLetter
+from outreach.models import Outreach, State
 from outreach.tiers import Tier
 
 

@@ -1,13 +1,51 @@
-"""Admin for intake: assignment batches and their per-lead children, read-only."""
+"""Admin for the work on leads: leads themselves (with "Mark converted", which stops their
+sequence), and intake's assignment batches and their per-lead children, read-only."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from outreach.models import AssignmentBatch, AssignmentItem
+from nurture.intake.sequence import lead_mark_converted
+from outreach.admin import OrganizationScopedAdmin
+from outreach.models import AssignmentBatch, AssignmentItem, Lead
+
+
+class LeadForm(forms.ModelForm):
+    # No Meta: the admin builds it from LeadAdmin.
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or self.cleaned_data
+        organization, owner = data.get("organization"), data.get("owner")
+        if organization is not None and owner is not None and owner.organization_id != organization.pk:
+            self.add_error(
+                "owner", f"{owner.name} works for {owner.organization}: pick an owner of {organization}."
+            )
+        return data
+
+
+@admin.register(Lead)
+class LeadAdmin(OrganizationScopedAdmin):
+    form = LeadForm
+    list_display = ("email", "first_name", "last_name", "company", "owner", "status", "timezone")
+    list_filter = ("status", "owner__organization", "owner")
+    search_fields = ("email", "first_name", "last_name", "company")
+    list_select_related = ("owner",)
+    raw_id_fields = ("owner",)
+    actions = ("mark_converted",)
+
+    @admin.action(description="Mark converted (stops their sequence)")
+    def mark_converted(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
+        cancelled = sum(len(lead_mark_converted(lead=lead)) for lead in queryset)
+        self.message_user(
+            request, f"{queryset.count()} lead(s) marked converted; {cancelled} pending email(s) cancelled."
+        )
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -11,6 +11,9 @@ first and then moves the outreach through `transition()`, in one transaction: tw
 Replay success: a REPLAYED letter's `replay_succeeded` stays NULL while the replayed job
 runs; the pipeline calls `replay_outcome_success()` when it reaches SENT or AWAITING_APPROVAL,
 and `dead_letter()` marks it False when the outreach dies again.
+
+The record is orchestrator.models.DeadLetter; operators reach these functions through
+orchestrator/admin.py and the replay_dead_letters command.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from config.celery import app
-from outreach.models import DeadLetter, ErrorClass, Outreach, OutreachEvent, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from outreach.transitions import TransitionLost, transition
 
 SUGGESTED_ACTION = {

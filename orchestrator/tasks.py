@@ -20,7 +20,7 @@ def dispatch() -> None:
 @shared_task(name="dead_letter.alert", ignore_result=True)
 def dead_letter_alert(dead_letter_id: int) -> None:
     """Off the hot queues: tell operators a job died (one ERROR line with ids and the action)."""
-    from outreach.models import DeadLetter
+    from orchestrator.models import DeadLetter
 
     letter = DeadLetter.objects.filter(pk=dead_letter_id).first()
     if letter is None:

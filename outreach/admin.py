@@ -1,45 +1,33 @@
-"""Admin: lists for operators, and the approval queue for reviewers. Actions call services."""
+"""Admin of the records: the tenancy gate every admin extends (OrganizationScopedAdmin), owners,
+outreach, and the approval queue for reviewers. Actions call services.
+
+Admins whose actions belong to an upper app live in that app and extend the gate from here, so
+this bottom layer imports none of them: leads ("Mark converted" stops a sequence) in
+nurture/admin.py; organizations (their LLM caps are the budget's rules) and dead letters in
+orchestrator/admin.py.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from nurture.intake.sequence import lead_mark_converted
-from orchestrator.budget import organization_limits
-from orchestrator.dead_letters import (
-    DeadLetterNotActionable,
-    dead_letter_cancel,
-    dead_letter_escalate,
-    dead_letter_replay,
-)
 from outreach import services
-from outreach.models import (
-    DeadLetter,
-    DraftForApproval,
-    Lead,
-    Organization,
-    Outreach,
-    OutreachEvent,
-    Owner,
-    State,
-)
+from outreach.models import DraftForApproval, Organization, Outreach, OutreachEvent, Owner, State
 from outreach.transitions import TransitionLost
 
 APPROVE_PERMISSION = "outreach.approve_outreach"
 
 
-def _approver(request: HttpRequest) -> AbstractBaseUser:
+def admin_user(request: HttpRequest) -> AbstractBaseUser:
+    """The user acting in an admin view (for services that record who did it)."""
     # Admin views only run for authenticated staff; the permission check already passed.
     assert isinstance(request.user, AbstractBaseUser)
     return request.user
@@ -91,31 +79,6 @@ class OrganizationScopedAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
-class OrganizationForm(forms.ModelForm):
-    # No Meta: the admin builds it from OrganizationAdmin.
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or self.cleaned_data
-        rpm, tpm = data.get("llm_rpm"), data.get("llm_tpm")
-        if rpm is not None or tpm is not None:
-            try:
-                organization_limits(rpm=rpm, tpm=tpm)
-            except ValueError as exc:
-                field = str(exc).split(" ", 1)[0]
-                self.add_error(field if field in ("llm_rpm", "llm_tpm") else None, str(exc))
-        return data
-
-
-@admin.register(Organization)
-class OrganizationAdmin(OrganizationScopedAdmin):
-    organization_path = ""
-    form = OrganizationForm
-    list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "created_at")
-    search_fields = ("name",)
-    # Members are the reviewers who may approve this organization's drafts.
-    filter_horizontal = ("members",)
-
-
 class OwnerForm(forms.ModelForm):
     # No Meta: the admin builds it from OwnerAdmin (model and fields).
 
@@ -137,37 +100,6 @@ class OwnerAdmin(OrganizationScopedAdmin):
     )  # fmt: skip
     list_filter = ("kind", "review_required", "active", "organization")
     search_fields = ("name",)
-
-
-class LeadForm(forms.ModelForm):
-    # No Meta: the admin builds it from LeadAdmin.
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or self.cleaned_data
-        organization, owner = data.get("organization"), data.get("owner")
-        if organization is not None and owner is not None and owner.organization_id != organization.pk:
-            self.add_error(
-                "owner", f"{owner.name} works for {owner.organization}: pick an owner of {organization}."
-            )
-        return data
-
-
-@admin.register(Lead)
-class LeadAdmin(OrganizationScopedAdmin):
-    form = LeadForm
-    list_display = ("email", "first_name", "last_name", "company", "owner", "status", "timezone")
-    list_filter = ("status", "owner__organization", "owner")
-    search_fields = ("email", "first_name", "last_name", "company")
-    list_select_related = ("owner",)
-    raw_id_fields = ("owner",)
-    actions = ("mark_converted",)
-
-    @admin.action(description="Mark converted (stops their sequence)")
-    def mark_converted(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
-        cancelled = sum(len(lead_mark_converted(lead=lead)) for lead in queryset)
-        self.message_user(
-            request, f"{queryset.count()} lead(s) marked converted; {cancelled} pending email(s) cancelled."
-        )
 
 
 class OutreachEventInline(admin.TabularInline):
@@ -322,11 +254,11 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
         stored = Outreach.objects.get(pk=obj.pk)
         try:
             if "_reject" in request.POST:
-                services.draft_reject(outreach=stored, by=_approver(request))
+                services.draft_reject(outreach=stored, by=admin_user(request))
             else:
                 services.draft_approve(
                     outreach=stored,
-                    by=_approver(request),
+                    by=admin_user(request),
                     subject=form.cleaned_data.get("draft_subject"),
                     body=form.cleaned_data.get("draft_body"),
                 )
@@ -342,7 +274,7 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
         self._bulk(request, queryset, approve=False)
 
     def _bulk(self, request: HttpRequest, queryset: QuerySet[Outreach], *, approve: bool) -> None:
-        by, done, skipped = _approver(request), 0, 0
+        by, done, skipped = admin_user(request), 0, 0
         for outreach in queryset:
             try:
                 if approve:
@@ -354,114 +286,3 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
                 skipped += 1
         verb = "approved" if approve else "rejected"
         self.message_user(request, f"{done} draft(s) {verb}; {skipped} already handled by someone else.")
-
-
-@admin.register(DeadLetter)
-class DeadLetterAdmin(OrganizationScopedAdmin):
-    """Operators read failures here; approvers (or superusers) replay, cancel or escalate them,
-    each only their organizations' (the outreach's owner's organization)."""
-
-    organization_path = "outreach__owner__organization"
-
-    list_display = (
-        "id", "outreach", "job_type", "failure_class", "status", "suggested_action", "entity_ids",
-        "replay_succeeded", "created_at",
-    )  # fmt: skip
-    list_filter = ("status", "failure_class", "job_type", "replay_succeeded")
-    search_fields = ("reason",)
-    list_select_related = ("outreach",)
-    fieldsets = (
-        (None, {"fields": ("outreach", "status", "failure_class", "job_type", "reason", "suggested_action")}),
-        ("Entities", {"fields": ("lead_id_ref", "owner_id_ref", "organization_id_ref")}),
-        ("Job", {"fields": ("payload_pretty", "retry_history_pretty")}),
-        (
-            "Timeline",
-            {"fields": ("first_failed_at", "created_at", "resolved_at", "resolved_by", "replay_succeeded")},
-        ),
-    )
-    readonly_fields = [f.name for f in DeadLetter._meta.fields] + ["payload_pretty", "retry_history_pretty"]
-    actions = ("replay_selected", "cancel_selected", "escalate_selected")
-    resolve_actions = frozenset(actions)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[DeadLetter]:
-        # The JSON and the outreach's draft can be large; the list shows neither.
-        heavy = (
-            "payload",
-            "retry_history",
-            "outreach__draft_body",
-            "outreach__context",
-            "outreach__last_error",
-        )
-        return super().get_queryset(request).select_related("outreach").defer(*heavy)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_approve_permission(self, request: HttpRequest) -> bool:
-        # has_perm is True for every active superuser too.
-        return request.user.has_perm(APPROVE_PERMISSION)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_view_permission(request, obj) or self.has_approve_permission(request)
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return super().has_module_permission(request) or self.has_approve_permission(request)
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        # Unpermitted actions are hidden; a forged POST naming one is refused outright, not ignored.
-        forged = request.method == "POST" and request.POST.get("action") in self.resolve_actions
-        if forged and not self.has_approve_permission(request):
-            raise PermissionDenied
-        return super().changelist_view(request, extra_context)
-
-    @admin.display(description="Entity ids")
-    def entity_ids(self, obj: DeadLetter) -> str:
-        return f"org {obj.organization_id_ref} / owner {obj.owner_id_ref} / lead {obj.lead_id_ref}"
-
-    @admin.display(description="Payload")
-    def payload_pretty(self, obj: DeadLetter) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(obj.payload, indent=2, sort_keys=True))
-
-    @admin.display(description="Retry history")
-    def retry_history_pretty(self, obj: DeadLetter) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(obj.retry_history, indent=2))
-
-    @admin.action(description="Replay selected dead letters", permissions=["approve"])
-    def replay_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
-        self._resolve(
-            request, queryset, "replayed", lambda dl, by: dead_letter_replay(dead_letter=dl, by_id=by)
-        )
-
-    @admin.action(description="Cancel selected dead letters", permissions=["approve"])
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
-        self._resolve(
-            request, queryset, "cancelled", lambda dl, by: dead_letter_cancel(dead_letter=dl, by_id=by)
-        )
-
-    @admin.action(description="Escalate selected dead letters", permissions=["approve"])
-    def escalate_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
-        note = f"from the admin by {request.user}"
-        self._resolve(
-            request,
-            queryset,
-            "escalated",
-            lambda dl, by: dead_letter_escalate(dead_letter=dl, by_id=by, note=note),
-        )
-
-    def _resolve(
-        self,
-        request: HttpRequest,
-        queryset: QuerySet[DeadLetter],
-        verb: str,
-        service: Callable[[DeadLetter, int], object],
-    ) -> None:
-        done, skipped = 0, []
-        for letter in queryset.order_by("id"):
-            try:
-                service(letter, _approver(request).pk)
-                done += 1
-            except DeadLetterNotActionable as exc:
-                skipped.append(str(exc))
-        level = messages.WARNING if skipped else messages.SUCCESS
-        detail = f": {' '.join(skipped)}" if skipped else "."
-        self.message_user(request, f"{done} dead letter(s) {verb}; {len(skipped)} skipped{detail}", level)

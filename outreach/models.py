@@ -320,43 +320,6 @@ class OwnerDailySends(models.Model):
         return f"{self.owner_id} on {self.day}: {self.sent}"
 
 
-class DeadLetter(models.Model):
-    """A terminal failure an operator can replay, cancel or escalate."""
-
-    class Status(models.TextChoices):
-        OPEN = "open", "Open"
-        REPLAYED = "replayed", "Replayed"
-        CANCELLED = "cancelled", "Cancelled"
-        ESCALATED = "escalated", "Escalated"
-
-    outreach = models.ForeignKey(Outreach, on_delete=models.CASCADE, related_name="dead_letters")
-    job_type = models.CharField(max_length=40, help_text="generation or send")
-    payload = models.JSONField(default=dict, help_text="The original job: ids and idempotency key.")
-    failure_class = models.CharField(max_length=16, choices=ErrorClass.choices)
-    reason = models.TextField()
-    retry_history = models.JSONField(default=list)
-    suggested_action = models.CharField(max_length=200)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
-    lead_id_ref = models.BigIntegerField(help_text="Lead id at failure time.")
-    owner_id_ref = models.BigIntegerField(help_text="Owner id at failure time.")
-    organization_id_ref = models.BigIntegerField(help_text="Organization id at failure time.")
-    first_failed_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    resolved_at = models.DateTimeField(null=True, blank=True)
-    resolved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    replay_succeeded = models.BooleanField(null=True, blank=True, help_text="Set when a replayed job ends.")
-
-    class Meta:
-        indexes = [
-            models.Index(fields=["status", "failure_class"]),
-        ]
-
-    def __str__(self) -> str:
-        return f"dead letter #{self.pk} ({self.failure_class}) for outreach {self.outreach_id}"
-
-
 class DraftForApproval(Outreach):
     """The approval queue in admin: drafts awaiting a person's decision."""
 

@@ -32,7 +32,7 @@ from orchestrator.metrics.budget_use import (
 )
 from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes
 from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
-from outreach.models import DeadLetter
+from orchestrator.models import DeadLetter
 
 __all__ = ["QueueHealth", "budget_sample_record", "queue_health"]
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from django.db.models import Count, Q
 
 from orchestrator.dead_letters import ACTIONABLE
-from outreach.models import DeadLetter
+from orchestrator.models import DeadLetter
 
 SAMPLES_PER_CLASS = 3
 REASON_CHARS = 300

@@ -17,7 +17,8 @@ from devtools.llm_sim import MARKER_FAIL_500, LLMSim
 from devtools.smtp_sink import SMTPSink
 from nurture.errors import TransientError
 from nurture.retry_rules import fail
-from outreach.models import DeadLetter, ErrorClass, OutreachEvent, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, OutreachEvent, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory

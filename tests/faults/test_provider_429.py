@@ -20,7 +20,8 @@ import pytest
 from devtools.llm_stub import StubResponse
 from devtools.smtp_sink import SMTPSink
 from orchestrator.budget import Adaptive, budget_from_settings
-from outreach.models import DeadLetter, State
+from orchestrator.models import DeadLetter
+from outreach.models import State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory

@@ -15,7 +15,8 @@ from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
 from orchestrator.budget import Budget, Reservation
 from orchestrator.dispatch.cycle import dispatch_cycle
-from outreach.models import DeadLetter, ErrorClass, Lead, Outreach, OutreachEvent, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, Lead, Outreach, OutreachEvent, State
 from outreach.services import draft_approve
 from tests.factories import make_lead, make_outreach, make_owner
 

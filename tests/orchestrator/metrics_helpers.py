@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from outreach.models import DeadLetter, ErrorClass, Outreach, OutreachEvent, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from tests.factories import make_outreach
 
 

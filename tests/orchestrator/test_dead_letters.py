@@ -18,7 +18,8 @@ from orchestrator.dead_letters import (
     replay_outcome_success,
     replay_success_rate,
 )
-from outreach.models import DeadLetter, ErrorClass, Outreach, OutreachEvent, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from outreach.transitions import transition
 from tests.factories import make_outreach
 

@@ -14,8 +14,8 @@ from orchestrator.metrics import budget_sample_record, queue_health
 from orchestrator.metrics.budget_use import budget_last_hour
 from orchestrator.metrics.depth import DEFERRED_SCAN_LIMIT, deferred_work
 from orchestrator.metrics.sql import first_id_since, percentile
-from orchestrator.models import BudgetSample
-from outreach.models import DeadLetter, ErrorClass, Outreach, OutreachEvent, State
+from orchestrator.models import BudgetSample, DeadLetter
+from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
 

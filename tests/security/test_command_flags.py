@@ -14,16 +14,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from outreach.models import (
-    AssignmentBatch,
-    DeadLetter,
-    ErrorClass,
-    Lead,
-    Organization,
-    Outreach,
-    Owner,
-    State,
-)
+from orchestrator.models import DeadLetter
+from outreach.models import AssignmentBatch, ErrorClass, Lead, Organization, Outreach, Owner, State
 from tests.factories import make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db

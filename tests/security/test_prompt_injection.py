@@ -19,7 +19,8 @@ from devtools.smtp_sink import SMTPSink
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
 from orchestrator.budget import Budget, Reservation
-from outreach.models import DeadLetter, ErrorClass, Outreach, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,8 @@ from django.core.management import CommandError, call_command
 from devtools.llm_stub import LLMStub, StubResponse
 from nurture.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
-from outreach.models import AssignmentBatch, DeadLetter, Outreach, State
+from orchestrator.models import DeadLetter
+from outreach.models import AssignmentBatch, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.orchestrator.test_broker_privacy import _redis_texts
 

@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
 from orchestrator.dead_letters import ACTIONABLE, DeadLetterNotActionable, dead_letter_replay, replay_target
-from outreach.models import DeadLetter, ErrorClass, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, State
 
 
 class Command(BaseCommand):

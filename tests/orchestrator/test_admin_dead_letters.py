@@ -1,3 +1,6 @@
+"""The dead-letter admin (orchestrator/admin.py): operators read, approvers replay, cancel or
+escalate, each only in their organizations."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,12 +9,13 @@ from django.test import Client
 from django.urls import reverse
 
 from orchestrator.dead_letters import dead_letter, dead_letter_replay
-from outreach.models import DeadLetter, ErrorClass, Organization, Outreach, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, Organization, Outreach, State
 from tests.factories import make_outreach
 
 pytestmark = pytest.mark.django_db
 
-LIST_URL = "admin:outreach_deadletter_changelist"
+LIST_URL = "admin:orchestrator_deadletter_changelist"
 
 
 def _client(user: User) -> Client:
@@ -22,11 +26,17 @@ def _client(user: User) -> Client:
     return client
 
 
-def _staff(*, can_approve: bool) -> User:
-    user = User.objects.create_user(f"staff{can_approve}", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_deadletter"))
+def _permission(name: str) -> Permission:
+    """The permission called "<app_label>.<codename>", as has_perm names it."""
+    app_label, codename = name.split(".")
+    return Permission.objects.get(content_type__app_label=app_label, codename=codename)
+
+
+def _staff(*, can_approve: bool, name: str = "") -> User:
+    user = User.objects.create_user(name or f"staff{can_approve}", password="pw", is_staff=True)
+    user.user_permissions.add(_permission("orchestrator.view_deadletter"))
     if can_approve:
-        user.user_permissions.add(Permission.objects.get(codename="approve_outreach"))
+        user.user_permissions.add(_permission("outreach.approve_outreach"))
     return user
 
 
@@ -89,9 +99,11 @@ def test_superuser_may_run_the_actions() -> None:
 
 
 def test_staff_without_approve_permission_sees_no_actions_and_gets_403_on_post() -> None:
-    # given a viewer without the approve permission
+    # given a viewer without the approve permission (the model is the orchestrator app's)
     letter = _letter()
-    client = _client(_staff(can_approve=False))
+    viewer = _staff(can_approve=False)
+    assert viewer.has_perm("orchestrator.view_deadletter")
+    client = _client(viewer)
     # when they open the list / then it shows, without the actions
     page = client.get(reverse(LIST_URL)).content.decode()
     assert letter.suggested_action in page
@@ -105,7 +117,7 @@ def test_staff_without_approve_permission_sees_no_actions_and_gets_403_on_post()
 
 def test_approver_without_dead_letter_view_permission_still_reaches_the_list() -> None:
     user = User.objects.create_user("approver", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="approve_outreach"))
+    user.user_permissions.add(_permission("outreach.approve_outreach"))
     assert _client(user).get(reverse(LIST_URL)).status_code == 200
 
 
@@ -125,8 +137,23 @@ def test_list_shows_class_job_type_entities_suggestion_and_replay_outcome() -> N
 
 def test_detail_page_shows_retry_history_as_pretty_json() -> None:
     letter = _letter()
-    url = reverse("admin:outreach_deadletter_change", args=[letter.pk])
+    url = reverse("admin:orchestrator_deadletter_change", args=[letter.pk])
     page = _client(_staff(can_approve=True)).get(url).content.decode()
     assert "<pre>[\n  {\n" in page
     assert "&quot;error_class&quot;: &quot;exhausted&quot;" in page
     assert "&quot;idempotency_key&quot;" in page
+
+
+def test_forged_replay_cannot_reach_another_organizations_dead_letter() -> None:
+    # given a dead letter in each of two organizations, and an approver who is a member of the first
+    mine, other = _letter(), _letter()
+    user = _staff(can_approve=True)
+    user.organizations.add(mine.outreach.owner.organization)
+    client = Client()
+    client.force_login(user)
+    # when they post "Replay" naming both
+    client.post(reverse(LIST_URL), {"action": "replay_selected", "_selected_action": [mine.pk, other.pk]})
+    # then only their organization's letter is replayed
+    mine.refresh_from_db()
+    other.refresh_from_db()
+    assert (mine.status, other.status) == (DeadLetter.Status.REPLAYED, DeadLetter.Status.OPEN)
