@@ -36,6 +36,9 @@ def test_clean_drafts_pass(body: str) -> None:
 @pytest.mark.parametrize(
     ("subject", "body", "expected"),
     [
+        ("", BODY, "subject: empty (an email needs a subject)"),
+        ("  ", BODY, "subject: empty (an email needs a subject)"),
+        (SUBJECT, "", "body: empty (an email needs a body)"),
         ("Hi", BODY, "subject: too short"),
         ("x" * 151, BODY, "subject: too long"),
         (SUBJECT, "Too short.", "body: too short"),

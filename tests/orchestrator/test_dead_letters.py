@@ -20,7 +20,7 @@ from orchestrator.dead_letters import (
 )
 from outreach.models import DeadLetter, ErrorClass, Outreach, OutreachEvent, State
 from outreach.transitions import transition
-from tests.factories import make_outreach
+from tests.factories import make_outreach, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -164,9 +164,7 @@ def test_replay_of_policy_failure_regenerates_instead_of_sending_the_draft() -> 
 
 
 def test_replay_records_who_replayed() -> None:
-    from django.contrib.auth.models import User
-
-    user = User.objects.create_user("ops")
+    user = make_user("ops")
     letter = _generation_failure()
     dead_letter_replay(dead_letter=letter, by_id=user.pk)
     letter.refresh_from_db()

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
 from orchestrator.dead_letters import dead_letter, dead_letter_replay
 from outreach.models import DeadLetter, ErrorClass, Organization, Outreach, State
-from tests.factories import make_outreach
+from tests.factories import logged_in, make_outreach, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -17,17 +17,12 @@ LIST_URL = "admin:outreach_deadletter_changelist"
 def _client(user: User) -> Client:
     """Logged in as `user`, a member of every organization so far (lists are scoped to them)."""
     user.organizations.add(*Organization.objects.all())
-    client = Client()
-    client.force_login(user)
-    return client
+    return logged_in(user)
 
 
 def _staff(*, can_approve: bool) -> User:
-    user = User.objects.create_user(f"staff{can_approve}", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_deadletter"))
-    if can_approve:
-        user.user_permissions.add(Permission.objects.get(codename="approve_outreach"))
-    return user
+    permissions = ["view_deadletter", "approve_outreach"] if can_approve else ["view_deadletter"]
+    return make_user(f"staff{can_approve}", permissions=permissions)
 
 
 def _letter(*, draft: bool = False) -> DeadLetter:
@@ -84,7 +79,7 @@ def test_approver_escalates_selected_and_outreach_stays_dead() -> None:
 
 def test_superuser_may_run_the_actions() -> None:
     letter = _letter()
-    root = User.objects.create_superuser("root", password="pw")
+    root = make_user("root", superuser=True)
     assert "1 dead letter(s) replayed" in _act(_client(root), "replay_selected", [letter])
 
 
@@ -104,8 +99,7 @@ def test_staff_without_approve_permission_sees_no_actions_and_gets_403_on_post()
 
 
 def test_approver_without_dead_letter_view_permission_still_reaches_the_list() -> None:
-    user = User.objects.create_user("approver", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="approve_outreach"))
+    user = make_user("approver", permissions=["approve_outreach"])
     assert _client(user).get(reverse(LIST_URL)).status_code == 200
 
 
