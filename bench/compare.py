@@ -215,6 +215,7 @@ def _seed_product() -> list[Any]:
 
     from django.utils import timezone
 
+    from outreach.idempotency import intro_key
     from outreach.models import Lead, Outreach, State
     from outreach.services import OwnerSpec, owner_upsert
 
@@ -230,17 +231,18 @@ def _seed_product() -> list[Any]:
         )  # fmt: skip
         Outreach.objects.bulk_create(
             Outreach(lead=lead, owner=owner, kind="intro", tier=2, state=State.QUEUED, not_before=now,
-                     idempotency_key=f"intro:{lead.email}", state_changed_at=now) for lead in leads
+                     idempotency_key=intro_key(lead_id=lead.pk), state_changed_at=now) for lead in leads
         )  # fmt: skip
     return owners
 
 
 def _reply(owners: list[Any], k: int) -> None:
+    from outreach.idempotency import reply_key
     from outreach.models import Lead, Outreach
     from outreach.services import outreach_enqueue
 
     lead = Lead.objects.filter(owner=owners[k % len(owners)]).order_by("id")[k // len(owners)]
-    outreach_enqueue(lead=lead, kind=Outreach.Kind.REPLY, idempotency_key=f"reply:bench-{k}",
+    outreach_enqueue(lead=lead, kind=Outreach.Kind.REPLY, idempotency_key=reply_key(message_id=f"<bench-{k}@bench.example>"),
                      context={"inbound": {"subject": "Re: hello", "body": "Tell me more."}})  # fmt: skip
 
 

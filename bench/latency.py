@@ -257,6 +257,7 @@ def seed(*, owners: int, leads: int) -> None:
 
     from django.utils import timezone
 
+    from outreach.idempotency import intro_key
     from outreach.models import Lead, Outreach, State
     from outreach.services import OwnerSpec, owner_upsert
 
@@ -274,7 +275,7 @@ def seed(*, owners: int, leads: int) -> None:
         )  # fmt: skip
         Outreach.objects.bulk_create(
             Outreach(lead=lead, owner_id=lead.owner_id, kind=Outreach.Kind.INTRO, tier=tier, state=State.QUEUED,
-                     not_before=now, idempotency_key=f"intro:{lead.email}", state_changed_at=now)
+                     not_before=now, idempotency_key=intro_key(lead_id=lead.pk), state_changed_at=now)
             for lead in batch
         )  # fmt: skip
 

@@ -218,6 +218,7 @@ def seed(*, count: int, owners: int, review_owners: int, poison_per_kind: int) -
 
     from django.utils import timezone
 
+    from outreach.idempotency import intro_key
     from outreach.models import Lead, Outreach, State
     from outreach.services import OwnerSpec, owner_upsert
 
@@ -240,7 +241,7 @@ def seed(*, count: int, owners: int, review_owners: int, poison_per_kind: int) -
         )  # fmt: skip
         rows = Outreach.objects.bulk_create(
             Outreach(lead=lead, owner_id=lead.owner_id, kind="intro", tier=2, state=State.QUEUED, not_before=now,
-                     idempotency_key=f"intro:{lead.email}", state_changed_at=now) for lead in leads
+                     idempotency_key=intro_key(lead_id=lead.pk), state_changed_at=now) for lead in leads
         )  # fmt: skip
         ids += [row.pk for row in rows]
     review = [o.pk for o in made[:review_owners]]

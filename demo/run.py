@@ -3,8 +3,6 @@ terminal, inbound replies arriving, and (with --for) a report. Ctrl-C stops ever
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import random
 import socket
@@ -27,6 +25,7 @@ from demo.live import Sample, render, take_sample
 from demo.report import write_report
 from demo.seed import seed_demo
 from devtools.processes import ProcessGroup, flower, stack_env, start_pipeline, web
+from nurture.intake.replies import signature_header
 from outreach.models import Outreach, State
 from outreach.services import draft_approve
 from outreach.transitions import TransitionLost
@@ -79,13 +78,12 @@ def post_reply(*, opts: DemoOptions, rng: random.Random) -> int | None:
         return None
     body = json.dumps({"lead_email": sent.lead.email, "message_id": f"<demo-reply-{rng.getrandbits(48):x}@prospect.example>",
                        "subject": f"Re: {sent.draft_subject}", "body": "Sounds interesting. Can we talk next week?"})  # fmt: skip
-    stamp = str(int(time.time()))
-    signature = hmac.new(
-        settings.WEBHOOK_SECRET.encode(), f"{stamp}.{body}".encode(), hashlib.sha256
-    ).hexdigest()
+    signature = signature_header(
+        body=body.encode(), secret=settings.WEBHOOK_SECRET, timestamp=int(time.time())
+    )
     request = urllib.request.Request(
         f"http://127.0.0.1:{opts.web_port}/hooks/replies/", data=body.encode(), method="POST",
-        headers={"Content-Type": "application/json", "X-Signature": f"t={stamp},v1={signature}"},
+        headers={"Content-Type": "application/json", "X-Signature": signature},
     )  # fmt: skip
     try:
         with urllib.request.urlopen(request, timeout=5) as response:

@@ -10,6 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.db import transaction
 from django.utils import timezone
 
+from outreach.idempotency import intro_key
 from outreach.models import Lead, Organization, Outreach, Owner, State
 from outreach.services import OwnerSpec, owner_upsert
 
@@ -89,7 +90,7 @@ def seed_demo(*, leads: int, seed: int = 7) -> list[Owner]:
         now = timezone.now()
         Outreach.objects.bulk_create(
             (Outreach(lead=lead, owner_id=lead.owner_id, kind=Outreach.Kind.INTRO, tier=Outreach.KIND_TIER[Outreach.Kind.INTRO],
-                      state=State.QUEUED, not_before=now, idempotency_key=f"intro:{org.pk}:{lead.email}",
+                      state=State.QUEUED, not_before=now, idempotency_key=intro_key(lead_id=lead.pk),
                       state_changed_at=now) for lead in created.iterator()),
             ignore_conflicts=True, batch_size=1000,
         )  # fmt: skip

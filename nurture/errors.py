@@ -89,7 +89,7 @@ class RateLimited(PipelineError):
 
 
 class PolicyViolation(PermanentError):
-    """A generated draft failed nurture.policy.check_draft (after its one regeneration)."""
+    """A generated draft failed outreach.draft_policy.check_draft (after its one regeneration)."""
 
     error_class = "policy"
     suggested_action = "edit the draft by hand or replay to regenerate"

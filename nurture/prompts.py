@@ -4,7 +4,7 @@ Prompt injection is handled by construction: the instructions are fixed strings 
 and every piece of variable text (lead fields, the prospect's inbound email, earlier emails,
 even the model's own plan and notes, which were derived from them) enters only inside one JSON
 block marked as untrusted data. JSON quoting keeps values from breaking the structure, and "<"
-and ">" are escaped so no value can contain the closing marker. nurture.policy then checks the
+and ">" are escaped so no value can contain the closing marker. outreach.draft_policy then checks the
 output in code, because a prompt is a request, not a guarantee.
 """
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from outreach import services
+from outreach.draft_policy import check_draft
 from outreach.models import DraftForApproval, Organization, Outreach, OutreachEvent, Owner, State
 from outreach.transitions import TransitionLost
 
@@ -154,20 +155,23 @@ class OutreachAdmin(OrganizationScopedAdmin):
 
 
 class DraftForm(forms.ModelForm):
-    """The reviewer's edit: an approved email needs a one-line subject and a body (a reject needs neither)."""
+    """The reviewer's edit: an approved email passes outreach.draft_policy.check_draft (a reject needs nothing)."""
 
     # No Meta: the admin builds it from ApprovalQueueAdmin.fields (less its read-only ones).
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or self.cleaned_data
-        if "_reject" in self.data:
+        if "_reject" in self.data or self.has_error("draft_subject") or self.has_error("draft_body"):
             return data
-        for name, what in (("draft_subject", "a subject"), ("draft_body", "a body")):
-            if name in self.fields and not (data.get(name) or "").strip():
-                self.add_error(name, f"An approved email needs {what}.")
-        subject = data.get("draft_subject") or ""
-        if "\n" in subject or "\r" in subject:  # a header: a line break would inject headers
-            self.add_error("draft_subject", "The subject must be one line.")
+        # The reviewer's words pass the same policy as the model's (one-line subject included:
+        # it becomes a header, and a line break would inject headers).
+        for violation in check_draft(
+            subject=data.get("draft_subject") or "",
+            body=data.get("draft_body") or "",
+            allowed_domains=self.instance.lead.organization.allowed_link_domains,
+        ):
+            part, _, reason = violation.partition(": ")
+            self.add_error(f"draft_{part}" if f"draft_{part}" in self.fields else None, reason)
         return data
 
 

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from outreach.draft_policy import check_draft
 from outreach.models import Lead, Organization, Outreach, Owner, State
 from outreach.transitions import transition
 
@@ -98,27 +99,33 @@ def outreach_enqueue(
 def draft_approve(
     *, outreach: Outreach, by: AbstractBaseUser, subject: str | None = None, body: str | None = None
 ) -> None:
-    """Approve a draft, optionally edited; the approved-send path sends it with no LLM call."""
-    fields: dict[str, Any] = {"approved_by_id": by.pk, "approved_at": timezone.now()}
-    notes = "approved"
-    if subject is not None and subject != outreach.draft_subject:
-        fields["draft_subject"] = subject
-        notes = "edited and approved"
-    if body is not None and body != outreach.draft_body:
-        fields["draft_body"] = body
-        notes = "edited and approved"
-    final_subject = fields.get("draft_subject", outreach.draft_subject)
-    if not (final_subject.strip() and fields.get("draft_body", outreach.draft_body).strip()):
-        raise ValidationError("An approved email needs a subject and a body.")
-    if "\n" in final_subject or "\r" in final_subject:  # it becomes a header: no header injection
-        raise ValidationError("The subject of an approved email must be one line.")
+    """Approve a draft, optionally edited; the approved-send path sends it with no LLM call.
+
+    An edit must pass outreach.draft_policy.check_draft, as the model's draft did (ValidationError
+    listing the violations otherwise): the subject becomes a header, the body goes to a prospect.
+    """
+    edits = {
+        name: value
+        for name, value in (("draft_subject", subject), ("draft_body", body))
+        if value is not None and value != getattr(outreach, name)
+    }
+    if edits:
+        violations = check_draft(
+            subject=edits.get("draft_subject", outreach.draft_subject),
+            body=edits.get("draft_body", outreach.draft_body),
+            allowed_domains=outreach.lead.organization.allowed_link_domains,
+        )
+        if violations:
+            raise ValidationError(violations)
     transition(
         outreach_id=outreach.pk,
         from_=State.AWAITING_APPROVAL,
         to=State.APPROVED,
-        note=notes,
+        note="edited and approved" if edits else "approved",
         actor_id=by.pk,
-        **fields,
+        approved_by_id=by.pk,
+        approved_at=timezone.now(),
+        **edits,
     )
 
 

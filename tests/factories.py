@@ -3,14 +3,56 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from datetime import time
 from typing import Any
 
+from django.contrib.auth.models import Permission, User
+from django.test import Client
 from django.utils import timezone
 
 from outreach.models import Lead, Organization, Outreach, Owner, OwnerDailySends, State
 
 _seq = itertools.count(1)
+
+# A draft that passes outreach.draft_policy.check_draft (so a reviewer may approve it as it stands), and
+# an edit of it that does too. Tests about a bad draft spell out their own text.
+DRAFT_SUBJECT = "Quick question about your reporting"
+DRAFT_BODY = "Hi Pat,\n\nWould a short call next week help your team ship reports faster?\n\nBest,\nSam"
+EDITED_BODY = "Hi Pat,\n\nEdited by a person in the approval queue before sending.\n\nBest,\nSam"
+REVIEWER_PERMISSIONS = ("approve_outreach", "view_outreach")
+
+
+def make_user(
+    username: str | None = None,
+    *,
+    staff: bool = True,
+    permissions: Iterable[str] = (),
+    organizations: Iterable[Organization] = (),
+    superuser: bool = False,
+) -> User:
+    """A user (password "pw") holding `permissions` (codenames) in `organizations`."""
+    username = username or f"user{next(_seq)}"
+    if superuser:
+        return User.objects.create_superuser(username, password="pw")
+    user = User.objects.create_user(username, password="pw", is_staff=staff)
+    codenames = set(permissions)
+    granted = list(Permission.objects.filter(codename__in=codenames))
+    assert {p.codename for p in granted} == codenames, f"unknown permission in {sorted(codenames)}"
+    user.user_permissions.add(*granted)
+    user.organizations.add(*organizations)
+    return user
+
+
+def make_reviewer(username: str | None = None, *, organizations: Iterable[Organization] = ()) -> User:
+    """Staff who may approve drafts (and only that), of `organizations`."""
+    return make_user(username, permissions=REVIEWER_PERMISSIONS, organizations=organizations)
+
+
+def logged_in(user: User, **client_options: Any) -> Client:
+    client = Client(**client_options)
+    client.force_login(user)
+    return client
 
 
 def make_org(**overrides: Any) -> Organization:
@@ -64,3 +106,11 @@ def make_outreach(*, lead: Lead | None = None, state: State = State.QUEUED, **ov
     if outreach.state == State.SENT and outreach.sent_at:  # as the SENT transition counts it
         OwnerDailySends.objects.record(owner_id=outreach.owner_id, sent_at=outreach.sent_at)
     return outreach
+
+
+def make_draft(
+    *, lead: Lead | None = None, state: State = State.AWAITING_APPROVAL, **overrides: Any
+) -> Outreach:
+    """An outreach with a written draft that passes the policy, by default awaiting approval."""
+    fields = {"draft_subject": DRAFT_SUBJECT, "draft_body": DRAFT_BODY, **overrides}
+    return make_outreach(lead=lead, state=state, **fields)

@@ -35,14 +35,6 @@ INSERT_BATCH = 2000
 T = TypeVar("T")
 
 
-def intro_key(*, lead_id: int) -> str:
-    return f"{assignment_sql.INTRO_PREFIX}{lead_id}"
-
-
-def nudge_key(*, lead_id: int, step: int) -> str:
-    return f"{assignment_sql.NUDGE_PREFIX}{lead_id}:{step}"
-
-
 @dataclass(frozen=True)
 class AssignmentPlan:
     """What loading a file would do, read before anything is written."""

@@ -18,15 +18,12 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
+from outreach.idempotency import INTRO_PREFIX, NUDGE_PREFIX, NUDGE_STEP_SEPARATOR
 from outreach.models import AssignmentItem, Lead, Outreach, State
 
 LEAD = Lead._meta.db_table
 ITEM = AssignmentItem._meta.db_table
 OUTREACH = Outreach._meta.db_table
-
-# The idempotency keys, also built in Python by nurture.intake.assignment.intro_key/nudge_key.
-INTRO_PREFIX = "intro:"
-NUDGE_PREFIX = "nudge:"
 
 
 def leads_insert(*, organization_id: int, child_ids: Sequence[int], now: datetime) -> set[int]:
@@ -66,6 +63,7 @@ def sequences_insert(
     intro, nudge = Outreach.Kind.INTRO, Outreach.Kind.NUDGE
     # Leads are picked by primary key (never by a join the planner could misjudge: the tables
     # grow by 100,000s of rows during one load, faster than autovacuum refreshes statistics).
+    # The keys are outreach.idempotency's intro_key / nudge_key, spelled in SQL from its parts.
     sql = f"""
         WITH steps (owner_id, timezone, step, due) AS ({steps_sql})
         INSERT INTO {OUTREACH} ({", ".join(named + columns)})
@@ -73,7 +71,7 @@ def sequences_insert(
                CASE WHEN s.step = 0 THEN %s ELSE %s END,
                CASE WHEN s.step = 0 THEN %s ELSE %s END,
                %s, s.due,
-               CASE WHEN s.step = 0 THEN %s || l.id ELSE %s || l.id || ':' || s.step END,
+               CASE WHEN s.step = 0 THEN %s || l.id ELSE %s || l.id || %s || s.step END,
                s.step, %s, %s, %s{"".join(", %s" for _ in columns)}
         FROM {LEAD} l JOIN steps s ON s.owner_id = l.owner_id AND s.timezone = l.timezone
         WHERE l.id IN ({_marks(lead_ids)})
@@ -83,7 +81,7 @@ def sequences_insert(
     params = [
         *steps_params,
         intro, nudge, Outreach.KIND_TIER[intro], Outreach.KIND_TIER[nudge], State.QUEUED,
-        INTRO_PREFIX, NUDGE_PREFIX, _when(now), _when(now), _when(now), *constants, *lead_ids,
+        INTRO_PREFIX, NUDGE_PREFIX, NUDGE_STEP_SEPARATOR, _when(now), _when(now), _when(now), *constants, *lead_ids,
     ]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

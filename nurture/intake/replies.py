@@ -21,13 +21,12 @@ from django.db import transaction
 from django.db.models import F, Max, Q
 
 from nurture.intake.sequence import sequence_stop
+from outreach.idempotency import reply_key
 from outreach.models import Lead, Outreach, State
 from outreach.services import outreach_enqueue
 from outreach.transitions import transition
 
 TOLERANCE_S = 300
-KEY_PREFIX = "reply:"
-_KEY_MAX = 200  # Outreach.idempotency_key max_length
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -131,14 +130,6 @@ def _string(data: dict[str, Any], name: str) -> str:
     except UnicodeEncodeError:  # a lone surrogate such as "\ud800": JSON allows it, UTF-8 does not
         raise PayloadError(name, "is not valid Unicode text") from None
     return value
-
-
-def reply_key(*, message_id: str) -> str:
-    """`reply:<message_id>`; a Message-ID too long for the column is keyed by its SHA-256 instead."""
-    key = KEY_PREFIX + message_id
-    if len(key) <= _KEY_MAX:
-        return key
-    return f"{KEY_PREFIX}sha256:{hashlib.sha256(message_id.encode()).hexdigest()}"
 
 
 def reply_receive(*, reply: InboundReply) -> ReplyReceived:

@@ -34,7 +34,7 @@ class Limits:
     rpm: int
     tpm: int
     burst_ms: int = 2_000
-    strict: bool = True
+    strict: bool = False  # paced, as LLM_BUDGET_STRICT defaults (a test holds them equal)
     margin_ms: int = 1_000
 
     def __post_init__(self) -> None:

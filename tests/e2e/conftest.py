@@ -21,20 +21,6 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 
 
 @pytest.fixture
-def smtp_sink() -> Iterator[SMTPSink]:
-    sink = SMTPSink().start()
-    yield sink
-    sink.stop()
-
-
-@pytest.fixture
-def llm_stub() -> Iterator[LLMStub]:
-    stub = LLMStub().start()
-    yield stub
-    stub.stop()
-
-
-@pytest.fixture
 def stack(
     request: pytest.FixtureRequest, redis_client: Any, smtp_sink: SMTPSink, llm_stub: LLMStub, settings: Any
 ) -> Iterator[ProcessGroup]:

@@ -4,7 +4,6 @@ import signal
 from collections import Counter
 
 import pytest
-from django.contrib.auth.models import User
 
 from config.queues import Queue
 from devtools.llm_stub import LLMStub, StubResponse
@@ -13,7 +12,7 @@ from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, OutreachEvent, State
 from outreach.services import draft_approve
 from tests.e2e.conftest import start_pipeline, wait_until
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.factories import make_lead, make_org, make_outreach, make_owner, make_reviewer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -39,7 +38,7 @@ def test_beat_dispatches_autonomous_and_approved_work_through_real_workers(
     )
     assert len(llm_stub.requests) == 8 * 3
     # when a person approves the drafts
-    reviewer = User.objects.create_user("reviewer")
+    reviewer = make_reviewer("reviewer")
     for outreach in Outreach.objects.filter(pk__in=review):
         draft_approve(outreach=outreach, by=reviewer)
     # then the next cycles send them, with no further LLM call, one email each

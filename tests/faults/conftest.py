@@ -1,6 +1,6 @@
 """Fixtures of the fault suite: real Celery workers and beat against the test database, Redis
-(the test's, or an own redis-server the test may crash), an SMTP sink that can be slow, and a
-provider (a time-stamping LLM stub, or llm_sim).
+(the test's, or an own redis-server the test may crash), the SMTP sink of tests/conftest.py (it
+can be slow), and a provider (a time-stamping LLM stub, or llm_sim).
 
 Each test records its figures (lost, copies, recovery time, requests during an outage) with the
 `figures` fixture; they are printed at the end of the run and written to
@@ -29,13 +29,6 @@ StackFactory = Callable[..., ProcessGroup]
 
 
 @pytest.fixture
-def sink() -> Iterator[SMTPSink]:
-    server = SMTPSink().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def stub() -> Iterator[TimedLLMStub]:
     provider = TimedLLMStub()
     provider.start()
@@ -54,7 +47,7 @@ def own_redis() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def make_stack(
-    request: pytest.FixtureRequest, redis_client: Any, sink: SMTPSink, stub: TimedLLMStub, settings: Any
+    request: pytest.FixtureRequest, redis_client: Any, smtp_sink: SMTPSink, stub: TimedLLMStub, settings: Any
 ) -> Iterator[StackFactory]:
     """Build a ProcessGroup whose children use this test's database, Redis, sink and provider.
 
@@ -65,7 +58,7 @@ def make_stack(
 
     def build(*, redis_url: str | None = None, llm_base_url: str | None = None, **env: str) -> ProcessGroup:
         full_env = stack_env_for_test(
-            llm_base_url=llm_base_url or stub.base_url, smtp_port=sink.port, REDIS_URL=redis_url or settings.REDIS_URL,
+            llm_base_url=llm_base_url or stub.base_url, smtp_port=smtp_sink.port, REDIS_URL=redis_url or settings.REDIS_URL,
             RETRY_BACKOFF_BASE_S="0.5",  # retries in about a second, not 15 s
             **env,
         )  # fmt: skip

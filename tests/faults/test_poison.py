@@ -6,7 +6,6 @@ dispatched again, and leave everyone else's outreach alone.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +21,7 @@ from outreach.models import ErrorClass, OutreachEvent, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
-from tests.faults.helpers import all_in, delivery, pick, sent_events, states
+from tests.faults.helpers import all_in, delivery, dispatch_cycles, pick, sent_events, states
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -39,7 +38,7 @@ def sim() -> Iterator[LLMSim]:
 
 
 def test_poison_job_is_dead_lettered_after_the_cap_and_never_loops(
-    make_stack: StackFactory, sim: LLMSim, sink: SMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, sim: LLMSim, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given one lead whose prompts always make the provider answer 500, among healthy ones
     agent = make_owner(organization=make_org(), daily_limit=10_000)
@@ -50,8 +49,11 @@ def test_poison_job_is_dead_lettered_after_the_cap_and_never_loops(
     start_pipeline(stack)
     wait_until(all_in([poison], State.DEAD), timeout_s=40, what="the poison job DEAD", group=stack)
     wait_until(all_in(healthy, State.SENT), timeout_s=40, what="the healthy outreach SENT", group=stack)
-    calls_at_death = sim.stats()["marker_errors"]
-    time.sleep(3.0)  # three more dispatch cycles: a looping job would be picked up again
+    calls_at_death, cycles_at_death = sim.stats()["marker_errors"], dispatch_cycles(stack)
+    # three more dispatch cycles: a looping job would be picked up again
+    wait_until(
+        lambda: dispatch_cycles(stack) >= cycles_at_death + 3, timeout_s=20, what="3 more cycles", group=stack
+    )
     # then it took exactly MAX_ATTEMPTS attempts of one provider call each, and no more
     assert calls_at_death == sim.stats()["marker_errors"] == MAX_ATTEMPTS * CALLS_PER_FAILED_ATTEMPT
     started = OutreachEvent.objects.filter(outreach_id=poison, to_state=State.GENERATING).count()
@@ -67,7 +69,7 @@ def test_poison_job_is_dead_lettered_after_the_cap_and_never_loops(
     )
     # and the other outreach went out once each
     assert set(sent_events(healthy).values()) == {1}
-    seen = delivery(sink, healthy)
+    seen = delivery(smtp_sink, healthy)
     assert seen.received == seen.unique_ids == len(healthy)
     alerts = (
         stack.log_dir.joinpath("worker-dead_letter.log").read_text().count(f"dead letter: outreach {poison} ")

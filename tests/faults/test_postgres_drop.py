@@ -45,13 +45,13 @@ def terminate_other_backends() -> int:
 
 
 def test_dropped_database_connections_lose_nothing_and_send_nothing_twice(
-    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, stub: TimedLLMStub, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given a run in progress, with a mail server that takes 0.5 s to accept each message
     agent = make_owner(organization=make_org(), daily_limit=10_000)
     ids = [make_outreach(lead=make_lead(owner=agent)).pk for _ in range(pick(12, 40))]
     stub.default = StubResponse(delay_s=0.2)
-    sink.data_delay_s = 0.5
+    smtp_sink.data_delay_s = 0.5
     stack = make_stack(DISPATCH_MAX_IN_FLIGHT="4")
     start_pipeline(stack)
     wait_until(lambda: states(ids)[State.SENT] >= 1, timeout_s=30, what="the first SENT", group=stack)
@@ -64,7 +64,7 @@ def test_dropped_database_connections_lose_nothing_and_send_nothing_twice(
     # then the workers recover (none died), and every outreach ends SENT exactly once
     wait_until(all_in(ids, State.SENT), timeout_s=pick(60, 120), what="every outreach SENT", group=stack)
     assert set(sent_events(ids).values()) == {1}
-    seen = delivery(sink, ids)
+    seen = delivery(smtp_sink, ids)
     assert seen.unique_ids == len(ids)
     assert seen.ids_match_db
     figures.update(

@@ -43,7 +43,7 @@ GENERATION_WORKERS = 2  # start_pipeline's generation concurrency
 
 
 def test_a_provider_answering_429_for_a_while_sees_no_retry_storm_and_throughput_recovers(
-    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, stub: TimedLLMStub, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given queued outreach and a provider that refuses every call with 429, Retry-After 2 s
     agent = make_owner(organization=make_org(), daily_limit=10_000)
@@ -67,7 +67,7 @@ def test_a_provider_answering_429_for_a_while_sees_no_retry_storm_and_throughput
     # and no outreach lost an attempt to the 429s, every one was sent once, and sending resumed quickly
     assert DeadLetter.objects.filter(outreach_id__in=ids).count() == 0
     assert set(sent_events(ids).values()) == {1}
-    seen = delivery(sink, ids)
+    seen = delivery(smtp_sink, ids)
     assert seen.received == seen.unique_ids == len(ids)
     recovery_s = first_sent_after(ids, recovered_at)
     assert recovery_s is not None

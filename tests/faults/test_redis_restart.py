@@ -55,7 +55,7 @@ def test_redis_crash_mid_run_loses_nothing_and_the_budget_follows_its_policy(
     own_redis: RedisServer,  # before make_stack: torn down after the processes that use it
     make_stack: StackFactory,
     stub: TimedLLMStub,
-    sink: SMTPSink,
+    smtp_sink: SMTPSink,
     figures: dict[str, object],
 ) -> None:
     # given a run in progress on our own Redis: two outreach in flight at a time, the rest queued
@@ -77,7 +77,7 @@ def test_redis_crash_mid_run_loses_nothing_and_the_budget_follows_its_policy(
     # then every outreach ends SENT exactly once: nothing lost, no copy at the server
     wait_until(all_in(ids, State.SENT), timeout_s=pick(60, 120), what="every outreach SENT", group=stack)
     assert set(sent_events(ids).values()) == {1}
-    seen = delivery(sink, ids)
+    seen = delivery(smtp_sink, ids)
     assert seen.unique_ids == seen.received == len(ids)
     # and the dispatcher resumed: work that was still queued at the crash went out afterwards
     assert at_crash[State.QUEUED] >= 1

@@ -43,7 +43,7 @@ def probed_worker(queue: Queue, *, name: str) -> list[str]:
 def test_two_beats_still_run_one_dispatch_cycle_at_a_time_and_claim_each_outreach_once(
     make_stack: StackFactory,
     redis_client: redis.Redis,
-    sink: SMTPSink,
+    smtp_sink: SMTPSink,
     tmp_path: Path,
     figures: dict[str, object],
 ) -> None:
@@ -81,7 +81,7 @@ def test_two_beats_still_run_one_dispatch_cycle_at_a_time_and_claim_each_outreac
     # and each outreach was claimed from the queue once, and sent once
     assert set(claims(ids).values()) == {1}
     assert set(sent_events(ids).values()) == {1}
-    seen = delivery(sink, ids)
+    seen = delivery(smtp_sink, ids)
     assert seen.received == seen.unique_ids == len(ids)
     figures.update(
         outreach=len(ids), beats=2, orchestrator_workers=2, cycle_attempts=attempts, cycles_ran=len(spans),

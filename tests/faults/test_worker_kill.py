@@ -37,26 +37,28 @@ def _autonomous_outreach(count: int) -> list[int]:
 
 
 def test_send_worker_killed_after_the_server_took_the_message_resends_with_the_same_message_id(
-    make_stack: StackFactory, sink: SMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given autonomous outreach and a mail server that stores each message, then waits 3 s to say 250
     ids = _autonomous_outreach(pick(6, 24))
-    sink.data_delay_s = 3.0
+    smtp_sink.data_delay_s = 3.0
     stack = make_stack()
     start_pipeline(stack)
-    wait_until(lambda: len(sink.messages) >= 1, timeout_s=30, what="a message at the server", group=stack)
+    wait_until(
+        lambda: len(smtp_sink.messages) >= 1, timeout_s=30, what="a message at the server", group=stack
+    )
     # when the send worker (main process and pool) is SIGKILLed while the server holds the message
     stack.kill("worker-send", signal.SIGKILL)
     stack.procs.pop("worker-send").wait(10)
     at_kill = states(ids)
-    held_by_server = len(sink.messages)
-    sink.data_delay_s = 0.0
+    held_by_server = len(smtp_sink.messages)
+    smtp_sink.data_delay_s = 0.0
     stack.start("worker-send-2", celery_worker(Queue.SEND, concurrency=2, name="send2"))
     # then every outreach ends SENT, recorded once, nothing lost
     wait_until(all_in(ids, State.SENT), timeout_s=pick(40, 90), what="every outreach SENT", group=stack)
     assert set(sent_events(ids).values()) == {1}
     # and a resend carries the same Message-ID: the receiving side sees one id per outreach
-    seen = delivery(sink, ids)
+    seen = delivery(smtp_sink, ids)
     assert seen.unique_ids == len(ids)
     assert seen.ids_match_db
     assert 1 <= seen.copies <= at_kill[State.SENDING]  # only mail the server took before the kill
@@ -71,7 +73,7 @@ def test_send_worker_killed_after_the_server_took_the_message_resends_with_the_s
 
 
 def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
-    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, stub: TimedLLMStub, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given several outreach and a provider slow enough that the kill lands mid-call
     count = pick(4, 24)
@@ -92,8 +94,8 @@ def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
     stack.start("worker-generation-2", celery_worker(Queue.GENERATION, concurrency=2, name="generation2"))
     # then every outreach is sent exactly once: nothing lost, no copy at the server
     wait_until(all_in(ids, State.SENT), timeout_s=pick(40, 90), what="every outreach SENT", group=stack)
-    sink.wait_for(count)
-    seen = delivery(sink, ids)
+    smtp_sink.wait_for(count)
+    seen = delivery(smtp_sink, ids)
     assert seen.received == seen.unique_ids == count
     assert seen.copies == 0
     assert set(sent_events(ids).values()) == {1}

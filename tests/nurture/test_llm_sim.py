@@ -40,8 +40,9 @@ from devtools.llm_sim import (
 )
 from nurture.errors import RateLimited
 from nurture.llm import classify_status, parse_duration_s
-from nurture.policy import check_draft
 from nurture.prompts import PromptFacts, context_prompt, draft_parse, message_prompt, plan_prompt
+from outreach.draft_policy import check_draft
+from tests.e2e.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HTTPResult = tuple[int, dict[str, str], dict[str, Any]]
@@ -264,7 +265,9 @@ def test_bucket_mode_refills_continuously(start_sim: StartSim) -> None:
 def test_shared_client_consumes_the_same_window(start_sim: StartSim) -> None:
     # given: another client on the key, 10 requests/s, for a second
     sim = start_sim(rpm=20, window_s=2.0, shared_rps=10, shared_tokens=5)
-    time.sleep(1.0)
+    wait_until(
+        lambda: sim.stats()["shared"]["admitted"] >= 5, timeout_s=5, what="the other client's requests"
+    )
     shared_before = sim.stats()["shared"]["admitted"]
     # when
     results = _burst(sim, 20)

@@ -12,6 +12,7 @@ from django.core import signing
 from devtools.smtp_sink import SMTPSink, free_port
 from nurture.errors import OptedOut, PermanentError, TransientError
 from nurture.mail import lead_id_from_token, send_outreach_email, unsubscribe_token
+from outreach.idempotency import intro_key
 from outreach.models import Lead, Outreach
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
@@ -28,7 +29,7 @@ def outreach(settings: Any) -> Outreach:
     settings.PUBLIC_BASE_URL = "https://app.example.com"
     org = make_org(sender_email="sales@seller.example")
     lead = make_lead(owner=make_owner(organization=org, name="Sam Seller"), email="pat@prospect.example")
-    return make_outreach(lead=lead, idempotency_key="intro:lead-1:0", **DRAFT)
+    return make_outreach(lead=lead, idempotency_key=intro_key(lead_id=lead.pk), **DRAFT)
 
 
 def test_sends_one_email_with_the_right_headers(smtp_sink: SMTPSink, outreach: Outreach) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 
 from devtools.llm_stub import LLMStub, StubResponse
@@ -18,7 +17,7 @@ from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Lead, Outreach, OutreachEvent, State
 from outreach.services import draft_approve
-from tests.factories import make_lead, make_outreach, make_owner
+from tests.factories import make_lead, make_outreach, make_owner, make_reviewer
 
 pytestmark = pytest.mark.django_db
 
@@ -64,7 +63,7 @@ def test_review_required_draft_waits_then_approval_sends_without_llm(
     # when a person approves and the next cycle routes it to send
     draft_approve(
         outreach=Outreach.objects.get(pk=outreach.pk),
-        by=User.objects.create_user("rev"),
+        by=make_reviewer("rev"),
         body="Edited body text here.",
     )
     with django_capture_on_commit_callbacks(execute=False):

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from nurture.intake.replies import reply_key, signature_header
+from nurture.intake.replies import signature_header
+from outreach.idempotency import reply_key
 from outreach.models import Lead, Outreach, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner

@@ -11,7 +11,7 @@ from django.urls import reverse
 from orchestrator.dead_letters import dead_letter, dead_letter_replay
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Organization, Outreach, State
-from tests.factories import make_outreach
+from tests.factories import logged_in, make_outreach, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -21,9 +21,7 @@ LIST_URL = "admin:orchestrator_deadletter_changelist"
 def _client(user: User) -> Client:
     """Logged in as `user`, a member of every organization so far (lists are scoped to them)."""
     user.organizations.add(*Organization.objects.all())
-    client = Client()
-    client.force_login(user)
-    return client
+    return logged_in(user)
 
 
 def _permission(name: str) -> Permission:
@@ -94,7 +92,7 @@ def test_approver_escalates_selected_and_outreach_stays_dead() -> None:
 
 def test_superuser_may_run_the_actions() -> None:
     letter = _letter()
-    root = User.objects.create_superuser("root", password="pw")
+    root = make_user("root", superuser=True)
     assert "1 dead letter(s) replayed" in _act(_client(root), "replay_selected", [letter])
 
 

@@ -55,7 +55,8 @@ def make_budget(client: redis.Redis, clock: FakeClock) -> Iterator[Callable[...,
     made: list[Budget] = []
 
     def make(**kwargs: object) -> Budget:
-        options: dict = {"limits": Limits(rpm=300, tpm=300_000), "clock": clock, **kwargs}
+        # strict: the expected figures below are worked out with the strict refill (L * 60 / 62)
+        options: dict = {"limits": Limits(rpm=300, tpm=300_000, strict=True), "clock": clock, **kwargs}
         budget = Budget(redis_client=client, prefix=f"test-api-{uuid.uuid4().hex}", **options)
         made.append(budget)
         return budget
@@ -75,7 +76,7 @@ def granted(result: Reservation | Denied) -> Reservation:
 
 def test_reserve_takes_from_every_scope_or_from_none(make_budget):
     # given an organisation whose own bucket holds one reservation
-    budget = make_budget(scope_limits={"org:*": Limits(rpm=60, tpm=60_000, burst_ms=4_000)})
+    budget = make_budget(scope_limits={"org:*": Limits(rpm=60, tpm=60_000, burst_ms=4_000, strict=True)})
     scopes = ("provider", "org:7")
     granted(budget.reserve(requests=3, tokens=1_800, scopes=scopes))
     before = budget.headroom()

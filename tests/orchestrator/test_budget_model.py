@@ -8,8 +8,12 @@ side, and checks the budget's promises on what Redis actually answered.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -29,6 +33,8 @@ from hypothesis.stateful import (
 
 from orchestrator.budget import Budget, Denied, Limits, Reservation, connect, maths
 from orchestrator.budget.maths import UNITS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # --- the maths, table-driven ------------------------------------------------------------------
 
@@ -97,6 +103,24 @@ def test_adapted_limit_recovers_one_step_per_interval(base, cut_ms, now_ms, expe
         configured=300, base=base, cut_ms=cut_ms, now_ms=now_ms, step=6, interval_ms=5_000
     )
     assert got == expected
+
+
+def test_limits_defaults_are_the_settings_defaults() -> None:
+    # given the settings read with no LLM_BUDGET_* variable in the environment
+    script = (
+        "from django.conf import settings; print(settings.LLM_BUDGET_STRICT, settings.LLM_BUDGET_MARGIN_MS)"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LLM_BUDGET_")}
+    done = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {script}"],
+        cwd=ROOT, env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # when Limits is built with its own defaults
+    limits = Limits(rpm=300, tpm=300_000)
+    # then it has the bucket shape the product runs with by default (paced, the same margin)
+    assert done.stdout.split() == [str(limits.strict), str(limits.margin_ms)]
 
 
 # --- the reference model ----------------------------------------------------------------------

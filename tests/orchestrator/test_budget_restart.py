@@ -18,6 +18,7 @@ import pytest
 
 from devtools.processes import RedisServer
 from orchestrator.budget import Budget, CircuitBreaker, Denied, Limits, Reservation, connect
+from tests.e2e.conftest import wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -68,20 +69,28 @@ def test_redis_restart_mid_run(server: RedisServer, policy: str, outage: str) ->
     # given a run in progress
     worker = threading.Thread(target=work)
     worker.start()
-    time.sleep(0.5)
+    wait_until(lambda: len(log) >= 20, timeout_s=10, what="20 metered reservations")
     held = budget.reserve(requests=1, tokens=10)
     assert isinstance(held, Reservation)
     # when Redis stops, stays away, and comes back empty
     stopping_at = time.monotonic()
     server.stop()
     down_at = time.monotonic()
-    time.sleep(1.0)
+    wait_until(
+        lambda: sum(started > down_at for started, _, _ in log) >= 5,
+        timeout_s=10,
+        what="5 answers during the outage",
+    )
     during = budget.reserve(requests=1, tokens=10)
     settled_during = budget.settle(reservation_id=held.id, actual_tokens=1)
     restarting_at = time.monotonic()
     server.start()
     up_at = time.monotonic()
-    time.sleep(1.5)
+    wait_until(
+        lambda: sum(started > up_at + 0.5 for started, _, _ in log) >= 20,
+        timeout_s=10,
+        what="20 answers after it",
+    )
     stop.set()
     worker.join(timeout=10)
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import redis
 from django.contrib import admin
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import include, path, reverse
 from django.utils import timezone
@@ -16,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.metrics import budget_sample_record
 from outreach.models import ErrorClass, Outreach, State
-from tests.factories import make_lead, make_outreach, make_owner
+from tests.factories import logged_in, make_lead, make_outreach, make_owner, make_user
 from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
 
 # The wiring config/urls.py gets: orchestrator's URLs before the admin's catch-all.
@@ -29,12 +28,8 @@ CHARTS = ("chart-budget-requests", "chart-budget-tokens", "chart-latency", "char
 
 def _client(*, staff: bool, may_view: bool = True) -> Client:
     """A session of a user with the dashboard permission (unless may_view=False)."""
-    user = User.objects.create_user(f"user-{staff}-{may_view}", password="pw", is_staff=staff)
-    if may_view:
-        user.user_permissions.add(Permission.objects.get(codename="view_queue_health"))
-    client = Client()
-    client.force_login(user)
-    return client
+    permissions = ["view_queue_health"] if may_view else []
+    return logged_in(make_user(f"user-{staff}-{may_view}", staff=staff, permissions=permissions))
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from orchestrator.dead_letters import (
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from outreach.transitions import transition
-from tests.factories import make_outreach
+from tests.factories import make_outreach, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -165,9 +165,7 @@ def test_replay_of_policy_failure_regenerates_instead_of_sending_the_draft() -> 
 
 
 def test_replay_records_who_replayed() -> None:
-    from django.contrib.auth.models import User
-
-    user = User.objects.create_user("ops")
+    user = make_user("ops")
     letter = _generation_failure()
     dead_letter_replay(dead_letter=letter, by_id=user.pk)
     letter.refresh_from_db()

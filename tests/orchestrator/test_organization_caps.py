@@ -13,8 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -28,7 +26,7 @@ from orchestrator.dispatch.selection import Pick
 from outreach.models import Lead, Outreach, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.security.admin_forms import form_values
+from tests.security.admin_forms import form_values, superuser_client
 
 pytestmark = pytest.mark.django_db
 
@@ -217,8 +215,7 @@ def test_a_cap_no_outreach_fits_is_ignored_and_logged(caplog: pytest.LogCaptureF
 def test_admin_refuses_a_cap_no_outreach_could_get_through(field: str, value: int, message: str) -> None:
     # given an organization and its change form
     org = make_org()
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
+    client = superuser_client()
     url = reverse("admin:outreach_organization_change", args=[org.pk])
     # when the cap is set too low for one outreach
     response = client.post(url, form_values(client, url) | {field: value})

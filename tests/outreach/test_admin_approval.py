@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
 from outreach.models import Organization, Outreach, OutreachEvent, State
-from tests.factories import make_outreach
+from tests.factories import EDITED_BODY, logged_in, make_draft, make_outreach, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -14,18 +13,15 @@ QUEUE_URL = "admin:outreach_draftforapproval_changelist"
 
 
 def _staff(*, can_approve: bool) -> Client:
-    user = User.objects.create_user(f"staff{can_approve}", password="pw", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_outreach"))
-    if can_approve:
-        user.user_permissions.add(Permission.objects.get(codename="approve_outreach"))
-    user.organizations.add(*Organization.objects.all())  # the queue shows members' organizations only
-    client = Client()
-    client.force_login(user)
-    return client
+    permissions = ["view_outreach", "approve_outreach"] if can_approve else ["view_outreach"]
+    # the queue shows members' organizations only
+    return logged_in(
+        make_user(f"staff{can_approve}", permissions=permissions, organizations=Organization.objects.all())
+    )
 
 
 def _draft() -> Outreach:
-    return make_outreach(state=State.AWAITING_APPROVAL, draft_subject="Hello Pat", draft_body="Short note.")
+    return make_draft(draft_subject="Hello Pat")
 
 
 def test_staff_without_approve_permission_gets_403_on_queue_and_draft() -> None:
@@ -48,12 +44,12 @@ def test_approver_sees_queue_and_edits_and_approves() -> None:
     # when they edit the body and approve
     change_url = reverse("admin:outreach_draftforapproval_change", args=[draft.pk])
     response = client.post(
-        change_url, {"draft_subject": "Hello Pat", "draft_body": "Edited.", "_approve": "1"}
+        change_url, {"draft_subject": "Hello Pat", "draft_body": EDITED_BODY, "_approve": "1"}
     )
     # then the draft is approved with the edit, by that user, and the history says edited
     assert response.status_code == 302
     draft.refresh_from_db()
-    assert (draft.state, draft.draft_body) == (State.APPROVED, "Edited.")
+    assert (draft.state, draft.draft_body) == (State.APPROVED, EDITED_BODY)
     assert draft.approved_by is not None
     assert draft.approved_by.username == "staffTrue"
     assert OutreachEvent.objects.get(outreach=draft, to_state=State.APPROVED).note == "edited and approved"
@@ -80,8 +76,6 @@ def test_bulk_approve_action_skips_drafts_already_handled() -> None:
 
 def test_outreach_list_shows_why_queued_work_waits() -> None:
     make_outreach(blocked_reason="daily limit 50 reached, resumes 09:00 Europe/Berlin")
-    user = User.objects.create_superuser("root", password="pw")
-    client = Client()
-    client.force_login(user)
+    client = logged_in(make_user("root", superuser=True))
     page = client.get(reverse("admin:outreach_outreach_changelist")).content.decode()
     assert "daily limit 50 reached, resumes 09:00 Europe/Berlin" in page

@@ -10,13 +10,23 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
 from orchestrator.dead_letters import dead_letter
 from outreach.models import ErrorClass, Organization, Outreach, State
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.factories import (
+    DRAFT_BODY,
+    logged_in,
+    make_draft,
+    make_lead,
+    make_org,
+    make_outreach,
+    make_owner,
+    make_reviewer,
+    make_user,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -24,20 +34,13 @@ QUEUE_URL = reverse("admin:outreach_draftforapproval_changelist")
 
 
 def _reviewer(name: str, *, orgs: list[Organization]) -> tuple[User, Client]:
-    user = User.objects.create_user(name, password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=["approve_outreach", "view_outreach"]))
-    for org in orgs:
-        org.members.add(user)
-    client = Client()
-    client.force_login(user)
-    return user, client
+    user = make_reviewer(name, organizations=orgs)
+    return user, logged_in(user)
 
 
 def _draft(org: Organization, subject: str) -> Outreach:
     lead = make_lead(owner=make_owner(organization=org, review_required=True))
-    return make_outreach(
-        lead=lead, state=State.AWAITING_APPROVAL, draft_subject=subject, draft_body="A note."
-    )
+    return make_draft(lead=lead, draft_subject=subject)
 
 
 def _change_url(draft: Outreach) -> str:
@@ -104,7 +107,7 @@ def test_reviewer_approves_their_organizations_draft() -> None:
     draft = _draft(org, "Hello")
     user, client = _reviewer("rev", orgs=[org])
     response = client.post(
-        _change_url(draft), {"draft_subject": "Hello", "draft_body": "A note.", "_save": "1"}
+        _change_url(draft), {"draft_subject": "Hello", "draft_body": DRAFT_BODY, "_save": "1"}
     )
     assert response.status_code == 302
     draft.refresh_from_db()
@@ -123,10 +126,7 @@ def test_membership_does_not_replace_the_permission() -> None:
     # given a staff member of the organization without outreach.approve_outreach
     org = make_org()
     draft = _draft(org, "Hello")
-    user = User.objects.create_user("staff", password="pw", is_staff=True)
-    org.members.add(user)
-    client = Client()
-    client.force_login(user)
+    client = logged_in(make_user("staff", organizations=[org]))
     # then the queue and the draft are refused
     assert client.get(QUEUE_URL).status_code == 403
     assert client.post(_change_url(draft), {"draft_subject": "x", "draft_body": "y"}).status_code == 403
@@ -135,8 +135,7 @@ def test_membership_does_not_replace_the_permission() -> None:
 def test_superuser_sees_every_organization() -> None:
     _draft(make_org(), "First org")
     _draft(make_org(), "Second org")
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
+    client = logged_in(make_user("root", superuser=True))
     page = client.get(QUEUE_URL).content.decode()
     assert "First org" in page
     assert "Second org" in page
@@ -152,12 +151,7 @@ def test_demo_reviewer_may_approve_demo_drafts() -> None:
     assert list(reviewer.organizations.values_list("name", flat=True)) == [ORG]
     owner = Organization.objects.get(name=ORG).owners.filter(review_required=True).first()
     assert owner is not None
-    draft = make_outreach(
-        lead=make_lead(owner=owner),
-        state=State.AWAITING_APPROVAL,
-        draft_subject="Demo draft",
-        draft_body="Hi.",
-    )
+    draft = make_draft(lead=make_lead(owner=owner), draft_subject="Demo draft")
     client = Client()
     client.force_login(reviewer)
     assert client.get(_change_url(draft)).status_code == 200
@@ -175,13 +169,7 @@ def test_odd_draft_ids_are_not_found_never_a_500(object_id: str) -> None:
 
 
 def _member(orgs: list[Organization], *codenames: str) -> Client:
-    user = User.objects.create_user("member", password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
-    for org in orgs:
-        org.members.add(user)
-    client = Client()
-    client.force_login(user)
-    return client
+    return logged_in(make_user("member", permissions=codenames, organizations=orgs))
 
 
 def _one_of_each(org: Organization, tag: str) -> dict[str, Any]:

@@ -4,25 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from outreach.models import Organization
+from tests.factories import logged_in, make_reviewer, make_user
 
 
 def superuser_client() -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", password="pw"))
-    return client
+    return logged_in(make_user("root", superuser=True))
 
 
 def reviewer_client(*, orgs: list[Organization], **client_options: Any) -> tuple[User, Client]:
-    user = User.objects.create_user("reviewer", password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=["approve_outreach", "view_outreach"]))
-    user.organizations.add(*orgs)
-    client = Client(**client_options)
-    client.force_login(user)
-    return user, client
+    user = make_reviewer("reviewer", organizations=orgs)
+    return user, logged_in(user, **client_options)
 
 
 def form_values(client: Client, url: str) -> dict[str, Any]:

@@ -10,20 +10,22 @@ from django.test import Client
 from django.urls import reverse
 
 from outreach.models import Organization, Outreach, Owner, State
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.factories import (
+    DRAFT_BODY,
+    DRAFT_SUBJECT,
+    EDITED_BODY,
+    make_draft,
+    make_lead,
+    make_org,
+    make_owner,
+)
 from tests.security.admin_forms import form_errors, form_values, reviewer_client, superuser_client
 
 pytestmark = pytest.mark.django_db
 
 
 def _draft() -> Outreach:
-    owner = make_owner(review_required=True)
-    return make_outreach(
-        lead=make_lead(owner=owner),
-        state=State.AWAITING_APPROVAL,
-        draft_subject="Hello Pat",
-        draft_body="A note.",
-    )
+    return make_draft(lead=make_lead(owner=make_owner(review_required=True)))
 
 
 def _approve(draft: Outreach, *, subject: str, body: str, client: Client | None = None) -> object:
@@ -46,6 +48,8 @@ def _approve(draft: Outreach, *, subject: str, body: str, client: Client | None 
         ("Hello\r\nBcc: everyone@example.com", "A body.", "draft_subject", "one line"),
         ("x" * 301, "A body.", "draft_subject", "at most 300 characters"),
         ("Hello", "Null \x00 byte", "draft_body", "Null characters are not allowed"),
+        ("Hello", EDITED_BODY + " http://evil.example/x", "draft_body", "not an allowed domain"),
+        ("Hello {first_name}", EDITED_BODY, "draft_subject", "unfilled placeholder"),
     ],
     ids=[
         "empty-subject",
@@ -55,6 +59,8 @@ def _approve(draft: Outreach, *, subject: str, body: str, client: Client | None 
         "header-injection",
         "long-subject",
         "nul",
+        "foreign-link",
+        "placeholder",
     ],
 )
 def test_approving_a_bad_draft_is_a_form_error_and_changes_nothing(
@@ -70,8 +76,8 @@ def test_approving_a_bad_draft_is_a_form_error_and_changes_nothing(
     draft.refresh_from_db()
     assert (draft.state, draft.draft_subject, draft.draft_body) == (
         State.AWAITING_APPROVAL,
-        "Hello Pat",
-        "A note.",
+        DRAFT_SUBJECT,
+        DRAFT_BODY,
     )
 
 
@@ -93,12 +99,12 @@ def test_approving_a_draft_already_handled_says_so_instead_of_failing() -> None:
     Outreach.objects.filter(pk=draft.pk).update(state=State.APPROVED)
     # when this reviewer posts their approval
     response = client.post(
-        url, {"draft_subject": "Mine", "draft_body": "My edit.", "_approve": "1"}, follow=True
+        url, {"draft_subject": "Mine", "draft_body": EDITED_BODY, "_approve": "1"}, follow=True
     )
     # then they land on a page (no 500) and the other decision stands, unedited
     assert response.status_code == 200
     draft.refresh_from_db()
-    assert (draft.state, draft.draft_subject) == (State.APPROVED, "Hello Pat")
+    assert (draft.state, draft.draft_subject) == (State.APPROVED, DRAFT_SUBJECT)
 
 
 # --- CSRF ------------------------------------------------------------------------------------------
@@ -131,7 +137,12 @@ def test_admin_post_with_the_csrf_token_is_accepted() -> None:
     token = client.get(url).context["csrf_token"]
     response = client.post(
         url,
-        {"draft_subject": "Hi", "draft_body": "Fine.", "_approve": "1", "csrfmiddlewaretoken": str(token)},
+        {
+            "draft_subject": "Hello",
+            "draft_body": EDITED_BODY,
+            "_approve": "1",
+            "csrfmiddlewaretoken": str(token),
+        },
     )
     assert response.status_code == 302
     draft.refresh_from_db()

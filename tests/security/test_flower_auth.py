@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,6 +17,7 @@ from django.conf import settings
 
 from devtools.processes import ProcessGroup, flower
 from devtools.smtp_sink import free_port
+from tests.e2e.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,6 +87,14 @@ def _get(url: str, *, auth: str | None = None) -> int:
         return exc.code
 
 
+def _answers(url: str) -> bool:
+    try:
+        _get(url)
+    except OSError:  # not listening yet
+        return False
+    return True
+
+
 @pytest.mark.slow
 def test_real_flower_refuses_requests_without_credentials(tmp_path: Path) -> None:
     # given Flower started the way the demo starts it, against the test Redis
@@ -95,16 +103,10 @@ def test_real_flower_refuses_requests_without_credentials(tmp_path: Path) -> Non
     group = ProcessGroup(log_dir=tmp_path, env=env)
     group.start("flower", flower(port=port, basic_auth="ops:s3cret"))
     try:
-        url, deadline = f"http://127.0.0.1:{port}/", time.monotonic() + 60
-        while True:
-            try:
-                status = _get(url)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (tmp_path / "flower.log").read_text()[-2000:]
-                time.sleep(0.3)
+        url = f"http://127.0.0.1:{port}/"
+        wait_until(lambda: _answers(url), timeout_s=60, what="Flower to answer", group=group)
         # then a request without credentials, or with wrong ones, is 401; the right ones get in
-        assert status == 401
+        assert _get(url) == 401
         assert _get(url + "api/workers", auth="ops:wrong") == 401
         assert _get(url, auth="ops:s3cret") == 200
     finally:

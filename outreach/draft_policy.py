@@ -47,7 +47,12 @@ _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 
 
 def check_draft(*, subject: str, body: str, allowed_domains: Iterable[str]) -> list[str]:
-    """Violations of the policy, as short sentences; empty list = the draft may be sent."""
+    """Violations of the policy, as short sentences; empty list = the draft may be sent.
+
+    The one definition of a sendable draft, whoever wrote it: the generation path checks the
+    model's draft, the approval form and `draft_approve` a reviewer's edit. Each sentence
+    starts with the part it is about ("subject: ...", "body: ...").
+    """
     if isinstance(allowed_domains, str):  # the raw comma list, not an iterable of characters
         allowed_domains = parse_allowed_domains(text=allowed_domains)
     allowed = frozenset(d.strip().lower().strip(".") for d in allowed_domains) - {""}
@@ -74,6 +79,8 @@ def parse_allowed_domains(*, text: str) -> frozenset[str]:
 
 def _length(name: str, text: str, bounds: tuple[int, int]) -> list[str]:
     size, (low, high) = len(text.strip()), bounds
+    if size == 0:
+        return [f"{name}: empty (an email needs a {name})"]
     if size < low:
         return [f"{name}: too short ({size} chars, at least {low})"]
     if size > high:

@@ -1,4 +1,4 @@
-"""nurture.policy: table-driven violations, and check_draft total over arbitrary text."""
+"""outreach.draft_policy: table-driven violations, and check_draft total over arbitrary text."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nurture.policy import check_draft, parse_allowed_domains
+from outreach.draft_policy import check_draft, parse_allowed_domains
 
 SUBJECT = "Quick question about your data team"
 BODY = "Hi Pat,\n\nWould a short call next week help your team ship reports faster?\n\nBest,\nSam"
@@ -36,6 +36,9 @@ def test_clean_drafts_pass(body: str) -> None:
 @pytest.mark.parametrize(
     ("subject", "body", "expected"),
     [
+        ("", BODY, "subject: empty (an email needs a subject)"),
+        ("  ", BODY, "subject: empty (an email needs a subject)"),
+        (SUBJECT, "", "body: empty (an email needs a body)"),
         ("Hi", BODY, "subject: too short"),
         ("x" * 151, BODY, "subject: too long"),
         (SUBJECT, "Too short.", "body: too short"),
