@@ -66,7 +66,7 @@ class QueueHealth:
         return None if tokens is None else tokens / 1000 * self.cost_per_1k_tokens
 
     def as_json(self) -> dict[str, Any]:
-        """DESIGN.md section 4's keys at the top (`states`, `tiers`, `oldest_queued_age_s`, `sent`,
+        """The contract's keys at the top (`states`, `tiers`, `oldest_queued_age_s`, `sent`,
         `dead_letters`, `retries`, `provider_429s`, `llm_requests`), then every other figure."""
         a, d = self.activity, self.depth
         return _jsonable(
