@@ -14,32 +14,18 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import sys
 import tempfile
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
+
+from bench.stack import database_for, django_env, django_start, redis_for
+
 DB_NAME = "outreach_bench_intake"
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("DJANGO_DEBUG", "1")
-os.environ["DATABASE_URL"] = os.environ.get(
-    "BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
-)
-os.environ["REDIS_URL"] = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
-
 ZONES = ["Europe/Berlin", "America/New_York", "Asia/Tokyo", "UTC", "Australia/Sydney", "America/Los_Angeles"]
-
-
-def _create_database() -> None:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")  # a scratch database
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
 
 
 def _write_csv(path: Path, *, rows: int, owners: int) -> None:
@@ -81,15 +67,9 @@ def main() -> None:
     parser.add_argument("--owners", type=int, default=50)
     args = parser.parse_args()
 
-    _create_database()
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
+    django_start(env=django_env(database_url=database_for(name=DB_NAME), redis_url=redis_for(db=14)))
     from outreach.models import Lead, Outreach
 
-    call_command("migrate", verbosity=0)
     _owners(args.owners)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "leads.csv"

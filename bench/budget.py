@@ -30,12 +30,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
 from redis.utils import HIREDIS_AVAILABLE
 
 from devtools.processes import RedisServer
 from orchestrator.budget import Budget, Limits, Reservation, connect
+from orchestrator.metrics.figures import percentile
 
 LIMITS = Limits(rpm=10**9, tpm=10**11)  # never the bottleneck: we measure Redis + the client
 
@@ -85,17 +86,13 @@ def run(
     for p in procs:
         p.join()
     Budget(redis_client=connect(url), limits=LIMITS, prefix=prefix).reset()
-    latencies = sorted(lat for _, _, lats in results for lat in lats)
+    latencies_ms = [lat / 1e6 for _, _, lats in results for lat in lats]
     elapsed = max(e for _, e, _ in results)
-
-    def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1e6
-
     return {
         "per_s": sum(g for g, _, _ in results) / elapsed,
-        "p50": pct(0.50),
-        "p99": pct(0.99),
-        "max": latencies[-1] / 1e6,
+        "p50": percentile(values=latencies_ms, fraction=0.50) or 0.0,
+        "p99": percentile(values=latencies_ms, fraction=0.99) or 0.0,
+        "max": max(latencies_ms, default=0.0),
     }
 
 

@@ -7,7 +7,12 @@
 The provider is `llm_sim` in strict sliding-window mode (in this process). The workload: one
 owner assigned a big backlog first, nine owners with smaller ones, and replies arriving every
 few seconds during the run. Steady-state figures are measured after the first minute (the
-first window is a ramp). Prints a table and writes var/bench/compare.png and compare.json.
+first window is a ramp). Prints a table and writes var/bench/compare.svg and compare.json.
+
+Retries and reply latency mean what they mean on the dashboard (orchestrator.metrics.figures):
+a retry is a failed attempt run again (5xx, connection error), not a wait for budget (429s
+are their own row); latency runs from when the work fell due (enqueued) to done (sent). The
+product arm reads them with the dashboard's own selector (`product_figures`).
 """
 
 from __future__ import annotations
@@ -15,17 +20,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-OUT = ROOT / "var" / "bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
+
+from bench.stack import OUT, ROOT, django_start, scratch_database
+from orchestrator.metrics.figures import Quantiles, quantiles_of, retry_rate
+
 BIG_OWNER_LEADS, SMALL_OWNERS, SMALL_OWNER_LEADS = 700, 9, 60
 
 
@@ -47,8 +55,8 @@ class ArmResult:
     peak_window_requests: int = 0
 
     @property
-    def retries_per_completed(self) -> float:
-        return self.retries / self.completed if self.completed else float("inf")
+    def retries_per_completed(self) -> float | None:
+        return retry_rate(retries=self.retries, completed=self.completed)
 
     @property
     def rate_429(self) -> float:
@@ -61,8 +69,33 @@ def jain(values: list[int]) -> float:
     return total * total / (len(values) * sum(v * v for v in values)) if total else 0.0
 
 
-def pct(values: list[float], q: int) -> float | None:
-    return round(statistics.quantiles(values, n=100)[q - 1], 1) if len(values) >= 2 else None
+@dataclass(frozen=True)
+class RunFigures:
+    """An arm's retries, completed work and reply latency (orchestrator.metrics.figures)."""
+
+    retries: int
+    completed: int
+    reply: Quantiles
+
+
+def product_figures(*, since: datetime) -> RunFigures:
+    """The product arm's figures since `since`, from the dashboard's selector: the published
+    comparison and the dashboard cannot disagree about what a retry or a latency is."""
+    from orchestrator.metrics.activity import recent_activity
+
+    activity = recent_activity(since=since)
+    return RunFigures(retries=activity.retries, completed=activity.completed, reply=activity.latency["reply"])
+
+
+def naive_figures(*, done: Iterable[dict[str, Any]], retries: int) -> RunFigures:
+    """The plain-Celery arm's figures from its outcome records, by the same definitions."""
+    finished = list(done)
+    replies = (d["done_at"] - d["enqueued_at"] for d in finished if d["kind"] == "reply")
+    return RunFigures(retries=retries, completed=len(finished), reply=quantiles_of(replies))
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def workload() -> list[tuple[int, int]]:
@@ -135,13 +168,13 @@ def run_naive(
         sim.stop()
     steady_from = sim._steady_wall
     in_window = [d for d in done if d["done_at"] >= steady_from]
-    replies = [d["done_at"] - d["enqueued_at"] for d in done if d["kind"] == "reply"]
+    figures = naive_figures(done=done, retries=int(results.get("naive:retries") or 0))
     per_owner = {str(o): sum(1 for d in in_window if d["owner"] == o) for o in range(SMALL_OWNERS + 1)}
     return ArmResult(
         name=f"plain Celery (rate_limit={rate_limit} per worker x {workers}, autoretry)",
         completed_per_min=len(in_window) / minutes, provider_429s=stats["rejected_429"], provider_requests=stats["requests"],
-        retries=int(results.get("naive:retries") or 0), completed=len(done), utilization=steady_util,
-        reply_p50_s=pct(replies, 50), reply_p95_s=pct(replies, 95), replies_done=len(replies),
+        retries=figures.retries, completed=figures.completed, utilization=steady_util,
+        reply_p50_s=_seconds(figures.reply.p50_s), reply_p95_s=_seconds(figures.reply.p95_s), replies_done=figures.reply.count,
         replies_sent_in=sim._replies, jain=jain(list(per_owner.values())), per_owner=per_owner,
         peak_window_requests=stats["peak_window"]["requests"],
     )  # fmt: skip
@@ -166,11 +199,8 @@ def _drive(*, seconds: float, sim: Any, reply_every: float, send_reply: Any) -> 
 
 
 def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> ArmResult:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS outreach_bench_compare")
-        conn.execute("CREATE DATABASE outreach_bench_compare")
+    database_url = scratch_database(name="outreach_bench_compare")
+    started_at = datetime.now(UTC)
     sim = start_sim(rpm=rpm, tpm=tpm)
     from aiosmtpd.controller import Controller
     from aiosmtpd.handlers import Sink
@@ -181,18 +211,10 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     smtp.start()
     env = stack_env(
         llm_base_url=sim.base_url, smtp_port=smtp.port,
-        DATABASE_URL="postgres://postgres@127.0.0.1:5432/outreach_bench_compare", REDIS_URL="redis://127.0.0.1:6379/12",
+        DATABASE_URL=database_url, REDIS_URL="redis://127.0.0.1:6379/12",
         LLM_RPM=str(rpm), LLM_TPM=str(tpm), DISPATCH_INTERVAL="1", LOG_LEVEL="WARNING",
     )  # fmt: skip
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    import redis
-    from django.core.management import call_command
-
-    redis.Redis.from_url(env["REDIS_URL"]).flushdb()
-    call_command("migrate", verbosity=0)
+    django_start(env=env)
     owners = _seed_product()
     from config.queues import Queue
     from devtools.processes import ProcessGroup, start_pipeline
@@ -207,7 +229,9 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
         stats = sim.stats()
         sim.stop()
         smtp.stop()
-    return _product_result(stats=stats, steady_util=steady_util, minutes=minutes, sim=sim)
+    return _product_result(
+        stats=stats, steady_util=steady_util, minutes=minutes, sim=sim, started_at=started_at
+    )
 
 
 def _seed_product() -> list[Any]:
@@ -246,27 +270,21 @@ def _reply(owners: list[Any], k: int) -> None:
                      context={"inbound": {"subject": "Re: hello", "body": "Tell me more."}})  # fmt: skip
 
 
-def _product_result(*, stats: dict[str, Any], steady_util: float, minutes: float, sim: Any) -> ArmResult:
-    from datetime import UTC, datetime
-
-    from django.db.models import Q
-
-    from outreach.models import Outreach, OutreachEvent, State
+def _product_result(
+    *, stats: dict[str, Any], steady_util: float, minutes: float, sim: Any, started_at: datetime
+) -> ArmResult:
+    from outreach.models import Outreach, State
 
     steady_from = datetime.fromtimestamp(sim._steady_wall, tz=UTC)
-    sent = Outreach.objects.filter(state=State.SENT)
-    in_window = sent.filter(sent_at__gte=steady_from)
-    replies = [(o.sent_at - o.created_at).total_seconds() for o in sent.filter(kind="reply") if o.sent_at]
+    in_window = Outreach.objects.filter(state=State.SENT, sent_at__gte=steady_from)
     per_owner = {o.name.split()[-1]: in_window.filter(owner=o).count() for o in _owners()}
-    retries = OutreachEvent.objects.filter(
-        Q(from_state=State.GENERATING, to_state=State.QUEUED)
-        | Q(from_state=State.SENDING, to_state=State.APPROVED)
-    ).count()
+    figures = product_figures(since=started_at)
     return ArmResult(
         name="this product (dispatcher + shared budget + paced calls)",
         completed_per_min=in_window.count() / minutes, provider_429s=stats["rejected_429"],
-        provider_requests=stats["requests"], retries=retries, completed=sent.count(), utilization=steady_util,
-        reply_p50_s=pct(replies, 50), reply_p95_s=pct(replies, 95), replies_done=len(replies),
+        provider_requests=stats["requests"], retries=figures.retries, completed=figures.completed,
+        utilization=steady_util, reply_p50_s=_seconds(figures.reply.p50_s), reply_p95_s=_seconds(figures.reply.p95_s),
+        replies_done=figures.reply.count,
         replies_sent_in=sim._replies, jain=jain(list(per_owner.values())), per_owner=per_owner,
         peak_window_requests=stats["peak_window"]["requests"],
     )  # fmt: skip
@@ -288,7 +306,10 @@ def report(results: list[ArmResult], *, rpm: int, seconds: float) -> None:
             "provider 429s (of requests)",
             lambda r: f"{r.provider_429s} of {r.provider_requests} ({100 * r.rate_429:.2f}%)",
         ),
-        ("retries per completed job", lambda r: f"{r.retries_per_completed:.3f} ({r.retries}/{r.completed})"),
+        (
+            "transient retries per completed job",
+            lambda r: f"{_rate(r.retries_per_completed)} ({r.retries}/{r.completed})",
+        ),
         (
             "reply latency p50 / p95 (s)",
             lambda r: f"{r.reply_p50_s} / {r.reply_p95_s} ({r.replies_done}/{r.replies_sent_in} done)",
@@ -305,28 +326,28 @@ def report(results: list[ArmResult], *, rpm: int, seconds: float) -> None:
         print(label.ljust(width) + "".join(f"  {get(r):>36}" for r in results))
     (OUT / "compare.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
     _chart(results)
-    print(f"\nwrote {OUT / 'compare.json'} and {OUT / 'compare.png'}")
+    print(f"\nwrote {OUT / 'compare.json'} and {OUT / 'compare.svg'}")
 
 
 def _chart(results: list[ArmResult]) -> None:
-    import matplotlib
+    from orchestrator.metrics.charts import panels_chart, svg_document
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    chart = panels_chart(
+        chart_id="chart-compare",
+        title="Plain Celery vs this product",
+        labels=[f"({chr(97 + i)})" for i in range(len(results))],
+        panels=[
+            ("LLM utilization %", [100 * r.utilization for r in results]),
+            ("provider 429s", [float(r.provider_429s) for r in results]),
+            ("reply latency p50 (s)", [r.reply_p50_s or 0.0 for r in results]),
+            ("fairness (Jain)", [r.jain for r in results]),
+        ],
+    )
+    (OUT / "compare.svg").write_text(svg_document(chart))
 
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.5))
-    labels = [f"({chr(97 + i)})" for i in range(len(results))]
-    panels: list[tuple[str, list[float]]] = [
-        ("LLM utilization %", [100 * r.utilization for r in results]),
-        ("provider 429s", [r.provider_429s for r in results]),
-        ("reply latency p50 (s)", [r.reply_p50_s or 0 for r in results]),
-        ("fairness (Jain)", [r.jain for r in results]),
-    ]
-    for ax, (title, values) in zip(axes, panels, strict=True):
-        ax.bar(labels, values, color=["#c0392b", "#27ae60", "#2980b9"][: len(values)])
-        ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(OUT / "compare.png", dpi=100)
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def main() -> None:

@@ -17,28 +17,14 @@ cycle should not notice: the daily-limit check reads one count per owner, not th
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("DJANGO_DEBUG", "1")
-os.environ["DATABASE_URL"] = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/outreach_bench"
-)
-os.environ["REDIS_URL"] = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-
-def _create_database() -> None:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS outreach_bench")
-        conn.execute("CREATE DATABASE outreach_bench")
+from bench.stack import database_for, django_env, django_start, redis_for
+from orchestrator.metrics.figures import percentile
 
 
 def _fill(*, depth: int, owners: int) -> None:
@@ -136,8 +122,9 @@ def _measure(
             dispatched += len(report.generation)
         _requeue(report.generation)
         client.flushdb()
-    median = statistics.median(times)
-    p95 = sorted(times)[int(0.95 * (len(times) - 1))]
+    # Never None: main() requires --cycles >= 1, so there is a time.
+    median = percentile(values=times, fraction=0.5) or 0.0
+    p95 = percentile(values=times, fraction=0.95) or 0.0
     return median, p95, dispatched / (sum(times) / 1000)
 
 
@@ -155,13 +142,9 @@ def main() -> None:
         "--history", help="sent-today row counts to try at one fixed depth, e.g. 0,100000,1000000"
     )
     args = parser.parse_args()
-    _create_database()
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    if args.cycles < 1:
+        parser.error("--cycles: at least 1")
+    django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=14)))
     print(
         f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, budget unlimited)"
     )

@@ -352,10 +352,10 @@ def sample_take(*, t: float, workers: Any, stats_url: str, offset: dict[str, flo
 def figures(
     *, run: Run, args: argparse.Namespace, samples: list[Sample], stats: dict[str, Any], sink: Any
 ) -> None:
-    from orchestrator.metrics.sql import percentile
+    from orchestrator.metrics.figures import percentile
 
     def pct(values: list[float], fraction: float) -> float | None:
-        found = percentile(values=sorted(values), fraction=fraction)
+        found = percentile(values=values, fraction=fraction)
         return None if found is None else round(found, 2)
 
     steady = [s for s in samples if s.t_s >= args.warmup]

@@ -29,20 +29,21 @@ import json
 import logging
 import os
 import re
-import statistics
 import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from email.parser import BytesHeaderParser
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-OUT = ROOT / "var" / "bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
+
+from bench.stack import OUT, django_start, scratch_database
+from orchestrator.metrics.figures import percentile, retry_rate
+
 LOG_DIR = OUT / "soak-logs"
 DB_NAME = "outreach_bench_soak"
 REDIS_URL = "redis://127.0.0.1:6379/11"
@@ -102,7 +103,10 @@ class Figures:
     seconds: float = 0.0
     finished: bool = False
     states: dict[str, int] = field(default_factory=dict)
-    retries: dict[str, int] = field(default_factory=dict)
+    requeued: dict[str, int] = field(default_factory=dict)  # back to the queue, by error class
+    retries: int = 0  # transient retries (orchestrator.metrics.figures.retry_rate)
+    completed: int = 0
+    retry_rate: float | None = None
     dead_letters: dict[str, int] = field(default_factory=dict)
     dead_without_reason: int = 0
     messages: int = 0
@@ -112,8 +116,8 @@ class Figures:
     sent_received_twice: int = 0
     sink_unknown_message_ids: int = 0
     cycles: int = 0
-    cycle_ms_first: dict[str, float] = field(default_factory=dict)
-    cycle_ms_last: dict[str, float] = field(default_factory=dict)
+    cycle_ms_first: dict[str, float | None] = field(default_factory=dict)
+    cycle_ms_last: dict[str, float | None] = field(default_factory=dict)
     rss_mb_first: dict[str, float] = field(default_factory=dict)
     rss_mb_last: dict[str, float] = field(default_factory=dict)
     rss_mb_peak: dict[str, float] = field(default_factory=dict)
@@ -172,36 +176,22 @@ def cycle_times(log_file: Path) -> list[tuple[float, float]]:
     return found
 
 
-def pct(values: list[float], q: int) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
-
-
 # --- the stack ------------------------------------------------------------------------------------
 
 
-def environment(*, sim_url: str, smtp_port: int, args: argparse.Namespace) -> dict[str, str]:
+def environment(
+    *, sim_url: str, smtp_port: int, database_url: str, args: argparse.Namespace
+) -> dict[str, str]:
     from devtools.processes import stack_env
 
     return stack_env(
         llm_base_url=sim_url, smtp_port=smtp_port,
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", REDIS_URL=REDIS_URL,
+        DATABASE_URL=database_url, REDIS_URL=REDIS_URL,
         LLM_RPM=str(args.rpm), LLM_TPM=str(args.tpm), DISPATCH_INTERVAL="1",
         DISPATCH_MAX_IN_FLIGHT=str(args.max_in_flight), RETRY_BACKOFF_BASE_S=str(args.backoff_base_s),
         # INFO: the dispatcher's "dispatch cycle ... ms=" line is what the cycle-time samples read.
         LOG_LEVEL="INFO", LOG_FORMAT="kv",
     )  # fmt: skip
-
-
-def fresh_database() -> None:
-    import psycopg
-
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
 
 
 @dataclass(frozen=True)
@@ -291,7 +281,7 @@ def run(args: argparse.Namespace) -> Figures:
 
     from devtools.llm_sim import LLMSim
 
-    fresh_database()
+    database_url = scratch_database(name=DB_NAME)
     sim = LLMSim(rpm=args.rpm, tpm=args.tpm, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
                  mode="window", seed=args.seed)  # fmt: skip
     sim.start()
@@ -300,7 +290,7 @@ def run(args: argparse.Namespace) -> Figures:
 
     smtp = Controller(handler, hostname="127.0.0.1", port=free_port())
     smtp.start()
-    env = environment(sim_url=sim.base_url, smtp_port=smtp.port, args=args)
+    env = environment(sim_url=sim.base_url, smtp_port=smtp.port, database_url=database_url, args=args)
     os.environ.update(env)
     try:
         return _run_stack(args=args, env=env, sim=sim, handler=handler)
@@ -312,22 +302,16 @@ def run(args: argparse.Namespace) -> Figures:
 def _run_stack(
     *, args: argparse.Namespace, env: dict[str, str], sim: Any, handler: CountingHandler
 ) -> Figures:
-    import django
-
-    django.setup()
+    django_start(env=env)  # the scratch database and Redis database 11
     # This process only seeds, approves and reads: its own INFO lines (every approval, every SMTP
     # command of the sink) would bury the progress. The workers keep INFO (the cycle-time samples).
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("mail.log").setLevel(logging.WARNING)
-    import redis
     from django.contrib.auth.models import User
-    from django.core.management import call_command
 
     from config.queues import Queue
     from devtools.processes import ProcessGroup, celery_beat, celery_worker
 
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    call_command("migrate", verbosity=0)
     print(f"seeding {args.count:,} outreach ...", flush=True)
     seeded = seed(count=args.count, owners=args.owners, review_owners=args.review_owners,
                   poison_per_kind=args.poison_per_kind)  # fmt: skip
@@ -401,6 +385,7 @@ def _collect(*, figures: Figures, seeded: Seeded, samples: list[Sample], handler
              started_wall: float) -> None:  # fmt: skip
     from django.db.models import Count, Exists, OuterRef, Q
 
+    from orchestrator.metrics.activity import recent_activity
     from orchestrator.models import DeadLetter
     from outreach.models import Outreach, OutreachEvent, State
 
@@ -411,10 +396,14 @@ def _collect(*, figures: Figures, seeded: Seeded, samples: list[Sample], handler
         outreach_id__gte=min(ids), outreach_id__lte=max(ids),
         from_state__in=[State.GENERATING, State.SENDING], to_state__in=[State.QUEUED, State.APPROVED],
     )  # fmt: skip
-    figures.retries = {
+    figures.requeued = {
         (row["error_class"] or "paced"): row["n"]
         for row in events.values("error_class").annotate(n=Count("id"))
     }
+    # The dashboard's selector (the scratch database holds only this run).
+    activity = recent_activity(since=datetime.fromtimestamp(started_wall, tz=UTC))
+    figures.retries, figures.completed = activity.retries, activity.completed
+    figures.retry_rate = retry_rate(retries=activity.retries, completed=activity.completed)
     letters = DeadLetter.objects.filter(outreach__in=mine)
     figures.dead_letters = {
         row["failure_class"]: row["n"] for row in letters.values("failure_class").annotate(n=Count("id"))
@@ -464,8 +453,10 @@ def _cycle_figures(*, figures: Figures, started_wall: float) -> None:
     cycles = cycle_times(LOG_DIR / "orchestrator.log")
     figures.cycles = len(cycles)
     first, last = _quarters(cycles, start=started_wall, end=started_wall + figures.seconds)
-    figures.cycle_ms_first = {"p50": pct(first, 50), "p95": pct(first, 95), "n": len(first)}
-    figures.cycle_ms_last = {"p50": pct(last, 50), "p95": pct(last, 95), "n": len(last)}
+    figures.cycle_ms_first = {"p50": percentile(values=first, fraction=0.5),
+                              "p95": percentile(values=first, fraction=0.95), "n": len(first)}  # fmt: skip
+    figures.cycle_ms_last = {"p50": percentile(values=last, fraction=0.5),
+                             "p95": percentile(values=last, fraction=0.95), "n": len(last)}  # fmt: skip
 
 
 def _rss_figures(*, figures: Figures, samples: list[Sample]) -> None:
@@ -476,8 +467,8 @@ def _rss_figures(*, figures: Figures, samples: list[Sample]) -> None:
         if not series:
             continue
         first, last = _quarters(series, start=series[0][0], end=series[-1][0])
-        figures.rss_mb_first[name] = round(statistics.median(first or [series[0][1]]), 1)
-        figures.rss_mb_last[name] = round(statistics.median(last or [series[-1][1]]), 1)
+        figures.rss_mb_first[name] = round(percentile(values=first or [series[0][1]], fraction=0.5) or 0.0, 1)
+        figures.rss_mb_last[name] = round(percentile(values=last or [series[-1][1]], fraction=0.5) or 0.0, 1)
         figures.rss_mb_peak[name] = round(max(v for _, v in series), 1)
         figures.cpu_s[name] = round(samples[-1].cpu_s[name], 1)
 
@@ -509,8 +500,8 @@ def _judge(*, figures: Figures, seeded: Seeded, unexpected: Any) -> None:
     for name, first in figures.rss_mb_first.items():
         if figures.rss_mb_last[name] > 1.25 * first + 20:  # 25% + 20 MB of slack for caches warming up
             p.append(f"memory grew: {name} {first} -> {figures.rss_mb_last[name]} MB")
-    first_p95, last_p95 = figures.cycle_ms_first.get("p95", 0), figures.cycle_ms_last.get("p95", 0)
-    if last_p95 > 2 * first_p95 + 50:
+    first_p95, last_p95 = figures.cycle_ms_first.get("p95"), figures.cycle_ms_last.get("p95")
+    if first_p95 is not None and last_p95 is not None and last_p95 > 2 * first_p95 + 50:
         p.append(f"dispatcher slowed: p95 {first_p95:.0f} -> {last_p95:.0f} ms")
 
 
@@ -526,7 +517,8 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
         ("total time", f"{f.seconds:.0f} s ({'finished' if f.finished else 'TIMED OUT'})"),
         ("throughput", f"{finished / f.seconds * 60 if f.seconds else 0:,.0f} finished/min, {rate:,.0f} sent/min"),
         ("states", ", ".join(f"{k} {v:,}" for k, v in sorted(f.states.items())) + f" (sum {sum(f.states.values()):,})"),
-        ("retries (re-queued, by class)", ", ".join(f"{k} {v:,}" for k, v in sorted(f.retries.items())) or "0"),
+        ("re-queued (by class)", ", ".join(f"{k} {v:,}" for k, v in sorted(f.requeued.items())) or "0"),
+        ("transient retries per completed", f"{_number(f.retry_rate, 4)} ({f.retries:,}/{f.completed:,})"),
         ("dead letters by class", ", ".join(f"{k} {v}" for k, v in sorted(f.dead_letters.items())) or "0"),
         ("DEAD without a reason", str(f.dead_without_reason)),
         ("provider calls", f"{f.sim['requests']:,} ({f.sim['injected_5xx']:,} injected 5xx, "
@@ -537,10 +529,10 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
                                     f"received: {f.sent_missing_in_sink}; received, not SENT: "
                                     f"{f.sink_unknown_message_ids})"),
         ("dispatch cycles", f"{f.cycles:,}"),
-        ("cycle ms p50 / p95, first quarter", f"{f.cycle_ms_first['p50']:.1f} / {f.cycle_ms_first['p95']:.1f} "
-                                              f"(n={f.cycle_ms_first['n']})"),
-        ("cycle ms p50 / p95, last quarter", f"{f.cycle_ms_last['p50']:.1f} / {f.cycle_ms_last['p95']:.1f} "
-                                             f"(n={f.cycle_ms_last['n']})"),
+        ("cycle ms p50 / p95, first quarter", f"{_number(f.cycle_ms_first['p50'])} / "
+                                              f"{_number(f.cycle_ms_first['p95'])} (n={f.cycle_ms_first['n']:.0f})"),
+        ("cycle ms p50 / p95, last quarter", f"{_number(f.cycle_ms_last['p50'])} / "
+                                             f"{_number(f.cycle_ms_last['p95'])} (n={f.cycle_ms_last['n']:.0f})"),
     ]  # fmt: skip
     cpu_total = sum(f.cpu_s.values())
     rows.append(("CPU s used (all processes)", f"{cpu_total:,.0f} ({1000 * cpu_total / max(1, finished):.0f} ms per "
@@ -558,6 +550,10 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "soak.json").write_text(json.dumps(asdict(f), indent=2, default=str))
     print(f"wrote {OUT / 'soak.json'}; process logs in {LOG_DIR}")
+
+
+def _number(value: float | None, places: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{places}f}"
 
 
 def main() -> None:

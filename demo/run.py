@@ -127,6 +127,7 @@ def run(*, opts: DemoOptions, console: Console) -> dict[str, object] | None:
     seed_demo(leads=opts.leads)
     group = ProcessGroup(log_dir=Path(settings.BASE_DIR) / "var" / "logs", env=child_env(opts))
     samples: list[Sample] = []
+    started_at = timezone.now()  # the report's figures cover the run from here
     try:
         start_all(group, opts)
         wait_for_web(opts.web_port)
@@ -141,7 +142,12 @@ def run(*, opts: DemoOptions, console: Console) -> dict[str, object] | None:
         group.stop()
     if opts.seconds is None:
         return None
-    return write_report(out=Path(settings.BASE_DIR) / opts.report_dir, samples=samples, rpm_limit=opts.rpm)
+    return write_report(
+        out=Path(settings.BASE_DIR) / opts.report_dir,
+        samples=samples,
+        rpm_limit=opts.rpm,
+        started_at=started_at,
+    )
 
 
 def _loop(*, group: ProcessGroup, opts: DemoOptions, console: Console) -> list[Sample]:

@@ -11,7 +11,8 @@ if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>
 fi
 
 # (Re)install only when a requirements file changed since the last install.
-want="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
+# requirements-dev.txt includes requirements-demo.txt, which includes requirements.txt.
+want="$(cat requirements.txt requirements-demo.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$want" ]; then
   echo "==> installing Python packages into .venv"
   "$PY" -m venv .venv

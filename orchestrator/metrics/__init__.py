@@ -1,151 +1,43 @@
 """Queue-health figures, computed once per call and shared by the admin dashboard,
 `manage.py queue_stats` and the Prometheus `/metrics` endpoint (one source for all three).
 
-`queue_health()` reads:
+`queue_health()` (health.py) reads:
 - now (depth.py): rows per state and tier, ready rows, the oldest ready row's wait, deferred
   work by reason: queries on the queue's partial indexes (cost grows with the queue, not history);
 - the recent window (activity.py, METRICS_WINDOW_S, default 24 h): latency per tier, retries,
   429s, outcomes per kind, tokens and cost, approvals, share per owner: primary-key ranges of
   the transition history (cost grows with the window's events);
-- dead letters (failures.py) and the LLM budget (budget_use.py: the live Redis snapshot and
-  the last hour of per-minute samples).
+- dead letters (dead_letter_classes.py) and the LLM budget (budget_use.py: the live Redis
+  snapshot and the last hour of per-minute samples).
+
+What each figure means (percentiles, retry rate) is defined once, in figures.py: pure
+functions that the demo report and the benchmarks call too. charts.py draws the SVG charts of
+the dashboard and of the demo report.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
-from django.utils import timezone
-
-from orchestrator.budget import Budget
-from orchestrator.dead_letters import replay_success_rate
-from orchestrator.metrics.activity import Activity, OwnerShare, owner_share, ratio, recent_activity
-from orchestrator.metrics.budget_use import (
-    BudgetNow,
-    BudgetPoint,
-    budget_last_hour,
-    budget_now,
-    budget_sample_record,
-)
-from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes
-from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
-from orchestrator.models import DeadLetter
+if TYPE_CHECKING:
+    from orchestrator.metrics.budget_use import budget_sample_record
+    from orchestrator.metrics.health import QueueHealth, queue_health
 
 __all__ = ["QueueHealth", "budget_sample_record", "queue_health"]
 
-DEFAULT_WINDOW_S = 86_400
+_LAZY = {
+    "QueueHealth": "orchestrator.metrics.health",
+    "queue_health": "orchestrator.metrics.health",
+    "budget_sample_record": "orchestrator.metrics.budget_use",
+}
 
 
-@dataclass(frozen=True)
-class QueueHealth:
-    generated_at: datetime
-    window_s: int
-    depth: Depth
-    activity: Activity
-    owners: list[OwnerShare]
-    deferred: Deferred
-    failures: list[FailureClass]
-    dead_letters: int
-    replay_success_rate: float | None
-    cost_per_1k_tokens: float
-    budget: BudgetNow
-    budget_last_hour: list[BudgetPoint]
+def __getattr__(name: str) -> Any:
+    """Import the selectors on first use. Why: the package's pure module (figures.py) must be
+    importable by a benchmark before Django is set up, and importing the package runs this file;
+    the selectors import the models, which need a configured Django."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
 
-    @property
-    def retry_rate(self) -> float | None:
-        """Transient retries per completed outreach."""
-        return ratio(self.activity.retries, self.activity.completed)
-
-    @property
-    def dead_letter_rate(self) -> float | None:
-        """Share of finished work (completed or dead) that died."""
-        return ratio(self.activity.dead, self.activity.completed + self.activity.dead)
-
-    @property
-    def approval_rate(self) -> float | None:
-        return ratio(self.activity.approved, self.activity.approved + self.activity.rejected)
-
-    @property
-    def tokens_per_completed(self) -> float | None:
-        return ratio(self.activity.tokens, self.activity.generated)
-
-    @property
-    def cost_per_completed(self) -> float | None:
-        tokens = self.tokens_per_completed
-        return None if tokens is None else tokens / 1000 * self.cost_per_1k_tokens
-
-    def as_json(self) -> dict[str, Any]:
-        """The contract's keys (docs/architecture.md) at the top (`states`, `tiers`, `oldest_queued_age_s`, `sent`,
-        `dead_letters`, `retries`, `provider_429s`, `llm_requests`), then every other figure."""
-        a, d = self.activity, self.depth
-        return _jsonable(
-            {
-                "generated_at": self.generated_at.isoformat(),
-                "window_s": self.window_s,
-                "states": d.states,
-                "tiers": d.tiers,
-                "oldest_queued_age_s": d.oldest_ready_age_s,
-                "sent": d.states["sent"],
-                "dead_letters": self.dead_letters,
-                "retries": a.retries,
-                "provider_429s": a.provider_429s,
-                "llm_requests": a.llm_requests,
-                "ready_by_tier": d.ready_by_tier,
-                "oldest_queued_age_s_by_tier": d.oldest_ready_age_s_by_tier,
-                "window": {k: v for k, v in asdict(a).items() if isinstance(v, int)},
-                "latency_s": {tier: asdict(q) for tier, q in a.latency.items()},
-                "rates": {
-                    "retry": self.retry_rate,
-                    "dead_letter": self.dead_letter_rate,
-                    "approval": self.approval_rate,
-                    "replay_success": self.replay_success_rate,
-                },
-                "success_by_kind": {kind: asdict(o) for kind, o in a.success_by_kind.items()},
-                "tokens": {
-                    "per_completed": self.tokens_per_completed,
-                    "cost_per_completed": self.cost_per_completed,
-                    "cost_per_1k_tokens": self.cost_per_1k_tokens,
-                },
-                "approvals": {"time_to_approval_s": asdict(a.time_to_approval)},
-                "dead_letter_classes": [asdict(f) for f in self.failures],
-                "owners": [asdict(o) for o in self.owners],
-                "deferred": asdict(self.deferred),
-                "budget": {
-                    "now": asdict(self.budget),
-                    "last_hour": [asdict(p) for p in self.budget_last_hour],
-                },
-            }
-        )
-
-
-def queue_health(*, now: datetime | None = None, budget: Budget | None = None) -> QueueHealth:
-    now = now or timezone.now()
-    window_s = int(getattr(settings, "METRICS_WINDOW_S", DEFAULT_WINDOW_S))
-    return QueueHealth(
-        generated_at=now,
-        window_s=window_s,
-        depth=queue_depth(now=now),
-        activity=recent_activity(since=now - timedelta(seconds=window_s)),
-        owners=owner_share(now=now),
-        deferred=deferred_work(),
-        failures=dead_letter_classes(),
-        dead_letters=DeadLetter.objects.count(),
-        replay_success_rate=replay_success_rate(),
-        cost_per_1k_tokens=float(getattr(settings, "LLM_COST_PER_1K_TOKENS", 0.0)),
-        budget=budget_now(budget=budget),
-        budget_last_hour=budget_last_hour(now=now),
-    )
-
-
-def _jsonable(value: Any) -> Any:
-    """Datetimes as ISO strings, recursively (the rest is already JSON)."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
+    return getattr(import_module(_LAZY[name]), name)

@@ -7,6 +7,8 @@ costs the window's events, and each joins its outreach by primary key. Definitio
 - latency: from when the work fell due to completion. Due is created_at, or not_before when
   later (nudges are created at assignment, days before they are due; a retried row counts
   from its last backoff), never after the completion itself;
+- retries: transient failures sent back to the queue with backoff (events with error_class
+  TRANSIENT); budget waits (paced, 429) are not retries (figures.retry_rate);
 - generated: a draft written (GENERATING -> AWAITING_APPROVAL or -> DISPATCHED for sending);
   tokens_used and llm_calls are written then, so tokens per completed outreach and
   llm_requests come from these rows.
@@ -32,7 +34,8 @@ from django.db.models import (
 from django.db.models.functions import Greatest, Least
 
 from orchestrator.metrics.depth import TIER_NAMES
-from orchestrator.metrics.sql import EMPTY, Quantiles, first_id_since, quantiles_by
+from orchestrator.metrics.figures import EMPTY, Quantiles, ratio
+from orchestrator.metrics.sql import first_id_since, quantiles_by
 from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State
 
 COMPLETED = Q(to_state=State.AWAITING_APPROVAL) | Q(to_state=State.SENT, outreach__approved_at__isnull=True)
@@ -166,7 +169,3 @@ def owner_share(*, now: datetime) -> list[OwnerShare]:
         share = ratio(found["sent_24h"], sent_day)
         result.append(OwnerShare(owner.pk, owner.name, owner.kind, **found, share_sent_24h=share))
     return result
-
-
-def ratio(part: int, whole: int) -> float | None:
-    return part / whole if whole else None

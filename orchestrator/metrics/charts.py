@@ -1,7 +1,9 @@
-"""Server-side SVG charts for the queue-health dashboard: plain markup, no JavaScript, no CDN.
+"""SVG charts of the queue-health dashboard and of the demo report: plain markup, no
+JavaScript, no CDN, no plotting library.
 
-Pure functions of the figures: each returns one <svg> with a stable id and `qh-*` classes
-(styled by the dashboard template, which also makes them follow the admin's dark mode).
+Pure functions of the figures: each returns one <svg> with a stable id and `qh-*` classes,
+styled by the dashboard template (which also makes them follow the admin's dark mode) or, as a
+file of its own, by `svg_document()`.
 Markup is built with f-strings of numbers we computed; every piece of text goes through
 `escape()` (owner names are user data), and only the finished <svg> is marked safe.
 """
@@ -11,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from orchestrator.metrics import QueueHealth
-from orchestrator.metrics.budget_use import BudgetPoint
-from orchestrator.metrics.sql import Quantiles
+if TYPE_CHECKING:  # types only: a benchmark draws charts without a configured Django
+    from orchestrator.metrics.activity import OwnerShare
+    from orchestrator.metrics.budget_use import BudgetPoint
+    from orchestrator.metrics.figures import Quantiles
 
 WIDTH, LEFT, RIGHT, TOP, BOTTOM = 720, 64, 16, 30, 30
 HOUR = timedelta(hours=1)
@@ -89,6 +93,28 @@ def _polyline(points: Iterable[tuple[float, float]], cls: str) -> str:
     return f'<polyline points="{coords}" class="{cls}" fill="none"/>'
 
 
+def requests_chart(*, points: Sequence[tuple[float, int]], limit: int) -> SafeString:
+    """A run seen from the provider: requests in its last 60 s at each (seconds into the run,
+    requests) point, against the requests/min limit (the demo report's first chart)."""
+    frame = Frame(height=240, y_max=max([1.0, limit * 1.1, *(n * 1.1 for _, n in points)]))
+    title = "LLM requests per minute against the limit"
+    parts = _axes(frame, unit="requests in the last 60 s")
+    end = max([1.0, *(t for t, _ in points)])
+
+    def x(t: float) -> float:
+        return LEFT + frame.plot_w * min(1.0, max(0.0, t / end))
+
+    if points:
+        parts.append(_polyline([(x(t), frame.y(n)) for t, n in points], "qh-line-rate"))
+    else:
+        parts.append(_text(LEFT + 12, TOP + 40, "No samples."))
+    parts.append(_polyline([(x(0), frame.y(limit)), (x(end), frame.y(limit))], "qh-line-limit"))
+    parts += _legend([("qh-line-rate", "requests, last 60 s"), ("qh-line-limit", f"limit {limit}/min")])
+    for t, anchor in ((0.0, "start"), (end / 2, "middle"), (end, "end")):
+        parts.append(_text(x(t), frame.height - 8, f"{t:.0f} s", anchor=anchor))
+    return _svg(chart_id="chart-requests-run", title=title, height=frame.height, parts=parts)
+
+
 def budget_chart(*, points: Sequence[BudgetPoint], now: datetime, tokens: bool = False) -> SafeString:
     """Use per minute over the last hour (bars) against the configured limit, the adapted
     (effective) limit and the dispatch refill rate (lines)."""
@@ -136,9 +162,9 @@ def budget_chart(*, points: Sequence[BudgetPoint], now: datetime, tokens: bool =
     return _svg(chart_id=chart_id, title=title, height=frame.height, parts=parts)
 
 
-def owner_share_chart(*, health: QueueHealth, limit: int = 30) -> SafeString:
+def owner_share_chart(*, owners: Sequence[OwnerShare], limit: int = 30) -> SafeString:
     """Horizontal bars per owner: emails sent and outreach dispatched in the last 24 h."""
-    owners = sorted(health.owners, key=lambda o: (-o.sent_24h, -o.dispatched_24h, o.name))[:limit]
+    owners = sorted(owners, key=lambda o: (-o.sent_24h, -o.dispatched_24h, o.name))[:limit]
     row, label_w = 26, 180
     height = TOP + BOTTOM + row * max(1, len(owners))
     scale = (WIDTH - RIGHT - label_w - 90) / max([1, *(max(o.sent_24h, o.dispatched_24h) for o in owners)])
@@ -187,3 +213,43 @@ def latency_chart(*, latency: dict[str, Quantiles]) -> SafeString:
         height=frame.height,
         parts=parts,
     )
+
+
+def panels_chart(
+    *, chart_id: str, title: str, labels: Sequence[str], panels: Sequence[tuple[str, Sequence[float]]]
+) -> SafeString:
+    """Small bar panels side by side, one bar per label in each (bench/compare.py: one bar per
+    arm for utilization, 429s, reply latency and fairness); each panel has its own scale."""
+    height, gap = 220, 12
+    panel_w = (WIDTH - gap * (len(panels) + 1)) / max(1, len(panels))
+    parts = []
+    for i, (name, values) in enumerate(panels):
+        x0, top_value = gap + i * (panel_w + gap), max([0.0, *values])
+        frame = Frame(height=height, y_max=top_value * 1.15 or 1.0)
+        parts.append(_text(x0 + panel_w / 2, TOP - 12, name, anchor="middle"))
+        bar_w = panel_w / max(1, len(values)) * 0.6
+        for j, (label, value) in enumerate(zip(labels, values, strict=True)):
+            x = x0 + panel_w / max(1, len(values)) * (j + 0.2)
+            cls = "qh-bar" if j % 2 == 0 else "qh-bar-alt"
+            parts.append(
+                _rect(x, frame.y(value), bar_w, frame.y(0) - frame.y(value), cls, f"{label}: {value:g}")
+            )
+            parts.append(_text(x + bar_w / 2, frame.y(value) - 4, _number(value), anchor="middle"))
+            parts.append(_text(x + bar_w / 2, height - 8, label, anchor="middle"))
+    return _svg(chart_id=chart_id, title=title, height=height, parts=parts)
+
+
+# The dashboard template's colours for a chart written as a file (no admin stylesheet around it).
+_FILE_STYLE = (
+    ".qh-chart{background:#fff;font-family:sans-serif}.qh-label{font-size:11px;fill:#555}"
+    ".qh-grid{stroke:#ddd;stroke-width:1}.qh-bar{fill:#79aec8}.qh-bar-alt{fill:#417690}"
+    ".qh-line-limit{stroke:#ba2121;stroke-width:2;stroke-dasharray:6 4;fill:none}"
+    ".qh-line-effective{stroke:#e08e0b;stroke-width:2;fill:none}"
+    ".qh-line-rate{stroke:#3c8d40;stroke-width:1.5;fill:none}"
+)
+
+
+def svg_document(chart: SafeString) -> str:
+    """One chart as a standalone .svg file: the chart with its styles inside it."""
+    opening, close, rest = str(chart).partition(">")  # the end of the <svg ...> tag
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n{opening}{close}<style>{_FILE_STYLE}</style>{rest}\n'

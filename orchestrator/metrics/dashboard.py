@@ -9,9 +9,9 @@ from typing import Any
 
 from django.utils.safestring import SafeString
 
-from orchestrator.metrics import QueueHealth
 from orchestrator.metrics.charts import budget_chart, latency_chart, owner_share_chart
 from orchestrator.metrics.depth import LIVE
+from orchestrator.metrics.health import QueueHealth
 from outreach.models import State
 
 DASH = "\u2014"  # a figure with no data yet (no division by zero, no fake 0)
@@ -45,7 +45,7 @@ def _charts(h: QueueHealth) -> dict[str, SafeString]:
     return {
         "budget_requests": budget_chart(points=points, now=now),
         "budget_tokens": budget_chart(points=points, now=now, tokens=True),
-        "owners": owner_share_chart(health=h),
+        "owners": owner_share_chart(owners=h.owners),
         "latency": latency_chart(latency=h.activity.latency),
     }
 

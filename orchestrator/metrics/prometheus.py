@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from orchestrator.metrics import QueueHealth, queue_health
+from orchestrator.metrics.health import QueueHealth, queue_health
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple[str, ...], float | None]) -> Metric:

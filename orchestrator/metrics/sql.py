@@ -1,30 +1,21 @@
 """Query helpers shared by the metrics selectors: time windows on the primary key, percentiles.
 
 PostgreSQL computes percentiles in SQL (percentile_cont); SQLite (the demo's embedded default)
-has no ordered-set aggregates, so the same rows are fetched and interpolated the same way here.
+has no ordered-set aggregates, so the same rows are fetched and interpolated by
+figures.percentile, whose rule is percentile_cont's.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
 from django.db.models import Aggregate, Count, Expression, F, FloatField, Func, Model, QuerySet
 
-
-@dataclass(frozen=True)
-class Quantiles:
-    count: int
-    p50_s: float | None
-    p95_s: float | None
-
-
-EMPTY = Quantiles(count=0, p50_s=None, p95_s=None)
+from orchestrator.metrics.figures import Quantiles, quantiles_of
 
 
 def first_id_since(*, model: type[Model], column: str, since: datetime) -> int:
@@ -57,24 +48,6 @@ class EpochSeconds(Func):
 
     template = "EXTRACT(EPOCH FROM %(expressions)s)"
     output_field = FloatField()
-
-
-def percentile(*, values: list[float], fraction: float) -> float | None:
-    """percentile_cont's linear interpolation over sorted `values` (None when empty)."""
-    if not values:
-        return None
-    position = fraction * (len(values) - 1)
-    low, high = math.floor(position), math.ceil(position)
-    return values[low] + (values[high] - values[low]) * (position - low)
-
-
-def quantiles_of(values: Iterable[float]) -> Quantiles:
-    ordered = sorted(values)
-    return Quantiles(
-        count=len(ordered),
-        p50_s=percentile(values=ordered, fraction=0.5),
-        p95_s=percentile(values=ordered, fraction=0.95),
-    )
 
 
 def quantiles_by(*, rows: QuerySet[Any], group: str, duration: Expression) -> dict[Hashable, Quantiles]:

@@ -43,7 +43,7 @@ def test_demo_runs_for_seconds_writes_a_report_and_stops_everything(tmp_path: Pa
     figures = report["figures"]
     assert figures["states"]["sent"] > 0
     assert figures["llm"]["rejected_429"] == 0
-    for chart in ("llm_requests_per_min.png", "share_per_owner.png", "dispatch_latency_per_tier.png"):
+    for chart in ("llm_requests_per_min.svg", "share_per_owner.svg", "latency_per_tier.svg"):
         assert (tmp_path / "report" / chart).stat().st_size > 1000
     # and every process it started is gone: its ports are free again
     for name, port in ports.items():

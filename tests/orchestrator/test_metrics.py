@@ -9,11 +9,14 @@ import pytest
 import redis
 from django.utils import timezone
 
+from bench.compare import ArmResult, product_figures
 from orchestrator.budget import Budget, Limits
 from orchestrator.metrics import budget_sample_record, queue_health
 from orchestrator.metrics.budget_use import budget_last_hour
+from orchestrator.metrics.dashboard import dashboard_context
 from orchestrator.metrics.depth import DEFERRED_SCAN_LIMIT, deferred_work
-from orchestrator.metrics.sql import first_id_since, percentile
+from orchestrator.metrics.figures import retry_rate
+from orchestrator.metrics.sql import first_id_since
 from orchestrator.models import BudgetSample, DeadLetter
 from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -86,7 +89,8 @@ def test_latency_per_tier_runs_from_due_to_completed_with_percentiles(budget: Bu
     event(approved, S.SENDING, S.SENT, at=now - timedelta(seconds=5))
     # when
     latency = queue_health(now=now, budget=budget).activity.latency
-    # then p50/p95 interpolate like percentile_cont: 95% of the way from 40 to 100 s is 88 s
+    # then p50/p95 interpolate as figures.percentile says (PostgreSQL's percentile_cont, or the
+    # Python fallback on SQLite): 80% of the way from 40 to 100 s is 88 s
     assert latency["intro"].count == 5
     assert latency["intro"].p50_s == pytest.approx(30, abs=0.01)
     assert latency["intro"].p95_s == pytest.approx(88, abs=0.01)
@@ -95,10 +99,28 @@ def test_latency_per_tier_runs_from_due_to_completed_with_percentiles(budget: Bu
     assert latency["nudge"].p50_s == pytest.approx(60, abs=0.01)
 
 
-def test_percentile_fallback_interpolates_like_percentile_cont() -> None:
-    assert percentile(values=[10.0, 20.0, 30.0, 40.0, 100.0], fraction=0.95) == pytest.approx(88.0)
-    assert percentile(values=[5.0], fraction=0.5) == 5.0
-    assert percentile(values=[], fraction=0.5) is None
+def test_compare_bench_and_dashboard_read_the_same_retries_and_reply_latency(budget: Budget) -> None:
+    # given a run: replies sent 2 s and 6 s after they fell due, an intro that needed one
+    # transient retry, and waits for budget that are not retries (our pacer, a provider 429)
+    now = timezone.now()
+    for seconds in (2, 6):
+        reply = outreach_at(created_at=now - timedelta(minutes=10), kind=REPLY, state=S.SENT)
+        event(reply, S.SENDING, S.SENT, at=now - timedelta(minutes=10) + timedelta(seconds=seconds))
+    intro = outreach_at(created_at=now - timedelta(minutes=9), kind=INTRO, state=S.SENT)
+    event(intro, S.GENERATING, S.QUEUED, at=now - timedelta(minutes=8), error_class="")  # paced
+    event(intro, S.GENERATING, S.QUEUED, at=now - timedelta(minutes=7), error_class=ErrorClass.RATE_LIMITED)
+    event(intro, S.GENERATING, S.QUEUED, at=now - timedelta(minutes=6), error_class=ErrorClass.TRANSIENT)
+    event(intro, S.SENDING, S.SENT, at=now - timedelta(minutes=5))
+    # when the published benchmark's figure function and the dashboard read the same rows
+    bench = product_figures(since=now - timedelta(hours=1))
+    health = queue_health(now=now, budget=budget)
+    arm = ArmResult(name="product", retries=bench.retries, completed=bench.completed)
+    # then they agree, and a wait for budget is not a retry
+    assert (bench.retries, bench.completed) == (health.activity.retries, health.activity.completed) == (1, 3)
+    assert arm.retries_per_completed == health.retry_rate == retry_rate(retries=1, completed=3)
+    assert bench.reply == health.activity.latency["reply"]
+    assert (bench.reply.count, bench.reply.p50_s) == (2, pytest.approx(4.0, abs=0.01))
+    assert ("reply", 2, "4 s", "6 s") in dashboard_context(health=health)["latency_rows"]
 
 
 def test_window_counts_retries_429s_outcomes_and_ignores_older_events(budget: Budget, settings: Any) -> None:

@@ -1,0 +1,68 @@
+"""What every benchmark needs before it measures: scratch stores and a configured Django.
+
+One home for the set-up the benches share (bench/compare.py, soak.py, dispatch.py,
+assign_leads.py; budget.py needs only Redis and the figures). A bench is run as a file
+(`python bench/x.py`), so it puts the repository on sys.path itself, in one line, before it
+can import this module. Nothing here runs at import: importing a bench (a test does, to call
+its figure functions) must not point this process at a scratch database.
+
+    url = database_for(name="outreach_bench")
+    django_start(env=django_env(database_url=url, redis_url=redis_for(db=14)))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "var" / "bench"  # reports, charts and process logs of the benches
+POSTGRES = "postgres://postgres@127.0.0.1:5432"  # local server, user postgres, trust auth
+
+
+def scratch_database(*, name: str) -> str:
+    """Drop and create the PostgreSQL database `name` (a bench's own, never a real one); its URL."""
+    import psycopg
+
+    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as conn:
+        # WITH (FORCE): a previous run killed half-way may still hold connections to it.
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"{POSTGRES}/{name}"
+
+
+def database_for(*, name: str) -> str:
+    """BENCH_DATABASE_URL when it is set (a database of yours: migrated, never dropped), else
+    the scratch database `name`, dropped and created."""
+    return os.environ.get("BENCH_DATABASE_URL") or scratch_database(name=name)
+
+
+def redis_for(*, db: int) -> str:
+    """BENCH_REDIS_URL when it is set, else local Redis database `db` (django_start empties it)."""
+    return os.environ.get("BENCH_REDIS_URL") or f"redis://127.0.0.1:6379/{db}"
+
+
+def django_env(*, database_url: str, redis_url: str, **settings: str) -> dict[str, str]:
+    """This process's environment with demo settings (DJANGO_DEBUG=1: demo secrets, never
+    production ones), the bench's database and Redis, and `settings` (variable -> value).
+    For benches with no provider or mail server; the ones with the whole stack use
+    devtools.processes.stack_env, which adds those."""
+    return {
+        **os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
+        "DATABASE_URL": database_url, "REDIS_URL": redis_url, **settings,
+    }  # fmt: skip
+
+
+def django_start(*, env: Mapping[str, str]) -> None:
+    """Point this process at `env` (its DATABASE_URL and REDIS_URL are the bench's scratch
+    stores), set Django up, empty that Redis database and migrate the database."""
+    os.environ.update(env)
+    import django
+    import redis
+
+    django.setup()
+    from django.core.management import call_command
+
+    redis.Redis.from_url(env["REDIS_URL"]).flushdb()
+    call_command("migrate", verbosity=0)

@@ -1,0 +1,69 @@
+"""The definitions of the figures every view and benchmark reports: one formula each.
+
+Pure: no Django, no database. The dashboard, `queue_stats`, `/metrics`, the demo report and
+the benchmarks (bench/*.py, which import this before Django is set up, or never set it up)
+all compute percentiles and rates here, so a figure with the same name means the same thing
+everywhere. The figures that need the database (latency per tier, retries and completed work
+in a window) have one selector each in activity.py, built on these.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    count: int
+    p50_s: float | None
+    p95_s: float | None
+
+
+EMPTY = Quantiles(count=0, p50_s=None, p95_s=None)
+
+
+def percentile(*, values: Iterable[float], fraction: float) -> float | None:
+    """The `fraction` (0..1) percentile of `values`, in any order; None when there are none.
+
+    Rule: linear interpolation between the two nearest ranks of the sorted values, at position
+    fraction * (n - 1) (0-based). That is PostgreSQL's `percentile_cont`, so the figures that
+    PostgreSQL computes in SQL and the ones computed here agree; it is also numpy's default
+    ("linear") and `statistics.quantiles(method="inclusive")`. One value is every percentile of
+    itself; the result never lies outside the values (p0 is the minimum, p100 the maximum).
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be within 0..1, not {fraction}")
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    position = fraction * (len(ordered) - 1)
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def quantiles_of(values: Iterable[float]) -> Quantiles:
+    """Count, p50 and p95 of `values` (seconds)."""
+    ordered = sorted(values)
+    return Quantiles(
+        count=len(ordered),
+        p50_s=percentile(values=ordered, fraction=0.5),
+        p95_s=percentile(values=ordered, fraction=0.95),
+    )
+
+
+def ratio(part: int, whole: int) -> float | None:
+    """part / whole; None (no data), not 0 or a division error, when `whole` is 0."""
+    return part / whole if whole else None
+
+
+def retry_rate(*, retries: int, completed: int) -> float | None:
+    """Transient retries per completed outreach.
+
+    A retry is a failed attempt run again after backoff (a 5xx, a timeout, a dropped
+    connection); completed is work the pipeline finished (sent, or a draft parked for review).
+    Waiting for budget (our pacer, or a provider 429 that hands the work back with its wait) is
+    not a failed attempt: 429s are their own figure. See activity.py for the selectors.
+    """
+    return ratio(retries, completed)

@@ -1,0 +1,139 @@
+"""The queue-health snapshot: every figure of the dashboard, `queue_stats` and `/metrics`,
+computed once per call (see the package docstring for what is read and what it costs)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from orchestrator.budget import Budget
+from orchestrator.dead_letters import replay_success_rate
+from orchestrator.metrics.activity import Activity, OwnerShare, owner_share, recent_activity
+from orchestrator.metrics.budget_use import (
+    BudgetNow,
+    BudgetPoint,
+    budget_last_hour,
+    budget_now,
+)
+from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes
+from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
+from orchestrator.metrics.figures import ratio, retry_rate
+from orchestrator.models import DeadLetter
+
+DEFAULT_WINDOW_S = 86_400
+
+
+@dataclass(frozen=True)
+class QueueHealth:
+    generated_at: datetime
+    window_s: int
+    depth: Depth
+    activity: Activity
+    owners: list[OwnerShare]
+    deferred: Deferred
+    failures: list[FailureClass]
+    dead_letters: int
+    replay_success_rate: float | None
+    cost_per_1k_tokens: float
+    budget: BudgetNow
+    budget_last_hour: list[BudgetPoint]
+
+    @property
+    def retry_rate(self) -> float | None:
+        """Transient retries per completed outreach (figures.retry_rate)."""
+        return retry_rate(retries=self.activity.retries, completed=self.activity.completed)
+
+    @property
+    def dead_letter_rate(self) -> float | None:
+        """Share of finished work (completed or dead) that died."""
+        return ratio(self.activity.dead, self.activity.completed + self.activity.dead)
+
+    @property
+    def approval_rate(self) -> float | None:
+        return ratio(self.activity.approved, self.activity.approved + self.activity.rejected)
+
+    @property
+    def tokens_per_completed(self) -> float | None:
+        return ratio(self.activity.tokens, self.activity.generated)
+
+    @property
+    def cost_per_completed(self) -> float | None:
+        tokens = self.tokens_per_completed
+        return None if tokens is None else tokens / 1000 * self.cost_per_1k_tokens
+
+    def as_json(self) -> dict[str, Any]:
+        """The contract's keys at the top (`states`, `tiers`, `oldest_queued_age_s`, `sent`,
+        `dead_letters`, `retries`, `provider_429s`, `llm_requests`), then every other figure."""
+        a, d = self.activity, self.depth
+        return _jsonable(
+            {
+                "generated_at": self.generated_at.isoformat(),
+                "window_s": self.window_s,
+                "states": d.states,
+                "tiers": d.tiers,
+                "oldest_queued_age_s": d.oldest_ready_age_s,
+                "sent": d.states["sent"],
+                "dead_letters": self.dead_letters,
+                "retries": a.retries,
+                "provider_429s": a.provider_429s,
+                "llm_requests": a.llm_requests,
+                "ready_by_tier": d.ready_by_tier,
+                "oldest_queued_age_s_by_tier": d.oldest_ready_age_s_by_tier,
+                "window": {k: v for k, v in asdict(a).items() if isinstance(v, int)},
+                "latency_s": {tier: asdict(q) for tier, q in a.latency.items()},
+                "rates": {
+                    "retry": self.retry_rate,
+                    "dead_letter": self.dead_letter_rate,
+                    "approval": self.approval_rate,
+                    "replay_success": self.replay_success_rate,
+                },
+                "success_by_kind": {kind: asdict(o) for kind, o in a.success_by_kind.items()},
+                "tokens": {
+                    "per_completed": self.tokens_per_completed,
+                    "cost_per_completed": self.cost_per_completed,
+                    "cost_per_1k_tokens": self.cost_per_1k_tokens,
+                },
+                "approvals": {"time_to_approval_s": asdict(a.time_to_approval)},
+                "dead_letter_classes": [asdict(f) for f in self.failures],
+                "owners": [asdict(o) for o in self.owners],
+                "deferred": asdict(self.deferred),
+                "budget": {
+                    "now": asdict(self.budget),
+                    "last_hour": [asdict(p) for p in self.budget_last_hour],
+                },
+            }
+        )
+
+
+def queue_health(*, now: datetime | None = None, budget: Budget | None = None) -> QueueHealth:
+    now = now or timezone.now()
+    window_s = int(getattr(settings, "METRICS_WINDOW_S", DEFAULT_WINDOW_S))
+    return QueueHealth(
+        generated_at=now,
+        window_s=window_s,
+        depth=queue_depth(now=now),
+        activity=recent_activity(since=now - timedelta(seconds=window_s)),
+        owners=owner_share(now=now),
+        deferred=deferred_work(),
+        failures=dead_letter_classes(),
+        dead_letters=DeadLetter.objects.count(),
+        replay_success_rate=replay_success_rate(),
+        cost_per_1k_tokens=float(getattr(settings, "LLM_COST_PER_1K_TOKENS", 0.0)),
+        budget=budget_now(budget=budget),
+        budget_last_hour=budget_last_hour(now=now),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    """Datetimes as ISO strings, recursively (the rest is already JSON)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
