@@ -23,7 +23,7 @@ from nurture.intake.sequence import Gate, sequence_gate
 from nurture.retry_rules import Paced, fail
 from orchestrator.budget import PROVIDER, Budget, get_budget
 from orchestrator.dead_letters import replay_outcome_success
-from orchestrator.dispatch.org_caps import job_scopes
+from orchestrator.dispatch.reads import job_scopes
 from outreach.draft_policy import check_draft
 from outreach.models import Lead, Outreach, State
 from outreach.transitions import TransitionLost, transition, transition_durably

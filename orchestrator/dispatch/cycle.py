@@ -23,10 +23,9 @@ from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from config.celery import app
-from orchestrator.budget import Budget, get_budget
+from orchestrator.budget import PROVIDER, Budget, get_budget
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.lease import Lease, dispatch_lease
-from orchestrator.dispatch.org_caps import OrganizationCaps, load_caps
 from orchestrator.dispatch.owner_limits import Capacity, OwnerRules, owner_capacity
 from orchestrator.dispatch.recovery import recover_stuck
 from orchestrator.dispatch.selection import (
@@ -34,7 +33,7 @@ from orchestrator.dispatch.selection import (
     Cursor,
     Pick,
     StarvationGuard,
-    rows_per_owner,
+    rows_to_load,
     select_batch,
 )
 from orchestrator.metrics import budget_sample_record
@@ -88,7 +87,7 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
 
 
 def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) -> CycleReport:
-    caps = load_caps(budget)  # first: recovery may refund reservations made in a capped scope
+    caps = reads.organization_caps_load(budget=budget)  # first: recovery may refund capped reservations
     report = CycleReport(
         recovered=recover_stuck(now=now, refund=lambda rid: budget.refund(reservation_id=rid))
     )
@@ -99,16 +98,17 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     room = {owner_id: c.remaining for owner_id, c in capacity.items() if c.remaining > 0}
     report.send = _dispatch_approved(room=room, now=now)
     report.slots = _llm_slots(budget=budget)
-    org_caps = OrganizationCaps.read(caps=caps, owner_ids=room)
-    if org_caps.scope_of:
-        room = org_caps.limit_room(room=room, budget=budget, cost=_cost(), now=now,
-                               turn=int(now.timestamp() / settings.DISPATCH_INTERVAL))  # fmt: skip
+    # A capped organization's owners are a budget group sharing what its bucket fits now.
+    groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
+    group_slots = _group_slots(groups=groups, budget=budget)
     weights = {rules.owner_id: weight for rules, weight in owners}
-    cursor = Cursor.from_json(client.get(CURSOR_KEY))
-    selection = select_batch(_candidates(room=room, slots=report.slots, weights=weights, now=now),
-                             slots=report.slots, cursor=cursor, weights=weights, starvation_guard=_guard())  # fmt: skip
+    cursor = Cursor.from_json(client.get(CURSOR_KEY)).keeping_groups(caps)
+    candidates = _candidates(room=room, slots=report.slots, weights=weights, groups=groups,
+                             group_slots=group_slots, now=now)  # fmt: skip
+    selection = select_batch(candidates, slots=report.slots, cursor=cursor, weights=weights,
+                             starvation_guard=_guard(), groups=groups, group_slots=group_slots)  # fmt: skip
     report.picks = list(selection.picks)
-    report.generation = _reserve_and_claim(picks=report.picks, budget=budget, caps=org_caps)
+    report.generation = _reserve_and_claim(picks=report.picks, budget=budget, groups=groups)
     lease.set_if_held(CURSOR_KEY, selection.cursor.to_json())
     return report
 
@@ -179,10 +179,27 @@ def _cost() -> tuple[int, int]:
     return calls, calls * settings.LLM_EST_TOKENS_PER_CALL
 
 
+def _group_slots(*, groups: Mapping[int, str], budget: Budget) -> dict[str, int]:
+    """How many outreach each capped organization's bucket (and the provider's) fits now: one
+    Redis read per organization with owners in the cycle."""
+    requests, tokens = _cost()
+    return {
+        scope: budget.headroom(scopes=(PROVIDER, scope)).fits(requests_each=requests, tokens_each=tokens)
+        for scope in set(groups.values())
+    }
+
+
 def _candidates(
-    *, room: Mapping[int, int], slots: int, weights: Mapping[int, int], now: datetime
+    *,
+    room: Mapping[int, int],
+    slots: int,
+    weights: Mapping[int, int],
+    groups: Mapping[int, str],
+    group_slots: Mapping[str, int],
+    now: datetime,
 ) -> Candidates:
-    """Each tier queried once: which owners have ready work, then their top-k rows.
+    """Each tier queried once: which owners have ready work, then their top-k rows (`rows_to_load`:
+    enough that truncation never changes the selection, capped organizations' owners included).
 
     An owner's room (daily limit left) is spent tier by tier, replies first, so the rows offered
     never exceed what the owner may still send today.
@@ -193,15 +210,17 @@ def _candidates(
         owners = reads.owners_with_ready_work(
             tier=tier, owner_ids=[o for o, n in left.items() if n > 0], now=now
         )
-        k = {o: min(left[o], rows_per_owner(slots=slots, owners_with_work=len(owners), weight=weights.get(o, 1)))
-             for o in owners}  # fmt: skip
+        k = rows_to_load(
+            owners_with_work=owners, slots=slots, weights=weights, groups=groups, group_slots=group_slots
+        )
+        k = {o: min(left[o], n) for o, n in k.items()}
         result[tier] = reads.ready_candidates(tier=tier, k_by_owner=k, now=now)
         for owner_id, rows in result[tier].items():
             left[owner_id] -= len(rows)
     return result
 
 
-def _reserve_and_claim(*, picks: list[Pick], budget: Budget, caps: OrganizationCaps) -> list[int]:
+def _reserve_and_claim(*, picks: list[Pick], budget: Budget, groups: Mapping[int, str]) -> list[int]:
     """Reserve budget for each pick, claim the rows, enqueue on commit; refund what was not claimed.
 
     Picks of an organization with its own LLM cap reserve from its scope too; any its cap cannot
@@ -210,11 +229,12 @@ def _reserve_and_claim(*, picks: list[Pick], budget: Budget, caps: OrganizationC
     if not picks:
         return []
     requests, tokens = _cost()
-    groups: dict[tuple[str, ...], list[Pick]] = {}
-    for pick in picks:  # in pick order: within a group, the first picks get the budget
-        groups.setdefault(caps.scopes(pick.owner_id), []).append(pick)
+    batches: dict[tuple[str, ...], list[Pick]] = {}
+    for pick in picks:  # in pick order: within a batch, the first picks get the budget
+        scope = groups.get(pick.owner_id)
+        batches.setdefault((PROVIDER, scope) if scope else (PROVIDER,), []).append(pick)
     by_id: dict[int, str] = {}
-    for scopes, group in groups.items():
+    for scopes, group in batches.items():
         reservations, denied = budget.reserve_up_to(
             count=len(group), requests_each=requests, tokens_each=tokens, scopes=scopes
         )

@@ -1,6 +1,11 @@
 """Reads for the dispatch cycle. Every query is bounded by slots and active owners, never by
 queue depth: each uses a partial index of outreach/models.py and stops after k rows per owner.
 
+Also the organizations' own LLM caps (Organization.llm_rpm / llm_tpm), which every user of the
+budget loads before touching a capped scope (a scope without limits can be neither reserved,
+settled nor refunded): the dispatch cycle first thing (its stuck recovery refunds), and a
+generation job whose reservation names one (`job_scopes`).
+
 PostgreSQL runs the per-owner top-k as one LATERAL join; SQLite (the demo's embedded default)
 has no LATERAL, so it runs the same query with ROW_NUMBER() over the chosen owners instead.
 """
@@ -16,7 +21,14 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Q
 
-from orchestrator.budget import Limits, organization_limits, organization_scope
+from orchestrator.budget import (
+    PROVIDER,
+    Budget,
+    Limits,
+    organization_limits,
+    organization_scope,
+    reservation_scopes,
+)
 from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
 from orchestrator.dispatch.selection import Candidate
 from outreach.models import Organization, Outreach, Owner, OwnerDailySends, State
@@ -76,6 +88,34 @@ def organization_caps() -> dict[str, Limits]:
         except ValueError as exc:  # the admin refuses such caps; one written around it is not applied
             log.error("organization %s: LLM cap ignored: %s", org_id, exc, extra={"organization_id": org_id})
     return caps
+
+
+def organization_caps_load(*, budget: Budget) -> dict[str, Limits]:
+    """Read the organizations' caps and give them to `budget` (one query: O(capped ones))."""
+    caps = organization_caps()
+    budget.set_scope_limits(caps)
+    return caps
+
+
+def job_scopes(*, budget: Budget, reservation_id: str) -> tuple[str, ...]:
+    """The scopes a job's calls, settle and refund use: those its reservation was made in (the
+    dispatcher's decision, named by the id), with their caps loaded into `budget`. A cap
+    removed since is dropped: the provider's limit still holds, and that reservation expires."""
+    scopes = reservation_scopes(reservation_id)
+    if scopes == (PROVIDER,):
+        return scopes
+    caps = organization_caps_load(budget=budget)
+    return tuple(scope for scope in scopes if scope == PROVIDER or scope in caps)
+
+
+def capped_owner_scopes(*, caps: Mapping[str, Limits], owner_ids: Iterable[int]) -> dict[int, str]:
+    """Owner id -> its organization's budget scope, for the owners of organizations in `caps`
+    (the selection's budget groups). No query without caps; one with: O(owners)."""
+    if not caps:
+        return {}
+    rows = Owner.objects.filter(id__in=list(owner_ids)).values_list("id", "organization_id")
+    scopes = {owner: organization_scope(org) for owner, org in rows}
+    return {owner: scope for owner, scope in scopes.items() if scope in caps}
 
 
 def llm_in_flight() -> int:

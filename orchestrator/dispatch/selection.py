@@ -10,7 +10,10 @@ Policy:
    backfilled from the next tier's rows already loaded, so min(slots, candidates) picks are made.
    An optional `StarvationGuard` first reserves a minimum share of the slots for lower tiers with work.
 2. Within a tier: weighted round robin across owners, continuing from the persisted cursor
-   (`_schedule`), so no owner monopolises a tier however deep its backlog.
+   (`_TierRound`), so no owner monopolises a tier however deep its backlog.
+3. Budget groups (an organization with its own LLM cap): a group's owners together take at most
+   its `group_slots` this cycle, shared by the group's own round robin (also in the cursor); once
+   the group is spent its owners leave the round and the others get those slots (backfill).
 A round costs O(slots * log(owners) + owners): nothing here grows with queue depth.
 """
 
@@ -19,7 +22,8 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
@@ -69,46 +73,71 @@ class Position:
 class Cursor:
     """Per tier, the schedule position of the last pick; the next cycle starts strictly after it.
 
+    `groups` holds, per tier and budget group, where the group's own round robin stopped (the last
+    of its owners served there), so its few slots rotate among its owners from cycle to cycle.
     `Cursor()` starts every tier at the lowest owner id. Persist with `to_json()` / `from_json()`;
     a tier without a position (never served) is simply absent from the JSON.
     """
 
     positions: tuple[tuple[Tier, Position], ...] = ()
+    groups: tuple[tuple[Tier, str, Position], ...] = ()
 
     def __post_init__(self) -> None:
         by_tier = {Tier(tier): position for tier, position in self.positions}
         if len(by_tier) != len(self.positions):
             raise ValueError("a cursor holds one position per tier")
+        by_group = {(Tier(tier), group): position for tier, group, position in self.groups}
+        if len(by_group) != len(self.groups) or any(tier not in by_tier for tier, _ in by_group):
+            raise ValueError("a cursor holds one position per tier and group, in tiers it has served")
         object.__setattr__(self, "positions", tuple(sorted(by_tier.items())))
+        object.__setattr__(self, "groups", tuple((t, g, p) for (t, g), p in sorted(by_group.items())))
 
-    def position(self, tier: Tier) -> Position | None:
+    def position(self, tier: Tier, group: str | None = None) -> Position | None:
+        if group is not None:
+            return next((p for t, g, p in self.groups if (t, g) == (tier, group)), None)
         return dict(self.positions).get(tier)
 
-    def moved(self, *, tier: Tier, position: Position | None) -> Cursor:
+    def moved(
+        self, *, tier: Tier, position: Position | None, groups: Mapping[str, Position] | None = None
+    ) -> Cursor:
         if position is None:
             return self
-        return Cursor(positions=(*((t, p) for t, p in self.positions if t != tier), (tier, position)))
+        groups = groups or {}
+        return Cursor(
+            positions=(*((t, p) for t, p in self.positions if t != tier), (tier, position)),
+            groups=(
+                *((t, g, p) for t, g, p in self.groups if t != tier or g not in groups),
+                *((tier, g, p) for g, p in groups.items()),
+            ),
+        )
 
-    def as_dict(self) -> dict[str, dict[str, int | str]]:
-        return {
-            tier.name.lower(): {"owner_id": pos.owner_id, "phase": str(pos.phase)}
-            for tier, pos in self.positions
+    def keeping_groups(self, groups: Collection[str]) -> Cursor:
+        """Only the positions of these groups (the shell drops organizations no longer capped)."""
+        return Cursor(positions=self.positions, groups=tuple(x for x in self.groups if x[1] in groups))
+
+    def as_dict(self) -> dict[str, dict[str, object]]:
+        result: dict[str, dict[str, object]] = {
+            tier.name.lower(): _pos_dict(pos) for tier, pos in self.positions
         }
+        for tier, group, pos in self.groups:
+            by_group = result[tier.name.lower()].setdefault("groups", {})
+            assert isinstance(by_group, dict)
+            by_group[group] = _pos_dict(pos)
+        return result
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Mapping[str, object]]) -> Cursor:
         """Inverse of `as_dict`; raises ValueError on anything else (the shell may then use `Cursor()`)."""
         try:
-            positions = tuple(
-                (
-                    Tier[name.upper()],
-                    Position(owner_id=_int(pos["owner_id"]), phase=Fraction(str(pos["phase"]))),
-                )
+            positions = tuple((Tier[name.upper()], _position(pos)) for name, pos in data.items())
+            groups = tuple(
+                (Tier[name.upper()], _str(group), _position(gpos))
                 for name, pos in data.items()
+                for group, gpos in _mapping(pos.get("groups", {})).items()
             )
         except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
             raise ValueError(f"not a selection cursor: {data!r}") from exc
-        return cls(positions=positions)
+        return cls(positions=positions, groups=groups)
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
@@ -122,6 +151,15 @@ class Cursor:
         if not isinstance(data, dict):
             raise ValueError(f"not a selection cursor: {text!r}")
         return cls.from_dict(data)
+
+
+def _pos_dict(pos: Position) -> dict[str, object]:
+    return {"owner_id": pos.owner_id, "phase": str(pos.phase)}
+
+
+def _position(data: object) -> Position:
+    pos = _mapping(data)
+    return Position(owner_id=_int(pos["owner_id"]), phase=Fraction(str(pos["phase"])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +209,16 @@ def select_batch(
     cursor: Cursor,
     weights: Mapping[int, int] | None = None,
     starvation_guard: StarvationGuard | None = None,
+    groups: Mapping[int, str] | None = None,
+    group_slots: Mapping[str, int] | None = None,
 ) -> Selection:
     """Choose up to `slots` candidates: tiers by priority with backfill, owners by weighted round robin.
 
     `candidates[tier][owner_id]` is that owner's rows in its own order (oldest ready first), possibly
-    truncated to k rows (see `rows_per_owner`). `weights[owner_id]` is a positive int, default 1.
+    truncated (see `rows_to_load`). `weights[owner_id]` is a positive int, default 1.
+    `groups[owner_id]` names the budget group of an owner whose picks share a limited budget (an
+    organization with its own LLM cap), and `group_slots[group]` how many picks that budget takes
+    now; owners without a group are limited by `slots` only.
 
     Fairness invariant: within a tier, no context gets a second slot while another eligible context
     has none. Rounds start right after the cursor, so a cycle's per-owner counts in a tier differ by
@@ -183,30 +226,41 @@ def select_batch(
     of weight w gets w slots, interleaved, and over any stretch of the schedule (one cycle or many)
     there is a share D such that every owner that still has rows got D * w slots give or take one.
 
+    Budget groups: a group gets at most `group_slots[group]` picks. Each of its owners keeps its place
+    in the tier's round, but whichever of them comes up, the pick goes to the next owner of the group's
+    own round robin (weighted, continuing from the group's position in the cursor), so over
+    consecutive cycles every owner of the group gets its turn however few slots the group has. A group
+    whose slots are spent leaves the round with all its owners (no longer eligible) and the others get
+    its slots in the same cycle. With unit weights the fairness invariant holds among all owners that
+    remain eligible; with weights it holds among owners outside groups, and within a group for its
+    share of the picks.
+
     Tier invariant (guard off): no intro is picked while an eligible reply is unpicked, and no nudge
-    while an intro is. All slots are used when eligible work exists: min(slots, candidates) picks.
+    while an intro is (so a group's slots go to its replies first). All slots are used when eligible
+    work exists: min(slots, usable rows) picks, a group's rows counting up to its group_slots.
     """
     if slots < 0:
         raise ValueError(f"slots must be >= 0, got {slots}")
     weights = _checked_weights(weights or {})
-    available = _available(candidates)
-    counts = _allocate(available=available, slots=slots, guard=starvation_guard)
-    strict = _allocate(available=available, slots=slots, guard=None)
+    groups, group_slots = _checked_groups(groups or {}, group_slots or {})
+    _check_candidates(candidates)
+    chosen, new_cursor = _run(
+        candidates, slots=slots, cursor=cursor, weights=weights, guard=starvation_guard,
+        groups=groups, group_slots=group_slots,
+    )  # fmt: skip
+    strict = chosen
+    if starvation_guard is not None:
+        strict = _run(
+            candidates, slots=slots, cursor=cursor, weights=weights, guard=None,
+            groups=groups, group_slots=group_slots,
+        )[0]  # fmt: skip
     picks: list[Pick] = []
-    new_cursor = cursor
     for tier in sorted(Tier):
-        chosen, position = _schedule(
-            rows_by_owner=candidates.get(tier, {}),
-            count=counts[tier],
-            start=cursor.position(tier),
-            weights=weights,
-        )
         # Picks beyond what strict priority would give this tier exist only because of the guard.
         picks.extend(
-            _pick(row, nth=nth, weight=weights.get(row.owner_id, 1), guard=i >= strict[tier])
-            for i, (row, nth) in enumerate(chosen)
+            _pick(row, nth=nth, weight=weights.get(row.owner_id, 1), guard=i >= len(strict[tier]))
+            for i, (row, nth) in enumerate(chosen[tier])
         )
-        new_cursor = new_cursor.moved(tier=tier, position=position)
     return Selection(picks=tuple(picks), cursor=new_cursor)
 
 
@@ -230,39 +284,139 @@ def rows_per_owner(*, slots: int, owners_with_work: int, weight: int = 1) -> int
     return min(slots, max(weight, slots - owners_with_work + 1))
 
 
-def _schedule(
+def rows_to_load(
     *,
-    rows_by_owner: Mapping[int, Sequence[Candidate]],
-    count: int,
-    start: Position | None,
-    weights: Mapping[int, int],
-) -> tuple[list[tuple[Candidate, int]], Position | None]:
-    """Up to `count` rows of one tier in round-robin order, each with its owner's ordinal; the new position.
+    owners_with_work: Collection[int],
+    slots: int,
+    weights: Mapping[int, int] | None = None,
+    groups: Mapping[int, str] | None = None,
+    group_slots: Mapping[str, int] | None = None,
+) -> dict[int, int]:
+    """k per owner for one tier's rows (`rows_per_owner`), given the owners with work in that tier.
+
+    Owners outside groups never leave a round before their rows run out, but a group's owners do when
+    its slots are spent, so only the former count as "other owners served first": k for an owner
+    outside groups is rows_per_owner(slots, owners outside groups with work). A group's owner takes
+    at most what its group's round robin gives it: that round among the group's owners with work, on
+    min(slots, group_slots) picks; no owner of the group leaves it before the others (they share the
+    budget), so the same argument holds there. Higher tiers may spend some of the group's slots
+    first: counting all of them only makes k larger, which is safe.
+    """
+    weights, groups, group_slots = weights or {}, groups or {}, group_slots or {}
+    free = sum(1 for o in owners_with_work if o not in groups)
+    members = Counter(groups[o] for o in owners_with_work if o in groups)
+    return {
+        o: (
+            rows_per_owner(slots=min(slots, group_slots.get(groups[o], 0)), owners_with_work=members[groups[o]],
+                           weight=weights.get(o, 1))
+            if o in groups
+            else rows_per_owner(slots=slots, owners_with_work=free, weight=weights.get(o, 1))
+        )
+        for o in owners_with_work
+    }  # fmt: skip
+
+
+class _TierRound:
+    """One tier's schedule during a selection: taken in stages (guard reserves, then priority).
 
     Owner o of weight w has service tags k/w (k = 0, 1, ...) on a virtual clock whose unit is a round;
     rows go in (tag, owner_id) order, so a round serves each owner w times, interleaved, and an
     unweighted round is one row per owner in owner-id order. Tags start strictly after the cursor
     position (phase, owner_id): unweighted, that is the first owner id above the last one served,
     wrapping around. An owner whose rows run out leaves the round; the others carry on.
+
+    A group's owners keep their tags (the group's places in the round), but each place is filled by
+    the next owner of the group's own round (`_GroupRound`). The group keeps one place per owner with
+    rows left: when one runs out, its furthest place goes. When its slots are spent, all go.
     """
-    heap = [
-        (_first_tag(start=start, owner_id=owner_id, weight=weights.get(owner_id, 1)), owner_id)
-        for owner_id, rows in rows_by_owner.items()
-        if rows
-    ]
-    heapq.heapify(heap)  # O(owners); then O(log owners) per pick
-    taken: dict[int, int] = {}
-    chosen: list[tuple[Candidate, int]] = []
-    position = start
-    while heap and len(chosen) < count:
-        tag, owner_id = heapq.heappop(heap)
-        rows, nth = rows_by_owner[owner_id], taken.get(owner_id, 0) + 1
-        chosen.append((rows[nth - 1], nth))
-        taken[owner_id] = nth
-        position = Position(owner_id=owner_id, phase=tag - math.floor(tag))
-        if nth < len(rows):
-            heapq.heappush(heap, (tag + Fraction(1, weights.get(owner_id, 1)), owner_id))
-    return chosen, position
+
+    def __init__(
+        self,
+        *,
+        tier: Tier,
+        rows_by_owner: Mapping[int, Sequence[Candidate]],
+        cursor: Cursor,
+        weights: Mapping[int, int],
+        groups: Mapping[int, str],
+        group_left: dict[str, int],
+    ) -> None:
+        self.rows, self.weights, self.groups, self.group_left = rows_by_owner, weights, groups, group_left
+        self.position = cursor.position(tier)
+        owners = [o for o, rows in rows_by_owner.items() if rows]
+        self.heap = [
+            (_first_tag(start=self.position, owner_id=o, weight=weights.get(o, 1)), o) for o in owners
+        ]
+        heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
+        self.places: dict[str, dict[int, Fraction]] = {}  # group -> its places in the heap: owner -> tag
+        for tag, o in self.heap:
+            if o in groups:
+                self.places.setdefault(groups[o], {})[o] = tag
+        self.group_rounds = {
+            group: _GroupRound(
+                owners=[o for o in owners if groups.get(o) == group],
+                start=cursor.position(tier, group),
+                weights=weights,
+            )
+            for group in self.places
+        }
+        self.taken: dict[int, int] = {}
+
+    def take(self, count: int) -> list[tuple[Candidate, int]]:
+        """Up to `count` more rows in schedule order, each with its owner's ordinal in this tier."""
+        chosen: list[tuple[Candidate, int]] = []
+        while self.heap and len(chosen) < count:
+            tag, place = heapq.heappop(self.heap)
+            group = self.groups.get(place)
+            if group is not None and (place not in self.places[group] or self.group_left[group] <= 0):
+                continue  # a place the group gave up, or the group's slots are spent: it leaves the round
+            owner = place if group is None else self.group_rounds[group].next()
+            nth = self.taken[owner] = self.taken.get(owner, 0) + 1
+            chosen.append((self.rows[owner][nth - 1], nth))
+            self.position = Position(owner_id=place, phase=tag - math.floor(tag))
+            more, next_tag = nth < len(self.rows[owner]), tag + Fraction(1, self.weights.get(place, 1))
+            if group is not None:
+                self._group_served(group=group, place=place, next_tag=next_tag, more=more)
+            elif more:
+                heapq.heappush(self.heap, (next_tag, place))
+        return chosen
+
+    def _group_served(self, *, group: str, place: int, next_tag: Fraction, more: bool) -> None:
+        self.group_left[group] -= 1
+        heapq.heappush(self.heap, (next_tag, place))
+        self.places[group][place] = next_tag
+        self.group_rounds[group].served(more=more)
+        if not more:
+            # One owner fewer, so one place fewer: the furthest goes, not the emptied owner's own,
+            # so the places still due in this round are filled and no owner of the group waits a
+            # round while another owner gets a second pick (property-tested).
+            places = self.places[group]
+            del places[max(places, key=lambda o: (places[o], o))]
+
+    def group_positions(self) -> dict[str, Position]:
+        return {g: r.position for g, r in self.group_rounds.items() if r.position is not None}
+
+
+class _GroupRound:
+    """A group's own weighted round robin over its owners with rows left, from the group's position."""
+
+    def __init__(self, *, owners: Sequence[int], start: Position | None, weights: Mapping[int, int]) -> None:
+        self.weights, self.position = weights, start
+        self.heap = [(_first_tag(start=start, owner_id=o, weight=weights.get(o, 1)), o) for o in owners]
+        heapq.heapify(self.heap)
+        self.current: tuple[Fraction, int] | None = None
+
+    def next(self) -> int:
+        self.current = heapq.heappop(self.heap)
+        tag, owner = self.current
+        self.position = Position(owner_id=owner, phase=tag - math.floor(tag))
+        return owner
+
+    def served(self, *, more: bool) -> None:
+        """After `next()`: its owner comes round again if it has rows left."""
+        assert self.current is not None, "served() follows next()"
+        tag, owner = self.current
+        if more:
+            heapq.heappush(self.heap, (tag + Fraction(1, self.weights.get(owner, 1)), owner))
 
 
 def _first_tag(*, start: Position | None, owner_id: int, weight: int) -> Fraction:
@@ -275,19 +429,38 @@ def _first_tag(*, start: Position | None, owner_id: int, weight: int) -> Fractio
     return Fraction(k, weight)
 
 
-def _allocate(*, available: Mapping[Tier, int], slots: int, guard: StarvationGuard | None) -> dict[Tier, int]:
-    """Slots per tier: guard reservations first (tier order), then strict priority fills the rest."""
-    counts = dict.fromkeys(Tier, 0)
+def _run(
+    candidates: Candidates,
+    *,
+    slots: int,
+    cursor: Cursor,
+    weights: Mapping[int, int],
+    guard: StarvationGuard | None,
+    groups: Mapping[int, str],
+    group_slots: Mapping[str, int],
+) -> tuple[dict[Tier, list[tuple[Candidate, int]]], Cursor]:
+    """Rows per tier in schedule order: guard reservations first (tier order), then strict priority
+    fills the rest; each tier's round continues from one stage to the next. Also the new cursor."""
+    group_left = dict(group_slots)  # spent across tiers: replies first
+    rounds = {
+        tier: _TierRound(
+            tier=tier, rows_by_owner=candidates.get(tier, {}), cursor=cursor, weights=weights,
+            groups=groups, group_left=group_left,
+        )
+        for tier in sorted(Tier)
+    }  # fmt: skip
+    chosen: dict[Tier, list[tuple[Candidate, int]]] = {tier: [] for tier in Tier}
     left = slots
-    for tier in sorted(Tier):
-        reserve = guard.reserved(tier=tier, slots=slots) if guard is not None else 0
-        counts[tier] = min(reserve, available[tier], left)
-        left -= counts[tier]
-    for tier in sorted(Tier):
-        extra = min(available[tier] - counts[tier], left)
-        counts[tier] += extra
-        left -= extra
-    return counts
+    for stage in ("guard", "priority") if guard is not None else ("priority",):
+        for tier in sorted(Tier):
+            want = left if stage == "priority" else min(left, guard.reserved(tier=tier, slots=slots))  # type: ignore[union-attr]
+            taken = rounds[tier].take(want)
+            chosen[tier] += taken
+            left -= len(taken)
+    new_cursor = cursor
+    for tier, round_ in rounds.items():
+        new_cursor = new_cursor.moved(tier=tier, position=round_.position, groups=round_.group_positions())
+    return chosen, new_cursor
 
 
 def _pick(row: Candidate, *, nth: int, weight: int, guard: bool) -> Pick:
@@ -298,10 +471,9 @@ def _pick(row: Candidate, *, nth: int, weight: int, guard: bool) -> Pick:
     return Pick(outreach_id=row.outreach_id, owner_id=row.owner_id, tier=row.tier, reason=reason)
 
 
-def _available(candidates: Candidates) -> dict[Tier, int]:
-    """Rows per tier; rejects rows filed under the wrong tier or owner and duplicates (shell bugs)."""
+def _check_candidates(candidates: Candidates) -> None:
+    """Rejects rows filed under the wrong tier or owner and duplicates (shell bugs)."""
     seen: set[int] = set()
-    available = dict.fromkeys(Tier, 0)
     for tier, by_owner in candidates.items():
         for owner_id, rows in by_owner.items():
             for row in rows:
@@ -310,8 +482,16 @@ def _available(candidates: Candidates) -> dict[Tier, int]:
                         f"candidate {row} misfiled under tier={tier!r} owner={owner_id} or repeated"
                     )
                 seen.add(row.outreach_id)
-            available[Tier(tier)] += len(rows)
-    return available
+
+
+def _checked_groups(
+    groups: Mapping[int, str], group_slots: Mapping[str, int]
+) -> tuple[Mapping[int, str], Mapping[str, int]]:
+    missing = set(groups.values()) - set(group_slots)
+    bad = {g: n for g, n in group_slots.items() if not isinstance(n, int) or isinstance(n, bool) or n < 0}
+    if missing or bad:
+        raise ValueError(f"every group needs group_slots >= 0: missing {sorted(missing)}, bad {bad}")
+    return groups, group_slots
 
 
 def _checked_weights(weights: Mapping[int, int]) -> Mapping[int, int]:
@@ -319,6 +499,18 @@ def _checked_weights(weights: Mapping[int, int]) -> Mapping[int, int]:
     if bad:
         raise ValueError(f"owner weights must be positive ints, got {bad}")
     return weights
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a mapping, got {value!r}")
+    return value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
 
 
 def _int(value: object) -> int:

@@ -20,8 +20,7 @@ from devtools.llm_stub import LLMStub
 from nurture.generation import outreach_generate
 from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
 from orchestrator.dispatch.cycle import _reserve_and_claim, dispatch_cycle
-from orchestrator.dispatch.org_caps import OrganizationCaps, load_caps
-from orchestrator.dispatch.reads import organization_caps
+from orchestrator.dispatch.reads import capped_owner_scopes, organization_caps, organization_caps_load
 from orchestrator.dispatch.selection import Pick
 from outreach.models import Lead, Outreach, State
 from outreach.tiers import Tier
@@ -56,44 +55,40 @@ def test_capped_organization_gets_its_cap_and_the_others_its_slots_in_the_same_c
     assert reservation_id.endswith(f"@{PROVIDER},{scope}")
 
 
-def test_the_capped_organizations_turn_moves_between_its_owners(
-    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+def test_the_capped_organizations_turn_moves_between_its_owners_with_the_cursor(
+    budget: Budget, django_capture_on_commit_callbacks: Any
 ) -> None:
     # given an organization whose bucket takes one outreach a cycle, and three owners with work
     capped = make_org(llm_rpm=6)
     owners = [make_owner(organization=capped) for _ in range(3)]
     for owner in owners:
         make_outreach(lead=make_lead(owner=owner))
-    # when cycles run at three successive turns, the bucket emptied in between
+    # when three cycles run at the same instant (no clock involved), the bucket emptied in between
     served = []
-    start = timezone.now() + timedelta(minutes=1)
-    for turn in range(3):
+    now = timezone.now() + timedelta(minutes=1)
+    for _ in range(3):
         budget.reset()
-        now = start + timedelta(seconds=turn * settings.DISPATCH_INTERVAL)
         with django_capture_on_commit_callbacks(execute=True):
             report = dispatch_cycle(budget=budget, now=now)
         served += [pick.owner_id for pick in report.picks]
         Outreach.objects.filter(state=State.DISPATCHED).update(state=State.QUEUED, reservation_id="")
-    # then each owner was served once
-    assert sorted(served) == sorted(owner.pk for owner in owners)
+    # then the persisted cursor gave each owner the turn once, in order
+    assert served == [owner.pk for owner in owners]
 
 
 def test_within_a_capped_organization_a_reply_gets_the_turn_first(
-    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+    budget: Budget, django_capture_on_commit_callbacks: Any
 ) -> None:
     # given an organization whose bucket takes one outreach now: one owner with an intro, one
     # (created later, so later in id order) with a reply
     capped = make_org(llm_rpm=6)
     intro = make_outreach(lead=make_lead(owner=make_owner(organization=capped)))
     reply = make_outreach(lead=make_lead(owner=make_owner(organization=capped)), kind=Outreach.Kind.REPLY)
-    # when cycles run at two successive turns, the bucket emptied in between
-    start = timezone.now() + timedelta(minutes=1)
-    for turn in range(2):
+    # when two cycles run (the cursor moving on in between), the bucket emptied in between
+    for _ in range(2):
         budget.reset()
         with django_capture_on_commit_callbacks(execute=True):
-            report = dispatch_cycle(
-                budget=budget, now=start + timedelta(seconds=turn * settings.DISPATCH_INTERVAL)
-            )
+            report = dispatch_cycle(budget=budget)
         # then the reply is served whatever the turn, as everywhere else (reply-first)
         assert report.generation == [reply.pk]
         Outreach.objects.filter(pk=reply.pk).update(state=State.QUEUED, reservation_id="")
@@ -106,12 +101,12 @@ def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Bu
     capped = make_org(llm_rpm=6)
     owner = make_owner(organization=capped)
     ids = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(2)]
-    caps = OrganizationCaps.read(caps=load_caps(budget), owner_ids=[owner.pk])
+    groups = capped_owner_scopes(caps=organization_caps_load(budget=budget), owner_ids=[owner.pk])
     scope = organization_scope(capped.pk)
     assert isinstance(budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, scope)), Reservation)
     picks = [Pick(outreach_id=i, owner_id=owner.pk, tier=Tier.INTRO, reason="test") for i in ids]
     # when they are reserved and claimed
-    claimed = _reserve_and_claim(picks=picks, budget=budget, caps=caps)
+    claimed = _reserve_and_claim(picks=picks, budget=budget, groups=groups)
     # then none is claimed, and each says which bucket stopped it
     assert claimed == []
     rows = Outreach.objects.filter(id__in=ids)

@@ -1,6 +1,7 @@
 """The dispatcher's pure selection policy: table-driven cases for the obvious, hypothesis for the invariants.
 
-No database, Redis or clock: `select_batch` is a pure function of (candidates, slots, cursor, weights, guard).
+No database, Redis or clock: `select_batch` is a pure function of (candidates, slots, cursor, weights, guard,
+budget groups).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from orchestrator.dispatch.selection import (
     Selection,
     StarvationGuard,
     rows_per_owner,
+    rows_to_load,
     select_batch,
 )
 from outreach.tiers import Tier
@@ -103,7 +105,28 @@ phases = st.integers(min_value=1, max_value=6).flatmap(
     lambda d: st.integers(0, d - 1).map(lambda n: Fraction(n, d))
 )
 positions = st.builds(Position, owner_id=st.integers(min_value=0, max_value=13), phase=phases)
-cursors = st.dictionaries(st.sampled_from(Tier), positions).map(lambda d: Cursor(positions=tuple(d.items())))
+group_names = st.sampled_from(["org:1", "org:2"])
+
+
+@st.composite
+def cursors(draw: st.DrawFn) -> Cursor:
+    by_tier = draw(st.dictionaries(st.sampled_from(Tier), positions))
+    by_group = draw(
+        st.dictionaries(st.tuples(st.sampled_from(sorted(by_tier) or [REPLY]), group_names), positions)
+    )
+    return Cursor(
+        positions=tuple(by_tier.items()),
+        groups=tuple((t, g, p) for (t, g), p in by_group.items() if t in by_tier),
+    )
+
+
+@st.composite
+def budget_groups(draw: st.DrawFn) -> tuple[dict[int, str], dict[str, int]]:
+    """Some owners in one of two groups, each group with 0-6 slots."""
+    groups = draw(st.dictionaries(owner_ids, group_names, max_size=8))
+    return groups, {g: draw(st.integers(min_value=0, max_value=6)) for g in sorted(set(groups.values()))}
+
+
 weight_maps = st.dictionaries(owner_ids, st.integers(min_value=1, max_value=4))
 slot_counts = st.integers(min_value=0, max_value=24)
 
@@ -382,7 +405,7 @@ def test_starvation_guard_serves_nudges_every_cycle_under_permanent_reply_load()
     assert served == 10
 
 
-@given(candidates=workloads(), slots=slot_counts, cursor=cursors, guard=guards())
+@given(candidates=workloads(), slots=slot_counts, cursor=cursors(), guard=guards())
 def test_starvation_guard_property(
     candidates: Candidates, slots: int, cursor: Cursor, guard: StarvationGuard
 ) -> None:
@@ -403,7 +426,11 @@ def test_starvation_guard_property(
 
 
 @given(
-    candidates=workloads(), slots=slot_counts, cursor=cursors, weights=weight_maps, guard=st.none() | guards()
+    candidates=workloads(),
+    slots=slot_counts,
+    cursor=cursors(),
+    weights=weight_maps,
+    guard=st.none() | guards(),
 )
 def test_picks_are_distinct_candidates_and_fill_min_of_slots_and_work(
     candidates: Candidates, slots: int, cursor: Cursor, weights: dict[int, int], guard: StarvationGuard | None
@@ -421,7 +448,7 @@ def test_picks_are_distinct_candidates_and_fill_min_of_slots_and_work(
     )
 
 
-@given(candidates=workloads(), slots=slot_counts, cursor=cursors, weights=weight_maps)
+@given(candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps)
 def test_no_lower_tier_pick_while_a_higher_tier_row_is_unpicked(
     candidates: Candidates, slots: int, cursor: Cursor, weights: dict[int, int]
 ) -> None:
@@ -433,7 +460,7 @@ def test_no_lower_tier_pick_while_a_higher_tier_row_is_unpicked(
     assert [p.tier for p in selection.picks] == sorted(p.tier for p in selection.picks)
 
 
-@given(candidates=workloads(), slots=slot_counts, cursor=cursors)
+@given(candidates=workloads(), slots=slot_counts, cursor=cursors())
 def test_unweighted_per_owner_picks_differ_by_at_most_one_within_a_tier(
     candidates: Candidates, slots: int, cursor: Cursor
 ) -> None:
@@ -448,7 +475,7 @@ def test_unweighted_per_owner_picks_differ_by_at_most_one_within_a_tier(
     assert prefixes_fair(candidates, selection, weights={})
 
 
-@given(candidates=workloads(), slots=slot_counts, cursor=cursors, weights=weight_maps)
+@given(candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps)
 def test_weighted_shares_hold_within_one_item(
     candidates: Candidates, slots: int, cursor: Cursor, weights: dict[int, int]
 ) -> None:
@@ -456,7 +483,7 @@ def test_weighted_shares_hold_within_one_item(
     assert prefixes_fair(candidates, selection, weights=weights)
 
 
-@given(weights=weight_maps.filter(bool), cursor=cursors)
+@given(weights=weight_maps.filter(bool), cursor=cursors())
 def test_weights_give_w_items_per_round_when_every_owner_is_backlogged(
     weights: dict[int, int], cursor: Cursor
 ) -> None:
@@ -473,7 +500,11 @@ def test_weights_give_w_items_per_round_when_every_owner_is_backlogged(
 
 
 @given(
-    candidates=workloads(), slots=slot_counts, cursor=cursors, weights=weight_maps, guard=st.none() | guards()
+    candidates=workloads(),
+    slots=slot_counts,
+    cursor=cursors(),
+    weights=weight_maps,
+    guard=st.none() | guards(),
 )
 def test_truncating_to_rows_per_owner_changes_nothing(
     candidates: Candidates, slots: int, cursor: Cursor, weights: dict[int, int], guard: StarvationGuard | None
@@ -501,7 +532,7 @@ def test_truncating_to_rows_per_owner_changes_nothing(
     )
 
 
-@given(candidates=workloads(), first=slot_counts, second=slot_counts, cursor=cursors, weights=weight_maps)
+@given(candidates=workloads(), first=slot_counts, second=slot_counts, cursor=cursors(), weights=weight_maps)
 def test_next_cycle_continues_where_this_one_stopped(
     candidates: Candidates, first: int, second: int, cursor: Cursor, weights: dict[int, int]
 ) -> None:
@@ -521,7 +552,7 @@ def test_next_cycle_continues_where_this_one_stopped(
     assert two.cursor == both.cursor
 
 
-@given(cursor=cursors)
+@given(cursor=cursors())
 def test_cursor_round_trips_through_json(cursor: Cursor) -> None:
     assert Cursor.from_json(cursor.to_json()) == cursor
     assert Cursor.from_dict(cursor.as_dict()) == cursor
@@ -581,7 +612,7 @@ def test_every_one_of_500_owners_is_served_within_63_cycles_of_8_slots(start: Cu
 @given(
     owners=st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=80, unique=True),
     slots=st.integers(min_value=1, max_value=12),
-    cursor=cursors,
+    cursor=cursors(),
 )
 def test_every_owner_is_served_within_ceil_owners_over_slots_cycles(
     owners: list[int], slots: int, cursor: Cursor
@@ -597,7 +628,7 @@ def test_every_owner_is_served_within_ceil_owners_over_slots_cycles(
     ),
     slots=st.integers(min_value=1, max_value=6),
     cycles=st.integers(min_value=1, max_value=30),
-    cursor=cursors,
+    cursor=cursors(),
 )
 def test_weights_are_honoured_across_cycles(
     weights: dict[int, int], slots: int, cycles: int, cursor: Cursor
@@ -607,3 +638,284 @@ def test_weights_are_honoured_across_cycles(
     # then over all the cycles together every owner is within one item of the same share D * w
     counts = Counter(o for cycle in history for o in cycle)
     assert within_one_item_of_a_common_share(counts, has_more=dict.fromkeys(weights, True), weights=weights)
+
+
+# --- budget groups (organizations with their own LLM cap) --------------------------------------------------
+
+Groups = tuple[dict[int, str], dict[str, int]]
+
+
+def usable(candidates: Candidates, groups: Groups) -> int:
+    """Rows that could be picked with unlimited slots: a group's rows count up to its slots."""
+    of, group_slots = groups
+    free = sum(len(rs) for by_owner in candidates.values() for o, rs in by_owner.items() if o not in of)
+    in_group = Counter(
+        of[o] for by_owner in candidates.values() for o, rs in by_owner.items() if o in of for _ in rs
+    )
+    return free + sum(min(n, group_slots[g]) for g, n in in_group.items())
+
+
+GROUP_CASES = [
+    (
+        "a spent group's slots go to the others in the same cycle",
+        {REPLY: {1: 2, 2: 2, 3: 2}},
+        4,
+        Cursor(),
+        [1010, 1030, 1031],
+    ),
+    (
+        "the group's turn continues after its own position",
+        {REPLY: {1: 2, 2: 2, 3: 2}},
+        4,
+        Cursor(positions=((REPLY, Position(owner_id=3)),), groups=((REPLY, "org:1", Position(owner_id=1)),)),
+        [1020, 1030, 1031],
+    ),
+    (
+        "the group's place in the round is its owners' place",
+        {REPLY: {1: 1, 2: 1, 3: 1}},
+        1,
+        Cursor(positions=((REPLY, Position(owner_id=1)),), groups=((REPLY, "org:1", Position(owner_id=2)),)),
+        [1010],  # owner 2's place in the round, filled by owner 1: the group's next
+    ),
+    (
+        "the group's reply takes its slot before its intro",
+        {REPLY: {2: 1}, INTRO: {1: 1, 3: 1}},
+        3,
+        Cursor(),
+        [1020, 2030],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "depths", "slots", "cursor", "expected"), GROUP_CASES, ids=[c[0] for c in GROUP_CASES]
+)
+def test_select_batch_with_a_group_table(
+    name: str, depths: dict[Tier, dict[int, int]], slots: int, cursor: Cursor, expected: list[int]
+) -> None:
+    # given owners 1 and 2 sharing one slot of their organization's cap, owner 3 uncapped
+    groups, group_slots = {1: "org:1", 2: "org:1"}, {"org:1": 1}
+    # when selecting / then
+    selection = select_batch(rows(depths), slots=slots, cursor=cursor, groups=groups, group_slots=group_slots)
+    assert ids(selection) == expected
+
+
+def test_group_positions_persist_in_the_cursor() -> None:
+    # given a group whose one slot went to owner 2 in the reply tier
+    selection = select_batch(
+        rows({REPLY: {2: 1, 3: 1}}), slots=2, cursor=Cursor(), groups={2: "org:1"}, group_slots={"org:1": 1}
+    )
+    # then the cursor says so under the tier, and round-trips
+    assert selection.cursor.as_dict() == {
+        "reply": {"owner_id": 3, "phase": "0", "groups": {"org:1": {"owner_id": 2, "phase": "0"}}}
+    }
+    assert Cursor.from_json(selection.cursor.to_json()) == selection.cursor
+    assert selection.cursor.keeping_groups({"org:9"}) == Cursor(positions=selection.cursor.positions)
+
+
+@pytest.mark.parametrize(
+    ("groups", "group_slots"),
+    [({1: "org:1"}, {}), ({1: "org:1"}, {"org:1": -1}), ({1: "org:1"}, {"org:1": True})],
+    ids=["group without slots", "negative slots", "bool slots"],
+)
+def test_select_batch_rejects_bad_groups(groups: dict[int, str], group_slots: dict[str, int]) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011
+        select_batch({}, slots=1, cursor=Cursor(), groups=groups, group_slots=group_slots)
+
+
+@given(
+    candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps, groups=budget_groups(),
+    guard=st.none() | guards(),
+)  # fmt: skip
+def test_groups_never_exceed_their_slots_and_the_others_take_the_rest(
+    candidates: Candidates,
+    slots: int,
+    cursor: Cursor,
+    weights: dict[int, int],
+    groups: Groups,
+    guard: StarvationGuard | None,
+) -> None:
+    of, group_slots = groups
+    selection = select_batch(
+        candidates, slots=slots, cursor=cursor, weights=weights, starvation_guard=guard,
+        groups=of, group_slots=group_slots,
+    )  # fmt: skip
+    offered = {r.outreach_id: r for by_owner in candidates.values() for rs in by_owner.values() for r in rs}
+    # never more picks for a group than its slots ...
+    per_group = Counter(of[p.owner_id] for p in selection.picks if p.owner_id in of)
+    assert all(n <= group_slots[g] for g, n in per_group.items())
+    # ... and every slot used while usable work exists: min(slots, usable rows), distinct offered rows
+    assert len(selection.picks) == min(slots, usable(candidates, groups))
+    assert len(set(ids(selection))) == len(selection.picks)
+    assert all((p.owner_id, p.tier) == (offered[p.outreach_id].owner_id, p.tier) for p in selection.picks)
+    assert Cursor.from_json(selection.cursor.to_json()) == selection.cursor
+
+
+@given(
+    candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps, groups=budget_groups()
+)
+def test_with_groups_no_lower_tier_pick_while_a_usable_higher_tier_row_is_unpicked(
+    candidates: Candidates, slots: int, cursor: Cursor, weights: dict[int, int], groups: Groups
+) -> None:
+    of, group_slots = groups
+    selection = select_batch(
+        candidates, slots=slots, cursor=cursor, weights=weights, groups=of, group_slots=group_slots
+    )
+    picked = set(ids(selection))
+    used = Counter(of[p.owner_id] for p in selection.picks if p.owner_id in of)
+    spent = {g for g, n in group_slots.items() if used[g] == n}
+    for pick in selection.picks:
+        for higher in (t for t in Tier if t < pick.tier):
+            # every higher-tier row is picked unless its owner's group is spent (replies first in a group)
+            assert all(
+                r.outreach_id in picked or of.get(o) in spent
+                for o, rs in candidates.get(higher, {}).items()
+                for r in rs
+            )
+    assert [p.tier for p in selection.picks] == sorted(p.tier for p in selection.picks)
+
+
+@given(candidates=workloads(), slots=slot_counts, cursor=cursors(), groups=budget_groups())
+def test_with_groups_no_eligible_owner_waits_for_a_second_slot_of_another(
+    candidates: Candidates, slots: int, cursor: Cursor, groups: Groups
+) -> None:
+    of, group_slots = groups
+    selection = select_batch(candidates, slots=slots, cursor=cursor, groups=of, group_slots=group_slots)
+    used: Counter[str] = Counter()
+    for tier, by_owner in candidates.items():
+        counts: Counter[int] = Counter()
+        used.update(of[p.owner_id] for p in selection.picks if p.tier < tier and p.owner_id in of)
+        for pick in (p for p in selection.picks if p.tier == tier):
+            counts[pick.owner_id] += 1
+            used.update([of[pick.owner_id]] if pick.owner_id in of else [])
+            # eligible: rows left, and its group (if any) not spent yet
+            eligible = {
+                o: counts[o] < len(rs) and (o not in of or used[of[o]] < group_slots[of[o]])
+                for o, rs in by_owner.items()
+                if rs
+            }
+            assert within_one_item_of_a_common_share(counts, has_more=eligible, weights={})
+        used.clear()
+
+
+@given(
+    candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps, groups=budget_groups()
+)
+def test_with_groups_weighted_shares_hold_among_owners_outside_groups(
+    candidates: Candidates, slots: int, cursor: Cursor, weights: dict[int, int], groups: Groups
+) -> None:
+    of, group_slots = groups
+    selection = select_batch(
+        candidates, slots=slots, cursor=cursor, weights=weights, groups=of, group_slots=group_slots
+    )
+    outside = {t: {o: rs for o, rs in by_owner.items() if o not in of} for t, by_owner in candidates.items()}
+    kept = Selection(picks=tuple(p for p in selection.picks if p.owner_id not in of), cursor=selection.cursor)
+    assert prefixes_fair(outside, kept, weights=weights)
+
+
+@given(
+    candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps, groups=budget_groups(),
+    guard=st.none() | guards(),
+)  # fmt: skip
+def test_with_groups_truncating_to_rows_to_load_changes_nothing(
+    candidates: Candidates,
+    slots: int,
+    cursor: Cursor,
+    weights: dict[int, int],
+    groups: Groups,
+    guard: StarvationGuard | None,
+) -> None:
+    of, group_slots = groups
+    # given the rows the shell would load: rows_to_load per tier over the owners with work there
+    truncated = {}
+    for tier, by_owner in candidates.items():
+        k = rows_to_load(
+            owners_with_work=[o for o, rs in by_owner.items() if rs], slots=slots, weights=weights,
+            groups=of, group_slots=group_slots,
+        )  # fmt: skip
+        truncated[tier] = {o: list(rs[: k.get(o, 0)]) for o, rs in by_owner.items()}
+    # then selecting from them is the same as selecting from the whole queue
+    kwargs = {"slots": slots, "cursor": cursor, "weights": weights, "starvation_guard": guard,
+              "groups": of, "group_slots": group_slots}  # fmt: skip
+    assert select_batch(truncated, **kwargs) == select_batch(candidates, **kwargs)  # type: ignore[arg-type]
+
+
+def simulate_groups(
+    *, free: Sequence[int], members: Sequence[int], slots: int, group_slots: int, cycles: int,
+    cursor: Cursor, weights: Mapping[int, int] | None = None,
+) -> list[list[int]]:  # fmt: skip
+    """Deep reply backlogs; `members` share one group's `group_slots` a cycle; the shell's loading and
+    the cursor persisted between cycles. Owners served, per cycle."""
+    weights = weights or {}
+    groups = dict.fromkeys(members, "org:1")
+    served: Counter[int] = Counter()
+    history: list[list[int]] = []
+    for _ in range(cycles):
+        owners = [*free, *members]
+        k = rows_to_load(owners_with_work=owners, slots=slots, weights=weights, groups=groups,
+                         group_slots={"org:1": group_slots})  # fmt: skip
+        candidates = {
+            REPLY: {o: [Candidate(outreach_id=o * 10_000 + served[o] + i, owner_id=o, tier=REPLY)
+                        for i in range(k[o])] for o in owners}
+        }  # fmt: skip
+        selection = select_batch(candidates, slots=slots, cursor=cursor, weights=weights, groups=groups,
+                                 group_slots={"org:1": group_slots})  # fmt: skip
+        cursor = Cursor.from_json(selection.cursor.to_json())
+        served.update(p.owner_id for p in selection.picks)
+        history.append([p.owner_id for p in selection.picks])
+    return history
+
+
+def test_a_groups_single_slot_rotates_among_its_owners_from_cycle_to_cycle() -> None:
+    # given three owners sharing one slot a cycle, and an uncapped owner with the highest id
+    history = simulate_groups(free=[9], members=[1, 2, 3], slots=4, group_slots=1, cycles=6, cursor=Cursor())
+    # then each cycle the group's slot goes to its next owner, and the uncapped owner takes the rest
+    assert [[o for o in cycle if o != 9] for cycle in history] == [[1], [2], [3], [1], [2], [3]]
+    assert all(cycle.count(9) == 3 for cycle in history)
+
+
+@settings(deadline=None)
+@given(
+    free=st.lists(st.integers(min_value=0, max_value=60), max_size=12, unique=True),
+    members=st.lists(st.integers(min_value=61, max_value=120), min_size=1, max_size=8, unique=True),
+    slots=st.integers(min_value=1, max_value=8),
+    group_slots=st.integers(min_value=1, max_value=4),
+    cursor=cursors(),
+    data=st.data(),
+)
+def test_every_owner_of_a_group_gets_its_turn_across_cycles(
+    free: list[int], members: list[int], slots: int, group_slots: int, cursor: Cursor, data: st.DataObject
+) -> None:
+    # given owners interleaved with the group's (ids shuffled into one range), unit weights
+    shuffle = data.draw(st.permutations(range(200)))
+    free, members = [shuffle[o] for o in free], [shuffle[o] for o in members]
+    # when the tier's round has passed every place (its owners' and the group's) as often as the
+    # group has owners: that many rounds, each within ceil(places / slots) cycles
+    rounds = len(members) * math.ceil((len(free) + len(members)) / slots)
+    history = simulate_groups(free=free, members=members, slots=slots, group_slots=group_slots,
+                              cycles=rounds, cursor=cursor)  # fmt: skip
+    # then every owner of the group was served, and no cycle gave the group more than its slots
+    assert {o for cycle in history for o in cycle} >= set(members)
+    assert all(sum(1 for o in cycle if o in members) <= group_slots for cycle in history)
+
+
+@settings(deadline=None)
+@given(
+    weights=st.dictionaries(st.integers(min_value=1, max_value=30), st.integers(min_value=1, max_value=4),
+                            min_size=2, max_size=8),
+    slots=st.integers(min_value=1, max_value=6),
+    group_slots=st.integers(min_value=1, max_value=3),
+    cursor=cursors(),
+)  # fmt: skip
+def test_weighted_owners_of_a_group_all_get_their_turn(
+    weights: dict[int, int], slots: int, group_slots: int, cursor: Cursor
+) -> None:
+    # given a group of weighted owners and as many uncapped ones (ids above)
+    members = sorted(weights)
+    free = [100 + o for o in members]
+    # when the group has had at least one full round of its own (sum of its weights picks)
+    cycles = sum(weights.values()) * math.ceil(2 * len(members) / slots)
+    history = simulate_groups(free=free, members=members, slots=slots, group_slots=group_slots,
+                              cycles=cycles, cursor=cursor, weights=weights)  # fmt: skip
+    # then every owner of the group was served
+    assert {o for cycle in history for o in cycle} >= set(members)
