@@ -25,6 +25,7 @@ from django.utils import timezone
 from config.celery import app
 from orchestrator.budget import Budget, get_budget
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
 from orchestrator.dispatch.lease import Lease, dispatch_lease
 from orchestrator.dispatch.org_caps import OrganizationCaps, load_caps
 from orchestrator.dispatch.owner_limits import Capacity, OwnerRules, owner_capacity
@@ -166,17 +167,21 @@ def _dispatch_approved(*, room: dict[int, int], now: datetime) -> list[int]:
 
 
 def _llm_slots(*, budget: Budget) -> int:
-    """min(in-flight headroom, how many whole outreach the budget can take now)."""
-    in_flight_room = max(0, settings.DISPATCH_MAX_IN_FLIGHT - reads.llm_in_flight())
+    """min(room under the in-flight target, how many whole outreach the budget can take now).
+
+    The target follows the model's observed latency (inflight.in_flight_sizing: Little's law),
+    so a slower model gets more work in flight instead of a static cap idling the key."""
+    requests, tokens = _cost()
+    headroom = budget.headroom()
+    sizing = in_flight_sizing(headroom=headroom, requests_each=requests, tokens_each=tokens)
+    in_flight_room = max(0, sizing.target - reads.llm_in_flight())
     if in_flight_room == 0:
         return 0
-    requests, tokens = _cost()
-    return min(in_flight_room, budget.headroom().fits(requests_each=requests, tokens_each=tokens))
+    return min(in_flight_room, headroom.fits(requests_each=requests, tokens_each=tokens))
 
 
 def _cost() -> tuple[int, int]:
-    calls = settings.LLM_CALLS_PER_OUTREACH
-    return calls, calls * settings.LLM_EST_TOKENS_PER_CALL
+    return outreach_cost()  # one home: the in-flight sizing divides the budget's rates by it
 
 
 def _candidates(

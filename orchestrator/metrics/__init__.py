@@ -8,7 +8,9 @@
   429s, outcomes per kind, tokens and cost, approvals, share per owner: primary-key ranges of
   the transition history (cost grows with the window's events);
 - dead letters (failures.py) and the LLM budget (budget_use.py: the live Redis snapshot and
-  the last hour of per-minute samples).
+  the last hour of per-minute samples);
+- LLM work in flight (in_flight.py): the count against the dispatcher's Little's-law target and
+  the observed provider latency per step the target is sized on.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from orchestrator.metrics.budget_use import (
 )
 from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes
 from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
+from orchestrator.metrics.in_flight import InFlightNow, in_flight_now
 from outreach.models import DeadLetter
 
 __all__ = ["QueueHealth", "budget_sample_record", "queue_health"]
@@ -53,6 +56,7 @@ class QueueHealth:
     cost_per_1k_tokens: float
     budget: BudgetNow
     budget_last_hour: list[BudgetPoint]
+    in_flight: InFlightNow
 
     @property
     def retry_rate(self) -> float | None:
@@ -117,6 +121,7 @@ class QueueHealth:
                     "now": asdict(self.budget),
                     "last_hour": [asdict(p) for p in self.budget_last_hour],
                 },
+                "in_flight": asdict(self.in_flight),
             }
         )
 
@@ -137,6 +142,7 @@ def queue_health(*, now: datetime | None = None, budget: Budget | None = None) -
         cost_per_1k_tokens=float(getattr(settings, "LLM_COST_PER_1K_TOKENS", 0.0)),
         budget=budget_now(budget=budget),
         budget_last_hour=budget_last_hour(now=now),
+        in_flight=in_flight_now(budget=budget),
     )
 
 
