@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 CURSOR_KEY = "orchestrator:dispatch:cursor"
 DEFERRED_KEY = "orchestrator:dispatch:deferred"  # owner id -> reason last written (write on change)
 GENERATE_TASK = "nurture.generate"
+# Replies take their own lane (config.queues: queue `reply`, its own workers): a reply never
+# waits in the broker behind intros and nudges dispatched before it. docs/dispatch.md says why
+# a lane and not broker priorities or a worker reading both queues.
+GENERATE_REPLY_TASK = "nurture.generate_reply"
 SEND_TASK = "nurture.send"
 
 
@@ -234,7 +238,9 @@ def _reserve_and_claim(*, picks: list[Pick], budget: Budget, caps: OrganizationC
             outreach_ids=list(by_id), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason=""
         )
         _record_reservations({i: by_id[i] for i in claimed})
-        _enqueue_on_commit(GENERATE_TASK, claimed)
+        replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
+        _enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
+        _enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
     for outreach_id in set(by_id) - set(claimed):
         budget.refund(reservation_id=by_id[outreach_id])  # someone else claimed it: give it back
     return claimed
@@ -260,7 +266,8 @@ def _record_reservations(by_id: Mapping[int, str]) -> None:
 def _enqueue_on_commit(task_name: str, ids: list[int]) -> None:
     """Enqueue one task per id after the claim commits (a worker never finds a row not yet
     DISPATCHED). Ids only in the message: no lead data in the broker or Flower. One producer
-    (one broker connection) publishes the whole batch."""
+    (one broker connection) publishes the whole batch; batches publish in the order enqueued
+    (replies first)."""
     if ids:
         transaction.on_commit(lambda: _publish(task_name, ids))
 
