@@ -151,3 +151,13 @@ def test_dispatch_slots_follow_the_target(
     # and the next cycle only tops up to the target, whatever is still in flight
     with django_capture_on_commit_callbacks(execute=True):
         assert dispatch_cycle(budget=budget).slots == 0
+
+
+def test_an_unreachable_redis_never_fails_the_call_and_sizes_cold(settings: Any) -> None:
+    # given Redis gone (nobody listens on port 1)
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    # when a worker records a call and the dispatcher reads the window
+    call_latency_record(step="plan", seconds=1.0)
+    observed = latency_observed()
+    # then nothing raised, and every step has no observations (the cold default sizes the cycle)
+    assert {step: q.count for step, q in observed.items()} == {"plan": 0, "context": 0, "message": 0}
