@@ -8,6 +8,9 @@ from enum import StrEnum
 class Queue(StrEnum):
     ORCHESTRATOR = "orchestrator"  # the dispatch cycle and housekeeping: short, one at a time
     GENERATION = "generation"  # the three LLM calls for one outreach: slow, budget-bound
+    # The same work for replies, on workers of their own: a reply never waits behind intros and
+    # nudges already in the broker (docs/dispatch.md: why a lane, not priorities).
+    REPLY = "reply"
     SEND = "send"  # SMTP delivery, including approved drafts (no LLM)
     DEAD_LETTER = "dead_letter"  # recording terminal failures, off the hot queues
 
@@ -18,6 +21,7 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
     "orchestrator.dispatch": {"queue": Queue.ORCHESTRATOR},
     "orchestrator.*": {"queue": Queue.ORCHESTRATOR},
     "nurture.generate": {"queue": Queue.GENERATION},
+    "nurture.generate_reply": {"queue": Queue.REPLY},
     "nurture.send": {"queue": Queue.SEND},
     "nurture.*": {"queue": Queue.ORCHESTRATOR},
     "dead_letter.*": {"queue": Queue.DEAD_LETTER},

@@ -136,7 +136,15 @@ PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 
 # --- Dispatcher -----------------------------------------------------------------------------
 DISPATCH_INTERVAL = env_float("DISPATCH_INTERVAL", 2.0, minimum=0.1)  # seconds between cycles
-DISPATCH_MAX_IN_FLIGHT = env_int("DISPATCH_MAX_IN_FLIGHT", 64, minimum=1)
+# LLM work in flight is sized each cycle by Little's law (orchestrator/dispatch/inflight.py,
+# docs/dispatch.md): budget rate x observed job latency x (1 + headroom). The maximum only caps
+# it: 1000 does not bind at 3,000 RPM with 3 s calls (~16 outreach/s x ~22 s at p95 with
+# sigma 0.5, x 1.2 = ~440); lower it to bound the broker backlog of a small worker pool.
+DISPATCH_MAX_IN_FLIGHT = env_int("DISPATCH_MAX_IN_FLIGHT", 1000, minimum=1)
+# Per-call latency assumed for a step until it has 5 observed calls (a cold start).
+DISPATCH_COLD_CALL_LATENCY_S = env_float("DISPATCH_COLD_CALL_LATENCY_S", 5.0, minimum=0.01)
+# Share added to the Little's-law target: in-flight counts spread around rate x mean time.
+DISPATCH_IN_FLIGHT_HEADROOM = env_float("DISPATCH_IN_FLIGHT_HEADROOM", 0.2, minimum=0.0)
 # Starvation guard for lower tiers, off by default: e.g. "intro=0.1,nudge=0.05" reserves at least
 # that share of each cycle's slots for the tier while it has work (replies keep the rest first).
 DISPATCH_MIN_SHARE = env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])

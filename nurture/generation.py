@@ -23,6 +23,7 @@ from nurture.intake.sequence import Gate, sequence_gate
 from nurture.retry_rules import Paced, fail
 from orchestrator.budget import PROVIDER, Budget, get_budget
 from orchestrator.dead_letters import replay_outcome_success
+from orchestrator.dispatch.inflight import call_latency_record
 from orchestrator.dispatch.reads import job_scopes
 from outreach.draft_policy import check_draft
 from outreach.models import Lead, Outreach, State
@@ -92,14 +93,14 @@ def _hold(*, outreach: Outreach, gate: Gate) -> State:
 def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, str]:
     facts = prompts.prompt_facts(outreach=outreach)
     call = partial(_call, budget, usage=usage)
-    plan = call(prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS)
-    notes = call(prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS)
+    plan = call(prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS, step="plan")
+    notes = call(prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS, step="context")
     allowed = outreach.lead.organization.allowed_link_domains
     thread_subject = (facts.inbound or {}).get("subject", "")
     feedback: list[str] = []
     for _ in range(2):  # the first draft, and one regeneration told what was wrong
         text = call(prompts.message_prompt(facts=facts, plan=plan, notes=notes, policy_feedback=feedback),
-                    MESSAGE_MAX_TOKENS)  # fmt: skip
+                    MESSAGE_MAX_TOKENS, step="message")  # fmt: skip
         draft = prompts.draft_parse(text=text, kind=outreach.kind, thread_subject=thread_subject)
         feedback = check_draft(subject=draft.subject, body=draft.body, allowed_domains=allowed)
         if not feedback:
@@ -107,9 +108,11 @@ def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, st
     raise PolicyViolation("draft failed the policy check twice: " + "; ".join(feedback), violations=feedback)
 
 
-def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: Usage) -> str:
+def _call(
+    budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: Usage, step: str
+) -> str:
     """One provider call, paced against the shared window (and the organization's cap, if it
-    has one), its outcome reported to the budget."""
+    has one), its outcome reported to the budget, its duration to the dispatcher's sizing."""
     estimate = sum(len(m["content"]) for m in messages) // 4 + max_tokens
     slot = budget.acquire_call(tokens=estimate, scopes=usage.scopes)
     waited = 0.0
@@ -125,11 +128,14 @@ def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, u
         waited += slot.wait_ms / 1000
         slot = budget.acquire_call(tokens=estimate, scopes=usage.scopes)
     usage.requests += 1
+    started = time.monotonic()
     try:
         result = llm.chat(messages=messages, max_tokens=max_tokens)
     except RateLimited as exc:
         budget.report_429(retry_after_s=exc.retry_after_s)
         raise
+    # The provider's time only (no pacing wait): what a call holds an in-flight slot for.
+    call_latency_record(step=step, seconds=time.monotonic() - started)
     info = result.rate_limits
     budget.report_provider(
         remaining_requests=info.remaining_requests, remaining_tokens=info.remaining_tokens,

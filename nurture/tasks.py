@@ -22,6 +22,12 @@ def generate(outreach_id: int) -> None:
     outreach_generate(outreach_id=int(outreach_id))
 
 
+@shared_task(name="nurture.generate_reply", ignore_result=True)
+def generate_reply(outreach_id: int) -> None:
+    """The same job as `generate`, routed to the reply lane (config.queues.Queue.REPLY)."""
+    outreach_generate(outreach_id=int(outreach_id))
+
+
 @shared_task(name="nurture.send", ignore_result=True)
 def send(outreach_id: int) -> None:
     outreach_send(outreach_id=int(outreach_id))

@@ -25,6 +25,7 @@ from django.utils import timezone
 from config.celery import app
 from orchestrator.budget import PROVIDER, Budget, get_budget
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
 from orchestrator.dispatch.lease import Lease, dispatch_lease
 from orchestrator.dispatch.owner_limits import Capacity, OwnerRules, owner_capacity
 from orchestrator.dispatch.recovery import recover_stuck
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 CURSOR_KEY = "orchestrator:dispatch:cursor"
 DEFERRED_KEY = "orchestrator:dispatch:deferred"  # owner id -> reason last written (write on change)
 GENERATE_TASK = "nurture.generate"
+# Replies take their own lane (config.queues: queue `reply`, its own workers): a reply never
+# waits in the broker behind intros and nudges dispatched before it. docs/dispatch.md says why
+# a lane and not broker priorities or a worker reading both queues.
+GENERATE_REPLY_TASK = "nurture.generate_reply"
 SEND_TASK = "nurture.send"
 
 
@@ -166,17 +171,21 @@ def _dispatch_approved(*, room: dict[int, int], now: datetime) -> list[int]:
 
 
 def _llm_slots(*, budget: Budget) -> int:
-    """min(in-flight headroom, how many whole outreach the budget can take now)."""
-    in_flight_room = max(0, settings.DISPATCH_MAX_IN_FLIGHT - reads.llm_in_flight())
+    """min(room under the in-flight target, how many whole outreach the budget can take now).
+
+    The target follows the model's observed latency (inflight.in_flight_sizing: Little's law),
+    so a slower model gets more work in flight instead of a static cap idling the key."""
+    requests, tokens = _cost()
+    headroom = budget.headroom()
+    sizing = in_flight_sizing(headroom=headroom, requests_each=requests, tokens_each=tokens)
+    in_flight_room = max(0, sizing.target - reads.llm_in_flight())
     if in_flight_room == 0:
         return 0
-    requests, tokens = _cost()
-    return min(in_flight_room, budget.headroom().fits(requests_each=requests, tokens_each=tokens))
+    return min(in_flight_room, headroom.fits(requests_each=requests, tokens_each=tokens))
 
 
 def _cost() -> tuple[int, int]:
-    calls = settings.LLM_CALLS_PER_OUTREACH
-    return calls, calls * settings.LLM_EST_TOKENS_PER_CALL
+    return outreach_cost()  # one home: the in-flight sizing divides the budget's rates by it
 
 
 def _group_slots(*, groups: Mapping[int, str], budget: Budget) -> dict[str, int]:
@@ -249,7 +258,9 @@ def _reserve_and_claim(*, picks: list[Pick], budget: Budget, groups: Mapping[int
             outreach_ids=list(by_id), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason=""
         )
         _record_reservations({i: by_id[i] for i in claimed})
-        _enqueue_on_commit(GENERATE_TASK, claimed)
+        replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
+        _enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
+        _enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
     for outreach_id in set(by_id) - set(claimed):
         budget.refund(reservation_id=by_id[outreach_id])  # someone else claimed it: give it back
     return claimed
@@ -275,7 +286,8 @@ def _record_reservations(by_id: Mapping[int, str]) -> None:
 def _enqueue_on_commit(task_name: str, ids: list[int]) -> None:
     """Enqueue one task per id after the claim commits (a worker never finds a row not yet
     DISPATCHED). Ids only in the message: no lead data in the broker or Flower. One producer
-    (one broker connection) publishes the whole batch."""
+    (one broker connection) publishes the whole batch; batches publish in the order enqueued
+    (replies first)."""
     if ids:
         transaction.on_commit(lambda: _publish(task_name, ids))
 

@@ -8,7 +8,9 @@
   429s, outcomes per kind, tokens and cost, approvals, share per owner: primary-key ranges of
   the transition history (cost grows with the window's events);
 - dead letters (dead_letter_classes.py) and the LLM budget (budget_use.py: the live Redis
-  snapshot and the last hour of per-minute samples).
+  snapshot and the last hour of per-minute samples);
+- LLM work in flight (in_flight.py): the count against the dispatcher's Little's-law target and
+  the observed provider latency per step the target is sized on.
 
 What each figure means (percentiles, retry rate) is defined once, in figures.py: pure
 functions that the demo report and the benchmarks call too. charts.py draws the SVG charts of

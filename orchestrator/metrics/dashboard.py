@@ -28,6 +28,16 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 86_400:.1f} d"
 
 
+def seconds(value: float | None) -> str:
+    """A provider call's duration: 0.35 s, 3.1 s, 12 s (duration() rounds below 90 s to whole seconds)."""
+    if value is None:
+        return DASH
+    for below, places in ((1, 2), (10, 1)):  # two significant digits, whole seconds from 10 s
+        if value < below:
+            return f"{value:.{places}f} s"
+    return f"{value:.0f} s"
+
+
 def percent(value: float | None) -> str:
     return DASH if value is None else f"{value:.1%}"
 
@@ -58,6 +68,7 @@ def _summary(h: QueueHealth) -> list[tuple[str, str, int | str]]:
         ("oldest-ready", "Oldest ready waits", duration(d.oldest_ready_age_s)),
         ("awaiting", "Awaiting approval", d.states[State.AWAITING_APPROVAL]),
         ("in-flight", "In flight", sum(d.states[s] for s in IN_FLIGHT)),
+        ("llm-in-flight", "LLM in flight / target", f"{h.in_flight.in_flight} / {h.in_flight.target}"),
         ("sent", "Sent (all time)", d.states[State.SENT]),
         ("dead-open", "Dead letters open", sum(f.open for f in h.failures)),
         ("provider-429s", "Provider 429s (window)", h.activity.provider_429s),
@@ -91,4 +102,9 @@ def _tables(h: QueueHealth) -> dict[str, Any]:
         "cost_per_completed": number(h.cost_per_completed, places=4),
         "window": f"{h.window_s / 3600:g} h",
         "last_429": duration(h.budget.last_429_age_s),
+        "step_latency_rows": [
+            (step, q.count, seconds(q.p50_s), seconds(q.p95_s)) for step, q in h.in_flight.latency.items()
+        ],
+        "job_latency": seconds(h.in_flight.job_latency_s),
+        "allowed_rate": number(h.in_flight.rate_per_s, places=2),
     }

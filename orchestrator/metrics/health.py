@@ -22,6 +22,7 @@ from orchestrator.metrics.budget_use import (
 from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes
 from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
 from orchestrator.metrics.figures import ratio, retry_rate
+from orchestrator.metrics.in_flight import InFlightNow, in_flight_now
 from orchestrator.models import DeadLetter
 
 DEFAULT_WINDOW_S = 86_400
@@ -41,6 +42,7 @@ class QueueHealth:
     cost_per_1k_tokens: float
     budget: BudgetNow
     budget_last_hour: list[BudgetPoint]
+    in_flight: InFlightNow
 
     @property
     def retry_rate(self) -> float | None:
@@ -105,6 +107,7 @@ class QueueHealth:
                     "now": asdict(self.budget),
                     "last_hour": [asdict(p) for p in self.budget_last_hour],
                 },
+                "in_flight": asdict(self.in_flight),
             }
         )
 
@@ -125,6 +128,7 @@ def queue_health(*, now: datetime | None = None, budget: Budget | None = None) -
         cost_per_1k_tokens=float(getattr(settings, "LLM_COST_PER_1K_TOKENS", 0.0)),
         budget=budget_now(budget=budget),
         budget_last_hour=budget_last_hour(now=now),
+        in_flight=in_flight_now(budget=budget),
     )
 
 

@@ -167,12 +167,36 @@ def _budget(h: QueueHealth) -> Iterator[Metric]:
         yield _one(f"llm_budget_{name}", doc, value)
 
 
+def _in_flight(h: QueueHealth) -> Iterator[Metric]:
+    f = h.in_flight
+    yield _one("outreach_llm_in_flight", "Outreach holding an LLM reservation now.", f.in_flight)
+    yield _one(
+        "outreach_llm_in_flight_target",
+        "The dispatcher's in-flight target: budget rate x job latency x (1 + headroom), capped.",
+        f.target,
+    )
+    yield _one("outreach_llm_in_flight_cap", "DISPATCH_MAX_IN_FLIGHT, the target's upper cap.", f.cap)
+    yield _one("outreach_llm_allowed_rate", "Outreach per second the LLM budget admits now.", f.rate_per_s)
+    yield _one(
+        "outreach_llm_job_latency_seconds",
+        "Job latency the target is sized on: each step's p95 plus one dispatch interval.",
+        f.job_latency_s,
+    )
+    yield _gauge(
+        "outreach_llm_call_latency_seconds",
+        "Provider call duration over each step's last calls (plan, context, message).",
+        ["step", "quantile"],
+        {(step, q): v for step, qs in f.latency.items() for q, v in (("0.5", qs.p50_s), ("0.95", qs.p95_s))},
+    )
+
+
 SECTIONS: tuple[Callable[[QueueHealth], Iterator[Metric]], ...] = (
     _depth,
     _window,
     _owners,
     _failures,
     _budget,
+    _in_flight,
 )
 
 

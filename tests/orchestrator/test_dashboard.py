@@ -13,6 +13,7 @@ from django.urls import include, path, reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.dispatch.inflight import call_latency_record
 from orchestrator.metrics import budget_sample_record
 from outreach.models import ErrorClass, Outreach, State
 from tests.factories import logged_in, make_lead, make_outreach, make_owner, make_user
@@ -45,6 +46,8 @@ def some_work(redis_client: redis.Redis) -> None:
     dead_letter_row(dead, failure_class=ErrorClass.POLICY, reason="link to an unknown domain")
     budget_sample_record(now=now - timedelta(minutes=2))
     budget_sample_record(now=now - timedelta(minutes=1))
+    for _ in range(3):
+        call_latency_record(step="plan", seconds=0.5)
 
 
 def test_staff_see_the_dashboard_with_svg_charts_and_tables(some_work: None) -> None:
@@ -64,6 +67,8 @@ def test_staff_see_the_dashboard_with_svg_charts_and_tables(some_work: None) -> 
         "table-outcomes",
         "table-dead-letters",
         "table-deferred",
+        "table-in-flight",
+        "table-step-latency",
     ):
         assert f'id="{table}"' in html
     assert "link to an unknown domain" in html
@@ -125,6 +130,15 @@ def test_metrics_are_scraped_and_parse_as_prometheus_text(some_work: None) -> No
     assert samples[key] == 1
     assert samples[("llm_budget_up", ())] == 1
     assert samples[("llm_budget_limit_rpm", ())] > 0
+    assert samples[("outreach_llm_in_flight", ())] == 0
+    assert samples[("outreach_llm_in_flight_target", ())] >= 1
+    assert samples[("outreach_llm_call_latency_seconds", (("quantile", "0.95"), ("step", "plan")))] == 0.5
+
+
+def test_dashboard_shows_in_flight_against_the_target(some_work: None) -> None:
+    html = _client(staff=True).get(reverse(PAGE)).content.decode()
+    assert 'id="card-llm-in-flight"' in html
+    assert '<tr data-step="plan"><th scope="row">plan</th><td class="num">3</td>' in html
 
 
 def test_metrics_token_when_set_is_required(redis_client: redis.Redis, settings: Any) -> None:

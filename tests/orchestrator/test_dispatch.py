@@ -50,9 +50,10 @@ def test_cycle_serves_replies_first_round_robin_and_enqueues_ids_only(
     )
     assert len(reservations) == 4
     assert "" not in reservations
-    bodies = [str(raw) for raw in redis_client.lrange("generation", 0, -1)]
-    assert len(bodies) == 4
-    assert not any("@prospect.example" in body for body in bodies)
+    intros = [str(raw) for raw in redis_client.lrange("generation", 0, -1)]
+    replies = [str(raw) for raw in redis_client.lrange("reply", 0, -1)]
+    assert (len(intros), len(replies)) == (3, 1)  # the reply on its own lane
+    assert not any("@prospect.example" in body for body in intros + replies)
 
 
 def test_cycle_persists_cursor_so_every_owner_is_served(

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from orchestrator.budget import Budget, Limits
+from orchestrator.dispatch.inflight import call_latency_record
 from outreach.models import ErrorClass, Outreach, State
 from tests.factories import make_outreach
 from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
@@ -133,3 +134,26 @@ def test_budget_figures_come_from_the_shared_budget(redis_client: redis.Redis, s
     budget.acquire_call(tokens=50)
     data = json.loads(_stats("--json"))
     assert data["budget"]["now"]["requests_in_window"] >= 1
+
+
+def test_in_flight_against_the_target_and_step_latency_are_shown(
+    redis_client: redis.Redis, settings: Any
+) -> None:
+    # given two outreach holding LLM reservations and provider calls observed per step
+    settings.DISPATCH_INTERVAL, settings.DISPATCH_MAX_IN_FLIGHT = 2.0, 1000
+    make_outreach(state=S.DISPATCHED)
+    make_outreach(state=S.GENERATING)
+    for step, seconds in (("plan", 1.0), ("context", 2.0), ("message", 3.0)):
+        for _ in range(10):
+            call_latency_record(step=step, seconds=seconds)
+    # when an operator asks for the figures
+    data = json.loads(_stats("--json"))["in_flight"]
+    text = _stats()
+    # then they show the count, the target it is held to and what the target is sized on
+    assert data["in_flight"] == 2
+    assert data["cap"] == 1000
+    assert 1 <= data["target"] <= 1000
+    assert data["job_latency_s"] == pytest.approx(1.0 + 2.0 + 3.0 + 2.0)
+    assert data["latency"]["message"] == {"count": 10, "p50_s": 3.0, "p95_s": 3.0}
+    assert f"2 / {data['target']} / 1000" in text
+    assert "3.0 s / 3.0 s (10)" in text

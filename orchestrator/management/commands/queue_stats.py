@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.metrics import QueueHealth, queue_health
-from orchestrator.metrics.dashboard import duration, number, percent
+from orchestrator.metrics.dashboard import duration, number, percent, seconds
 
 
 class Command(BaseCommand):
@@ -37,7 +37,7 @@ class Command(BaseCommand):
 
 
 def _tables(h: QueueHealth) -> list[Table]:
-    return [_depth(h), _activity(h), _owners(h), _failures(h)]
+    return [_depth(h), _activity(h), _in_flight(h), _owners(h), _failures(h)]
 
 
 def _depth(h: QueueHealth) -> Table:
@@ -97,6 +97,18 @@ def _activity(h: QueueHealth) -> Table:
     ]
     for name, value in rows:
         table.add_row(name, value)
+    return table
+
+
+def _in_flight(h: QueueHealth) -> Table:
+    f = h.in_flight
+    table = Table(title="LLM work in flight (Little's law)", title_justify="left", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("in flight / target / cap", f"{f.in_flight} / {f.target} / {f.cap}")
+    table.add_row("budget rate x job latency", f"{f.rate_per_s:.2f}/s x {seconds(f.job_latency_s)}")
+    for step, q in f.latency.items():
+        table.add_row(f"call {step} p50 / p95 (n)", f"{seconds(q.p50_s)} / {seconds(q.p95_s)} ({q.count})")
     return table
 
 
