@@ -254,7 +254,8 @@ def test_calls_in_flight_per_process_are_as_many_as_the_client_pool_allows(
     settings: Any, connections: int
 ) -> None:
     # given a provider taking 1 s a call and a client pool of `connections`
-    stub = _CountingStub().start()
+    stub = _CountingStub()
+    stub.start()
     settings.LLM_BASE_URL, settings.LLM_API_KEY = stub.base_url, "sk-test"
     settings.LLM_MAX_CONNECTIONS = connections
     # when 32 threads of one process call at once (a threads-pool worker)
