@@ -44,7 +44,9 @@ def env_int(name: str, default: object = REQUIRED, *, minimum: int | None = None
     return number
 
 
-def env_float(name: str, default: object = REQUIRED, *, minimum: float | None = None) -> float:
+def env_float(
+    name: str, default: object = REQUIRED, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
     value = _raw(name, default)
     if value is None:
         return float(default)  # type: ignore[arg-type]
@@ -54,6 +56,8 @@ def env_float(name: str, default: object = REQUIRED, *, minimum: float | None = 
         raise ImproperlyConfigured(f"{name}={value!r}: expected a number.") from None
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name}={value!r}: must be at least {minimum}.")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={value!r}: must be at most {maximum:g}.")
     return number
 
 

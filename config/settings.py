@@ -21,6 +21,7 @@ from config.env import (
 )
 from config.logging import logging_config
 from config.queues import TASK_ROUTES, Queue
+from config.workers import WORKERS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -74,6 +75,13 @@ TEMPLATES = [
 
 # PostgreSQL in production and tests; a SQLite file is the demo's embedded default.
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'demo.sqlite3'}")
+# Connections: CONN_MAX_AGE is 60 s (database_from_url) for web requests. In Celery workers it
+# barely matters: Celery's Django fixup closes a task's connections when the task starts and
+# ends. Django connections are per thread, so a threads-pool worker (generation, config.workers)
+# could open one per running job; a generation job instead connects only for its reads and
+# writes, closes before its LLM calls, and waits for one of GENERATION_DB_CONNECTIONS turns per
+# process (nurture.generation). PostgreSQL's max_connections must cover web + beat + the
+# prefork workers' processes + GENERATION_DB_CONNECTIONS per generation process.
 DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -111,6 +119,9 @@ LLM_MODEL = env_str("LLM_MODEL", "sim-1")
 LLM_RPM = env_int("LLM_RPM", 300, minimum=1)  # provider requests/min on the shared key
 LLM_TPM = env_int("LLM_TPM", 300_000, minimum=1)  # provider tokens/min on the shared key
 LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 30.0, minimum=1.0)
+# HTTP connections to the provider per process (one client shared by a worker's threads): as
+# many as the generation worker runs jobs, or calls would queue for a connection.
+LLM_MAX_CONNECTIONS = env_int("LLM_MAX_CONNECTIONS", WORKERS[Queue.GENERATION].concurrency, minimum=1)
 LLM_CALLS_PER_OUTREACH = 3  # plan -> context -> message
 LLM_EST_TOKENS_PER_CALL = env_int("LLM_EST_TOKENS_PER_CALL", 600, minimum=1)
 # Budget shape (docs/budget.md). Paced (the default): the buckets refill at the pacer's rate and
@@ -149,6 +160,17 @@ DISPATCH_IN_FLIGHT_HEADROOM = env_float("DISPATCH_IN_FLIGHT_HEADROOM", 0.2, mini
 # that share of each cycle's slots for the tier while it has work (replies keep the rest first).
 DISPATCH_MIN_SHARE = env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])
 DISPATCH_STUCK_AFTER_S = env_int("DISPATCH_STUCK_AFTER_S", 600, minimum=1)
+# A generation job's lease (orchestrator.job_leases): a key with this TTL, re-set by its worker
+# process every RENEW seconds. A GENERATING row older than the TTL whose lease is gone has lost
+# its worker and is recovered at once. RENEW at most half the TTL: one missed beat (a slow
+# Redis round trip) must not expire a live job's lease.
+GENERATION_LEASE_TTL_S = env_float("GENERATION_LEASE_TTL_S", 30.0, minimum=1.0)
+GENERATION_LEASE_RENEW_S = env_float(
+    "GENERATION_LEASE_RENEW_S", GENERATION_LEASE_TTL_S / 3, minimum=0.1, maximum=GENERATION_LEASE_TTL_S / 2
+)
+# PostgreSQL connections one generation process uses at most at once (its jobs take turns for
+# their short reads and writes; none holds a connection during its LLM calls).
+GENERATION_DB_CONNECTIONS = env_int("GENERATION_DB_CONNECTIONS", 8, minimum=1)
 RETRY_MAX_ATTEMPTS = env_int("RETRY_MAX_ATTEMPTS", 5, minimum=1)
 # Transient failures wait base * 2^(attempt-1) seconds (x U(0.5, 1) jitter), capped at 15 min.
 RETRY_BACKOFF_BASE_S = env_float("RETRY_BACKOFF_BASE_S", 15.0, minimum=0.0)

@@ -20,7 +20,6 @@ from django.utils import timezone
 from rich.console import Console
 from rich.live import Live
 
-from config.queues import Queue
 from demo.live import Sample, render, take_sample
 from demo.report import write_report
 from demo.seed import seed_demo
@@ -67,7 +66,7 @@ def start_all(group: ProcessGroup, opts: DemoOptions) -> None:
         [py, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{opts.smtp_port}", "-c", "aiosmtpd.handlers.Sink"],
     )
     group.start("web", web(port=opts.web_port))
-    start_pipeline(group, concurrency={Queue.GENERATION: 6})
+    start_pipeline(group)  # the production recipe (config.workers)
     group.start("flower", flower(port=opts.flower_port, basic_auth=settings.FLOWER_BASIC_AUTH))
 
 

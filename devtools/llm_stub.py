@@ -34,13 +34,17 @@ class StubRequest:
     json: Any
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a threads-pool worker's burst of calls must queue, not be refused at connect
+
+
 class LLMStub:
     def __init__(self) -> None:
         self.default = StubResponse()
         self.requests: list[StubRequest] = []
         self._queue: deque[StubResponse] = deque()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _Server(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True  # a handler sleeping for a timeout test never blocks stop()
         # A short poll so stop() returns quickly (shutdown waits for the loop to notice).
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)

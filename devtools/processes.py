@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.queues import Queue
+from config.workers import WORKERS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,12 +78,11 @@ class RedisServer:
             self.proc = None
 
 
-def celery_worker(queue: Queue, *, concurrency: int = 1, name: str | None = None) -> list[str]:
-    return [
-        sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue.value,
-        "-n", f"{name or queue.value}@%h", "--concurrency", str(concurrency), "-E", "--loglevel", "INFO",
-        "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
+def celery_worker(queue: Queue, *, concurrency: int | None = None, name: str | None = None) -> list[str]:
+    """The queue's worker as the recipe (config.workers) runs it; `concurrency` and `name`
+    override for tests that want a small or a second worker (same pool)."""
+    recipe = WORKERS[queue].argv(concurrency=concurrency, name=name)
+    return [sys.executable, "-m", *recipe, "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 
 
 def celery_beat() -> list[str]:
@@ -111,12 +111,13 @@ def stack_env(*, llm_base_url: str, smtp_port: int, **settings: str) -> dict[str
 
 
 def start_pipeline(
-    group: ProcessGroup, *, concurrency: int | Mapping[Queue, int] = 1, beat: bool = True
+    group: ProcessGroup, *, concurrency: int | Mapping[Queue, int] | None = None, beat: bool = True
 ) -> None:
-    """One Celery worker per queue, named `worker-<queue>` (`concurrency`: for all of them, or
-    per queue with 1 for the rest), and beat unless `beat=False`."""
+    """One Celery worker per queue, named `worker-<queue>`, as the recipe runs it
+    (config.workers); `concurrency` overrides it for all of them, or per queue), and beat
+    unless `beat=False`."""
     for queue in Queue:
-        n = concurrency if isinstance(concurrency, int) else concurrency.get(queue, 1)
+        n = concurrency if isinstance(concurrency, int | None) else concurrency.get(queue)
         group.start(f"worker-{queue.value}", celery_worker(queue, concurrency=n))
     if beat:
         group.start("beat", celery_beat())

@@ -3,17 +3,30 @@
 The worker first records its intent (DISPATCHED -> GENERATING, a guarded move that a duplicate
 delivery loses), then makes the LLM calls with no transaction open, then records the outcome
 in a new short transaction: a draft for review, or a draft routed straight to `send`.
+
+Generation runs on a threads pool (config.workers): hundreds of jobs per process, each waiting
+seconds on the provider. Django connections are per thread, so each job uses the database only
+in short turns (`database_turn`): at most GENERATION_DB_CONNECTIONS at once per process, and
+the connection closed at the end of each turn, none held through the LLM calls. While the row
+is GENERATING the job holds a lease (orchestrator.job_leases), so if its process dies the row
+is recovered within the lease TTL instead of DISPATCH_STUCK_AFTER_S.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from config.logging import outreach_log_context
@@ -25,6 +38,7 @@ from orchestrator.budget import PROVIDER, Budget, get_budget
 from orchestrator.dead_letters import replay_outcome_success
 from orchestrator.dispatch.inflight import call_latency_record
 from orchestrator.dispatch.reads import job_scopes
+from orchestrator.job_leases import job_leases
 from outreach.draft_policy import check_draft
 from outreach.models import Lead, Outreach, State
 from outreach.transitions import TransitionLost, transition, transition_durably
@@ -51,31 +65,76 @@ class Usage:
 
 def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> State | None:
     """Generate the draft for one dispatched outreach; return the state it ends in (None: not ours)."""
-    outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
-    try:
-        transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.GENERATING)
-    except TransitionLost:
-        log.info("generate skipped: not dispatched any more", extra=outreach_log_context(outreach))
-        return None
     budget = budget or get_budget()
-    usage = Usage(scopes=job_scopes(budget=budget, reservation_id=outreach.reservation_id))
-    gate = sequence_gate(outreach=outreach)
-    if not gate.go:
+    with database_turn():
+        outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
+        try:
+            transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.GENERATING)
+        except TransitionLost:
+            log.info("generate skipped: not dispatched any more", extra=outreach_log_context(outreach))
+            return None
+    leases = job_leases()
+    leases.take(outreach_id=outreach_id)
+    try:
+        return _generate(outreach=outreach, budget=budget)
+    finally:
+        # After the outcome is recorded: recovery must never see this row GENERATING and
+        # unleased while this job still runs. (Left GENERATING by an error: recovered soon.)
+        leases.drop(outreach_id=outreach_id)
+
+
+def _generate(*, outreach: Outreach, budget: Budget) -> State:
+    with database_turn():
+        usage = Usage(scopes=job_scopes(budget=budget, reservation_id=outreach.reservation_id))
+        gate = sequence_gate(outreach=outreach)
+        facts = prompts.prompt_facts(outreach=outreach) if gate.go else None
+    if facts is None:
         _release(budget=budget, outreach=outreach, usage=usage)
-        return _hold(outreach=outreach, gate=gate)
+        with database_turn():
+            return _hold(outreach=outreach, gate=gate)
     try:
         if outreach.lead.status == Lead.Status.OPTED_OUT:
             raise OptedOut(f"lead {outreach.lead_id} opted out")
-        subject, body = _write(outreach=outreach, budget=budget, usage=usage)
+        subject, body = _write(outreach=outreach, facts=facts, budget=budget, usage=usage)
     except OptedOut as exc:
         _release(budget=budget, outreach=outreach, usage=usage)
-        transition(outreach_id=outreach_id, from_=State.GENERATING, to=State.CANCELLED, note=str(exc))
+        with database_turn():
+            transition(outreach_id=outreach.pk, from_=State.GENERATING, to=State.CANCELLED, note=str(exc))
         return State.CANCELLED
     except Exception as exc:  # classified by nurture.retry_rules; unknown errors count as transient
         _release(budget=budget, outreach=outreach, usage=usage)
-        return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
+        with database_turn():
+            return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
     _release(budget=budget, outreach=outreach, usage=usage)
-    return _record_draft(outreach=outreach, subject=subject, body=body, usage=usage)
+    with database_turn():
+        return _record_draft(outreach=outreach, subject=subject, body=body, usage=usage)
+
+
+_turns: tuple[int, threading.BoundedSemaphore] | None = None
+_turns_lock = threading.Lock()
+
+
+@contextmanager
+def database_turn() -> Iterator[None]:
+    """A short stretch of database work: wait for one of this process's
+    GENERATION_DB_CONNECTIONS turns, and close the thread's connection at the end, so that
+    200 threads waiting on the LLM hold no connection and a burst of job starts cannot open
+    more than the turns. Inside a caller's transaction (tests, a shell) the connection is
+    that transaction's and stays open."""
+    with _process_turns():
+        try:
+            yield
+        finally:
+            if not connection.in_atomic_block:
+                connection.close()
+
+
+def _process_turns() -> threading.BoundedSemaphore:
+    global _turns
+    with _turns_lock:
+        if _turns is None or _turns[0] != os.getpid():  # rebuilt in a forked child
+            _turns = (os.getpid(), threading.BoundedSemaphore(settings.GENERATION_DB_CONNECTIONS))
+        return _turns[1]
 
 
 def _hold(*, outreach: Outreach, gate: Gate) -> State:
@@ -90,8 +149,9 @@ def _hold(*, outreach: Outreach, gate: Gate) -> State:
     return State.QUEUED
 
 
-def _write(*, outreach: Outreach, budget: Budget, usage: Usage) -> tuple[str, str]:
-    facts = prompts.prompt_facts(outreach=outreach)
+def _write(
+    *, outreach: Outreach, facts: prompts.PromptFacts, budget: Budget, usage: Usage
+) -> tuple[str, str]:
     call = partial(_call, budget, usage=usage)
     plan = call(prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS, step="plan")
     notes = call(prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS, step="context")

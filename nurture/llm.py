@@ -13,12 +13,14 @@ import email.utils
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypedDict, cast
 
+import httpx2
 import openai
 from django.conf import settings
 
@@ -141,19 +143,33 @@ def _usage(*, completion: Any, messages: Sequence[ChatMessage], text: str) -> di
 
 def _client_for_settings() -> openai.OpenAI:
     timeout = float(getattr(settings, "LLM_TIMEOUT_S", 30.0))
-    return _client(settings.LLM_BASE_URL, settings.LLM_API_KEY, timeout, os.getpid())
+    connections = int(getattr(settings, "LLM_MAX_CONNECTIONS", 100))
+    # lru_cache does not hold back concurrent misses: without the lock, a threads-pool
+    # worker's first burst of jobs would each build a client (and a pool) of its own.
+    with _client_lock:
+        return _client(settings.LLM_BASE_URL, settings.LLM_API_KEY, timeout, connections, os.getpid())
+
+
+_client_lock = threading.Lock()
 
 
 @lru_cache(maxsize=8)
-def _client(base_url: str, api_key: str, timeout_s: float, pid: int) -> openai.OpenAI:
+def _client(base_url: str, api_key: str, timeout_s: float, connections: int, pid: int) -> openai.OpenAI:
     # Cached per process (pid in the key): one connection pool per worker process, never a
-    # pool inherited across a prefork fork, whose sockets the parent would share.
+    # pool inherited across a prefork fork, whose sockets the parent would share. A threads-pool
+    # worker shares it between its threads (the client is thread-safe), so the pool holds as
+    # many connections as the worker runs calls: with fewer, calls would queue for a
+    # connection and time out as if the provider were slow; with fewer kept alive, each call
+    # past the keep-alive count would pay a new TCP and TLS handshake.
     del pid
+    timeout = openai.Timeout(timeout_s, connect=min(timeout_s, 5.0))
+    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
     return openai.OpenAI(
         base_url=base_url,
         api_key=api_key,
-        timeout=openai.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+        timeout=timeout,
         max_retries=0,
+        http_client=openai.DefaultHttpxClient(timeout=timeout, limits=limits),
     )
 
 

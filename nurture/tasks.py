@@ -3,8 +3,9 @@
 Retries are rules applied in the database (nurture.retry_rules sets `not_before`; the dispatcher
 re-dispatches), not Celery autoretry: a retry must pass through the budget and the owner's
 limits again, which only the dispatcher can grant. acks_late + reject_on_worker_lost
-(settings) make a killed worker's message come back; the guarded first transition makes that
-redelivery harmless.
+(settings) make a killed worker's message come back (for a whole killed worker, only after the
+broker's visibility timeout: its GENERATING rows come back sooner through their job leases,
+orchestrator.job_leases); the guarded first transition makes any late redelivery harmless.
 """
 
 from __future__ import annotations

@@ -1,9 +1,16 @@
 """Stuck-work recovery: in-flight outreach whose worker vanished goes back where it can run.
 
-Celery redelivers a message whose worker died (acks_late + reject_on_worker_lost), so this is
-the backstop for what redelivery cannot cover: a message lost with Redis, a worker wedged past
-its time limit, a dispatch whose enqueue never happened. Each recovered row costs an attempt,
-so a job that kills its worker every time ends DEAD at the cap instead of looping.
+Two ways to be stuck:
+- a GENERATING row whose job lease (orchestrator.job_leases) is gone: its worker process died
+  (SIGKILL, OOM, a lost machine; a threads-pool worker strands hundreds of jobs at once). Back
+  as soon as the row is older than the lease TTL, seconds rather than minutes. A live job's
+  lease is renewed however slow its LLM call, so a slow job is never taken away this way.
+- any in-flight row older than DISPATCH_STUCK_AFTER_S: the backstop for what has no lease (a
+  DISPATCHED message lost with Redis or with its worker's prefetch, SENDING) and for a job
+  wedged while its process lives.
+Each recovered row costs an attempt, so a job that kills its worker every time ends DEAD at
+the cap instead of looping. Taking a row back is a guarded transition: a job that turns out
+to be alive loses its own final transition and sends nothing.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+import redis
 from django.conf import settings
 
 from config.logging import outreach_log_context
 from orchestrator.dead_letters import dead_letter
+from orchestrator.job_leases import lease_client, leases_alive
 from outreach.models import ErrorClass, Outreach, State
 from outreach.transitions import TransitionLost, transition
 
@@ -32,18 +41,25 @@ def _target(row: Outreach) -> State:
     return State.APPROVED if row.draft_body else State.QUEUED
 
 
-def recover_stuck(*, now: datetime, refund: Callable[[str], object]) -> int:
-    """Move in-flight rows older than DISPATCH_STUCK_AFTER_S back; refund their reservations."""
+def recover_stuck(
+    *, now: datetime, refund: Callable[[str], object], leases: redis.Redis | None = None
+) -> int:
+    """Move stuck in-flight rows back (see the module docstring); refund their reservations.
+    `leases`: the Redis holding the job leases (default: REDIS_URL)."""
     cutoff = now - timedelta(seconds=settings.DISPATCH_STUCK_AFTER_S)
-    stuck = list(
+    timed_out = list(
         Outreach.objects.filter(state__in=IN_FLIGHT, state_changed_at__lt=cutoff)
         .order_by("state_changed_at")
         .select_related("lead")[:BATCH]
     )
+    stuck = [(row, f"stuck in {row.state} past {settings.DISPATCH_STUCK_AFTER_S}s") for row in timed_out]
+    if len(stuck) < BATCH:
+        orphans = _lease_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
+        stuck += [(row, "GENERATING with no live worker (job lease gone)") for row in orphans]
     recovered = 0
-    for row in stuck:
+    for row, why in stuck:
         try:
-            _recover_one(row)
+            _recover_one(row, why=why)
         except TransitionLost:
             continue  # the worker finished after all
         if row.reservation_id:
@@ -52,9 +68,30 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object]) -> int:
     return recovered
 
 
-def _recover_one(row: Outreach) -> None:
+def _lease_lost(*, now: datetime, cutoff: datetime, client: redis.Redis | None, limit: int) -> list[Outreach]:
+    """GENERATING rows older than the lease TTL (younger ones may not have taken theirs yet)
+    whose lease is gone. Redis unreachable: none (the timeout still covers them)."""
+    younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
+    rows = list(
+        Outreach.objects.filter(
+            state=State.GENERATING, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff
+        )
+        .order_by("state_changed_at")
+        .select_related("lead")[:limit]
+    )
+    if not rows:
+        return []
+    try:
+        alive = leases_alive(client=client or lease_client(), outreach_ids=[row.pk for row in rows])
+    except redis.RedisError as exc:
+        log.warning("job leases unreadable, lease recovery skipped this cycle: %s", exc)
+        return []
+    return [row for row in rows if row.pk not in alive]
+
+
+def _recover_one(row: Outreach, *, why: str) -> None:
     attempts = row.attempts + 1
-    note = f"stuck in {row.state} past {settings.DISPATCH_STUCK_AFTER_S}s: recovered"
+    note = f"{why}: recovered"
     if attempts >= settings.RETRY_MAX_ATTEMPTS and row.state != State.SENDING:
         reason = f"{note}; attempt {attempts} reached the cap {settings.RETRY_MAX_ATTEMPTS}"
         dead_letter(

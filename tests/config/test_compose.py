@@ -1,4 +1,5 @@
-"""docker-compose.yml cannot be run here (no Docker engine): check its shape instead."""
+"""docker-compose.yml cannot be run here (no Docker engine): check its shape instead, and that it
+and the Procfile run each queue's worker exactly as the recipe (config/workers.py) says."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from typing import Any
 import yaml
 
 from config.queues import Queue
+from config.workers import WORKERS
 
-COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+PROCFILE = ROOT / "Procfile"
 
 
 def _services() -> dict[str, Any]:
@@ -35,3 +39,41 @@ def test_django_processes_share_one_service_definition() -> None:
 
 def test_flower_runs_behind_basic_auth() -> None:
     assert "--basic-auth" in str(_services()["flower"]["command"])
+
+
+def _procfile() -> dict[str, str]:
+    lines = [line for line in PROCFILE.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return {name.strip(): command.strip() for name, _, command in (line.partition(":") for line in lines)}
+
+
+def test_every_queue_has_a_worker_recipe() -> None:
+    # A queue added to config/queues.py without a recipe row would have no worker anywhere.
+    assert set(WORKERS) == set(Queue)
+    assert all(recipe.queue == queue for queue, recipe in WORKERS.items())
+
+
+def test_procfile_worker_lines_are_the_recipe() -> None:
+    # given the production Procfile
+    procfile = _procfile()
+    # then each queue's line is the recipe's command, under the queue's name
+    for recipe in WORKERS.values():
+        assert procfile.get(recipe.name) == recipe.command(), f"Procfile line {recipe.name!r}"
+    workers = {name for name, command in procfile.items() if " worker " in f" {command} "}
+    assert workers == {recipe.name for recipe in WORKERS.values()}, "a worker line with no recipe"
+
+
+def test_compose_worker_services_are_the_recipe() -> None:
+    services = _services()
+    for recipe in WORKERS.values():
+        assert services[recipe.service]["command"] == recipe.command(), f"compose service {recipe.service!r}"
+    workers = {name for name, s in services.items() if " worker " in f" {s.get('command', '')} "}
+    assert workers == {recipe.service for recipe in WORKERS.values()}, "a worker service with no recipe"
+
+
+def test_generation_runs_many_calls_per_process() -> None:
+    # The sizing rule of config/workers.py, written out: a 3,000 rpm key at a 3 s median
+    # latency needs 150 calls in flight; prefork would need 150 processes of ~130 MB.
+    generation = WORKERS[Queue.GENERATION]
+    assert generation.pool == "threads"
+    assert generation.concurrency >= 3000 / 60 * 3
+    assert "--pool threads --concurrency 200" in _procfile()["generation"]

@@ -121,3 +121,20 @@ def test_importing_config_leaves_settings_to_the_environment_set_afterwards() ->
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0.5"
+
+
+def test_lease_renewal_slower_than_half_the_ttl_names_the_variable() -> None:
+    # given a heartbeat that could miss one beat and let a live job's lease expire
+    env = {"DJANGO_DEBUG": "1", "GENERATION_LEASE_TTL_S": "30", "GENERATION_LEASE_RENEW_S": "20"}
+    # when a process starts, then it refuses, naming the variable and the bound
+    result = _manage("check", env=env)
+    assert result.returncode != 0
+    assert "GENERATION_LEASE_RENEW_S='20': must be at most 15." in result.stderr
+
+
+def test_lease_renewal_defaults_to_a_third_of_the_ttl() -> None:
+    result = _manage(
+        "shell", "-c", "from django.conf import settings as s; print(s.GENERATION_LEASE_TTL_S, s.GENERATION_LEASE_RENEW_S)",
+        env={"DJANGO_DEBUG": "1", "GENERATION_LEASE_TTL_S": "12"},
+    )  # fmt: skip
+    assert result.stdout.splitlines()[-1].split() == ["12.0", "4.0"]

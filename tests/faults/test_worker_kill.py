@@ -8,12 +8,13 @@ counted over several outreach.
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
 from config.queues import Queue
 from devtools.llm_stub import StubResponse
-from devtools.processes import celery_worker
+from devtools.processes import celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
 from outreach.models import OutreachEvent, State
 from tests.e2e.conftest import start_pipeline, wait_until
@@ -105,3 +106,68 @@ def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
         outreach=count, lost=0, in_flight_at_kill=in_flight, recovered_stuck=stuck, received=seen.received,
         copies=seen.copies, llm_requests=len(stub.requests), llm_requests_min=3 * count,
     )  # fmt: skip
+
+
+def test_generation_worker_killed_with_many_jobs_in_flight_requeues_them_within_a_minute(
+    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
+) -> None:
+    # given many outreach in flight at once on one threads-pool generation worker, a provider
+    # slow enough that every job is mid-call at the kill, and the production timings: stuck
+    # work waits 600 s, a job lease lives 30 s
+    count = pick(16, 48)
+    ids = _autonomous_outreach(count)
+    stub.default = StubResponse(delay_s=30.0)
+    stack = make_stack(
+        DISPATCH_MAX_IN_FLIGHT=str(count), DISPATCH_STUCK_AFTER_S="600", GENERATION_LEASE_TTL_S="30",
+        LLM_RPM="6000", LLM_TPM="10000000",
+    )  # fmt: skip
+    for queue in Queue:  # the pipeline, with a generation worker running a job per outreach
+        stack.start(
+            f"worker-{queue.value}",
+            celery_worker(queue, concurrency=count if queue == Queue.GENERATION else 2),
+        )
+    stack.start("beat", celery_beat())
+    wait_until(
+        lambda: states(ids)[State.GENERATING] == count and len(stub.requests) >= count,
+        timeout_s=60, what="every outreach mid-call", group=stack,
+    )  # fmt: skip
+    # when the worker is SIGKILLed with all of them in flight
+    stack.kill("worker-generation", signal.SIGKILL)
+    stack.procs.pop("worker-generation").wait(10)
+    killed_at = time.time()
+    # then every stranded job is back in the queue within a minute, by its lost lease
+    wait_until(lambda: _requeued(ids) == count, timeout_s=90, what="every job requeued", group=stack)
+    requeued_after_s = max(_requeued_at(ids)) - killed_at
+    assert requeued_after_s < 60
+    # and once a new worker runs, every outreach is sent exactly once
+    stub.default = StubResponse(delay_s=0.1)
+    stack.start("worker-generation-2", celery_worker(Queue.GENERATION, concurrency=count, name="generation2"))
+    wait_until(all_in(ids, State.SENT), timeout_s=pick(90, 180), what="every outreach SENT", group=stack)
+    sink.wait_for(count)
+    seen = delivery(sink, ids)
+    assert seen.received == seen.unique_ids == count
+    assert seen.copies == 0
+    assert set(sent_events(ids).values()) == {1}
+    figures.update(
+        outreach=count, lost=0, in_flight_at_kill=count, requeued_after_s=round(requeued_after_s, 1),
+        received=seen.received, copies=seen.copies, llm_requests=len(stub.requests),
+    )  # fmt: skip
+
+
+def _lease_events(ids: list[int]) -> list[OutreachEvent]:
+    return list(
+        OutreachEvent.objects.filter(
+            outreach_id__in=ids,
+            from_state=State.GENERATING,
+            to_state=State.QUEUED,
+            note__contains="job lease gone",
+        )
+    )
+
+
+def _requeued(ids: list[int]) -> int:
+    return len({event.outreach_id for event in _lease_events(ids)})
+
+
+def _requeued_at(ids: list[int]) -> list[float]:
+    return [event.at.timestamp() for event in _lease_events(ids)]

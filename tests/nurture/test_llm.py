@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from email.utils import formatdate
 from typing import Any
 
 import pytest
 
-from devtools.llm_stub import LLMStub, StubResponse
+from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from devtools.smtp_sink import free_port
 from nurture.errors import PermanentError, PipelineError, RateLimited, TransientError
 from nurture.llm import (
@@ -229,3 +230,52 @@ def test_missing_api_key_is_permanent(settings: Any, monkeypatch: pytest.MonkeyP
 
     with pytest.raises(PermanentError, match="misconfigured"):
         chat(messages=MESSAGES, max_tokens=50)
+
+
+class _CountingStub(LLMStub):
+    """Holds each request 1 s and counts how many it holds at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.peak = 0
+
+    def next_response(self, request: StubRequest) -> StubResponse:
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        time.sleep(1.0)
+        with self._lock:
+            self.in_flight -= 1
+        return super().next_response(request)
+
+
+@pytest.mark.parametrize("connections", [8, 32])
+def test_calls_in_flight_per_process_are_as_many_as_the_client_pool_allows(
+    settings: Any, connections: int
+) -> None:
+    # given a provider taking 1 s a call and a client pool of `connections`
+    stub = _CountingStub()
+    stub.start()
+    settings.LLM_BASE_URL, settings.LLM_API_KEY = stub.base_url, "sk-test"
+    settings.LLM_MAX_CONNECTIONS = connections
+    # when 32 threads of one process call at once (a threads-pool worker)
+    try:
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            results = list(pool.map(lambda _: chat(messages=MESSAGES, max_tokens=10), range(32)))
+    finally:
+        stub.stop()
+    # then all succeed, never more at the provider than the pool allows, and with a pool as
+    # large as the concurrency, more than a small pool would let through
+    assert len(results) == 32
+    assert stub.peak <= connections
+    if connections == 32:
+        assert stub.peak > 8
+
+
+def test_the_client_pool_defaults_to_the_generation_workers_concurrency() -> None:
+    from django.conf import settings
+
+    from config.queues import Queue
+    from config.workers import WORKERS
+
+    assert WORKERS[Queue.GENERATION].concurrency == settings.LLM_MAX_CONNECTIONS

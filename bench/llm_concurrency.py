@@ -1,0 +1,117 @@
+"""Many slow LLM calls in one process: the threads pool's way against an asyncio client (run by hand).
+
+    .venv/bin/python bench/llm_concurrency.py [--calls 200] [--latency-ms 3000]
+
+Starts llm_sim (limits far above the load, `--latency-ms` mean, no jitter), then in a fresh
+interpreter per mode, with Django set up as in a worker, makes `--calls` chat completions at
+once and prints wall time, CPU seconds (user + system) and peak RSS:
+- threads: one OS thread per call through the product's client (nurture.llm.chat: the sync
+  openai client, one shared connection pool), as a `--pool threads` generation worker runs;
+- asyncio: one coroutine per call through openai.AsyncOpenAI on one event loop.
+Figures and the choice they support: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MESSAGES = [{"role": "user", "content": "Write one short sales email."}]
+
+
+def _measure(mode: str, *, calls: int, base_url: str) -> dict[str, float]:
+    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1", LLM_BASE_URL=base_url,
+                      LLM_MAX_CONNECTIONS=str(calls))  # fmt: skip
+    import django
+
+    django.setup()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    cpu_before = _cpu_s()
+    started = time.monotonic()
+    ok = _threads(calls) if mode == "threads" else _asyncio(calls, base_url=base_url)
+    return {
+        "calls": calls, "ok": ok, "wall_s": round(time.monotonic() - started, 2),
+        "cpu_s": round(_cpu_s() - cpu_before, 2), "rss_before_mb": round(rss_before, 1),
+        "rss_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }  # fmt: skip
+
+
+def _threads(calls: int) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nurture import llm
+
+    def one(_: int) -> bool:
+        return bool(llm.chat(messages=MESSAGES, max_tokens=200).text)  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(max_workers=calls) as pool:
+        return sum(pool.map(one, range(calls)))
+
+
+def _asyncio(calls: int, *, base_url: str) -> int:
+    import asyncio
+
+    import httpx2
+    import openai
+
+    async def run() -> int:
+        limits = httpx2.Limits(max_connections=calls, max_keepalive_connections=calls)
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-demo", max_retries=0, timeout=60,
+                                    http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=60))  # fmt: skip
+
+        async def one() -> bool:
+            result = await client.chat.completions.create(model="sim-1", messages=MESSAGES, max_tokens=200)  # type: ignore[arg-type]
+            return bool(result.choices[0].message.content)
+
+        done = await asyncio.gather(*(one() for _ in range(calls)))
+        await client.close()
+        return sum(done)
+
+    return asyncio.run(run())
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--latency-ms", type=float, default=3000)
+    parser.add_argument("--mode", choices=["threads", "asyncio"], help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.mode:  # the child: one measurement
+        print(json.dumps(_measure(args.mode, calls=args.calls, base_url=args.base_url)))
+        return
+    from devtools.processes import free_port
+
+    port = free_port()
+    sim = subprocess.Popen(
+        [sys.executable, "manage.py", "llm_sim", "--port", str(port), "--rpm", "1000000", "--tpm", "1000000000",
+         "--latency-ms", str(args.latency_ms), "--jitter-ms", "0", "--log-every", "0"],
+        cwd=ROOT, env={**os.environ, "DJANGO_DEBUG": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+        for mode in ("threads", "asyncio"):
+            child = [sys.executable, __file__, "--mode", mode, "--calls", str(args.calls),
+                     "--base-url", f"http://127.0.0.1:{port}/v1"]  # fmt: skip
+            out = subprocess.run(child, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            print(mode, out.strip().splitlines()[-1])
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The worker recipe: the one definition of each queue's Celery worker (pool, concurrency, name).
+
+`Procfile` and `docker-compose.yml` spell these command lines out (tests/config/test_compose.py
+checks them against this table), and the local process group (devtools.processes: the demo,
+end-to-end and fault tests, benchmarks) builds its workers from it. A new queue is one row.
+
+Sizing the generation tier (Little's law): LLM calls in flight = call rate x call latency. A
+3,000 requests/min key at a 3 s median latency needs 3000 / 60 x 3 = 150 calls in flight, and
+each job makes its calls one after another, so it needs 150 jobs running at once. Prefork
+spends a process (~130 MB) per job; the threads pool spends a thread (an idle socket wait, a
+few hundred KB) per job, so one process runs 200 (150 plus a third for slow tails; the
+measurements are in docs/benchmarks.md). Each job holds a PostgreSQL connection only while
+it reads or writes, never during its LLM calls (nurture.generation), so 200 threads do not
+mean 200 connections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from config.queues import Queue
+
+Pool = Literal["prefork", "threads"]
+
+
+@dataclass(frozen=True)
+class WorkerRecipe:
+    queue: Queue
+    pool: Pool
+    concurrency: int
+
+    @property
+    def name(self) -> str:
+        """The Procfile process name and the Celery node name (`<name>@%h`)."""
+        return self.queue.value
+
+    @property
+    def service(self) -> str:
+        """The docker-compose service name."""
+        return "worker-" + self.queue.value.replace("_", "-")
+
+    def argv(self, *, concurrency: int | None = None, name: str | None = None) -> list[str]:
+        """`celery -A config worker ...` for this queue; `concurrency`/`name` override for tests."""
+        return [
+            "celery", "-A", "config", "worker", "-Q", self.queue.value, "-n", f"{name or self.name}@%h",
+            "--pool", self.pool, "--concurrency", str(concurrency or self.concurrency), "-E",
+        ]  # fmt: skip
+
+    def command(self) -> str:
+        return " ".join(self.argv())
+
+
+WORKERS: dict[Queue, WorkerRecipe] = {
+    # One cycle at a time (the cycle also holds a cluster-wide lease); prefork so the task
+    # time limits hold.
+    Queue.ORCHESTRATOR: WorkerRecipe(Queue.ORCHESTRATOR, pool="prefork", concurrency=1),
+    # Waits on the LLM for seconds per call: threads, sized by the module docstring's rule.
+    Queue.GENERATION: WorkerRecipe(Queue.GENERATION, pool="threads", concurrency=200),
+    # SMTP: the mail provider's rate, not ours, is the limit; a few processes keep up with it.
+    # Replies' own lane (docs/dispatch.md): the same LLM work as generation, never queued behind
+    # intros; replies are a small share of the work, bursts included.
+    Queue.REPLY: WorkerRecipe(Queue.REPLY, pool="threads", concurrency=32),
+    Queue.SEND: WorkerRecipe(Queue.SEND, pool="prefork", concurrency=4),
+    Queue.DEAD_LETTER: WorkerRecipe(Queue.DEAD_LETTER, pool="prefork", concurrency=1),
+}

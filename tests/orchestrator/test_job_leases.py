@@ -1,0 +1,86 @@
+"""Job leases against the test Redis: taken, renewed by the heartbeat, gone when it stops, and
+only the holder's own key dropped."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from orchestrator.job_leases import JobLeases, lease_key, leases_alive
+
+
+def test_a_taken_lease_holds_the_token_with_the_ttl(redis_client: redis.Redis) -> None:
+    # given a process's leases with a 30 s TTL
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10, token="worker-a")
+    # when a job takes one
+    leases.take(outreach_id=7)
+    # then the key names the holder and expires within the TTL
+    assert redis_client.get(lease_key(7)) == b"worker-a"
+    assert 29_000 < redis_client.pttl(lease_key(7)) <= 30_000
+    assert leases.held() == {7}
+    leases.stop()
+
+
+def test_the_heartbeat_keeps_a_slow_job_alive_past_its_ttl(redis_client: redis.Redis) -> None:
+    # given a lease of 0.6 s renewed every 0.15 s
+    leases = JobLeases(redis_client, ttl_s=0.6, renew_s=0.15, token="worker-a")
+    leases.take(outreach_id=1)
+    # when the job runs three TTLs
+    time.sleep(1.8)
+    # then its lease is still there
+    assert leases_alive(client=redis_client, outreach_ids=[1]) == {1}
+    leases.stop()
+
+
+def test_a_lease_is_gone_one_ttl_after_its_heartbeat_stops(redis_client: redis.Redis) -> None:
+    # given a held lease, then its process stops beating (as if SIGKILLed)
+    leases = JobLeases(redis_client, ttl_s=0.5, renew_s=0.1, token="worker-a")
+    leases.take(outreach_id=1)
+    leases.stop()
+    assert leases_alive(client=redis_client, outreach_ids=[1]) == {1}
+    # when a TTL has passed
+    time.sleep(0.7)
+    # then the lease is gone although the job never dropped it
+    assert leases_alive(client=redis_client, outreach_ids=[1]) == set()
+
+
+def test_drop_removes_only_the_holders_own_lease(redis_client: redis.Redis) -> None:
+    # given outreach 5 recovered and now leased by another worker
+    old = JobLeases(redis_client, ttl_s=30, renew_s=10, token="worker-old")
+    new = JobLeases(redis_client, ttl_s=30, renew_s=10, token="worker-new")
+    old.take(outreach_id=5)
+    new.take(outreach_id=5)
+    # when the old job finishes and drops its lease
+    old.drop(outreach_id=5)
+    # then the new holder's lease stays; its own drop removes it
+    assert redis_client.get(lease_key(5)) == b"worker-new"
+    new.drop(outreach_id=5)
+    assert redis_client.exists(lease_key(5)) == 0
+    assert new.held() == set() == old.held()
+    old.stop()
+    new.stop()
+
+
+def test_one_renewal_restores_every_lease_lost_with_redis(redis_client: redis.Redis) -> None:
+    # given three running jobs, and Redis losing its keys (a restart without persistence)
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10, token="worker-a")
+    for outreach_id in (1, 2, 3):
+        leases.take(outreach_id=outreach_id)
+    redis_client.flushdb()
+    # when the heartbeat beats once
+    renewed = leases.renew()
+    # then all three are back, in one round trip
+    assert renewed == 3
+    assert leases_alive(client=redis_client, outreach_ids=[1, 2, 3, 4]) == {1, 2, 3}
+    leases.stop()
+
+
+def test_a_lease_not_taken_while_redis_is_down_does_not_fail_the_job() -> None:
+    # given a Redis nobody listens on
+    down = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    leases = JobLeases(down, ttl_s=30, renew_s=10)
+    # when a job takes and drops its lease, then nothing is raised (the heartbeat retries)
+    leases.take(outreach_id=1)
+    leases.drop(outreach_id=1)
+    leases.stop()

@@ -1,0 +1,106 @@
+"""Stuck recovery with job leases: a GENERATING row whose lease is gone comes back as soon as
+it is older than the lease TTL; a leased one, a young one, and rows with no lease mechanism
+wait for DISPATCH_STUCK_AFTER_S as before."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.utils import timezone
+
+from orchestrator.dispatch.recovery import recover_stuck
+from orchestrator.job_leases import JobLeases
+from outreach.models import Outreach, OutreachEvent, State
+from tests.factories import make_outreach
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _timings(settings: Any) -> None:
+    settings.DISPATCH_STUCK_AFTER_S = 600
+    settings.GENERATION_LEASE_TTL_S = 30
+
+
+def _aged(state: State, seconds: float, **fields: Any) -> Outreach:
+    return make_outreach(state=state, state_changed_at=timezone.now() - timedelta(seconds=seconds), **fields)
+
+
+def _recover(client: redis.Redis, refunded: list[str] | None = None) -> int:
+    return recover_stuck(
+        now=timezone.now(), refund=(refunded if refunded is not None else []).append, leases=client
+    )
+
+
+def test_generating_row_without_a_lease_is_requeued_at_once(redis_client: redis.Redis) -> None:
+    # given a row GENERATING for 40 s (past the 30 s TTL, far from 600 s) whose worker died
+    orphan = _aged(State.GENERATING, 40, reservation_id="res-1")
+    refunded: list[str] = []
+    # when recovery runs
+    recovered = _recover(redis_client, refunded)
+    # then it is back in the queue, the attempt charged and the reservation refunded
+    assert recovered == 1
+    orphan.refresh_from_db()
+    assert (orphan.state, orphan.attempts, orphan.reservation_id) == (State.QUEUED, 1, "")
+    event = OutreachEvent.objects.get(outreach=orphan, error_class="stuck")
+    assert "job lease gone" in event.note
+    assert refunded == ["res-1"]
+
+
+def test_generating_row_with_a_live_lease_is_left_alone(redis_client: redis.Redis) -> None:
+    # given a slow job: GENERATING for 5 minutes, its worker still renewing its lease
+    slow = _aged(State.GENERATING, 300)
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10)
+    leases.take(outreach_id=slow.pk)
+    # when recovery runs, then it keeps running
+    assert _recover(redis_client) == 0
+    slow.refresh_from_db()
+    assert slow.state == State.GENERATING
+    leases.stop()
+
+
+def test_young_generating_row_without_a_lease_is_left_alone(redis_client: redis.Redis) -> None:
+    # given a row that moved to GENERATING 5 s ago (its job may not have taken its lease yet)
+    young = _aged(State.GENERATING, 5)
+    # when recovery runs, then it stays
+    assert _recover(redis_client) == 0
+    young.refresh_from_db()
+    assert young.state == State.GENERATING
+
+
+@pytest.mark.parametrize("state", [State.DISPATCHED, State.SENDING])
+def test_rows_without_leases_keep_the_timeout(redis_client: redis.Redis, state: State) -> None:
+    # given a DISPATCHED (waiting in the broker) or SENDING row for 40 s, with no lease
+    waiting = _aged(state, 40, draft_body="Hello" if state == State.SENDING else "")
+    # when recovery runs, then it waits for DISPATCH_STUCK_AFTER_S
+    assert _recover(redis_client) == 0
+    waiting.refresh_from_db()
+    assert waiting.state == state
+    # and after the timeout it is recovered as before
+    Outreach.objects.filter(pk=waiting.pk).update(state_changed_at=timezone.now() - timedelta(seconds=601))
+    assert _recover(redis_client) == 1
+
+
+def test_leased_row_past_the_timeout_is_still_recovered(redis_client: redis.Redis) -> None:
+    # given a job wedged for longer than DISPATCH_STUCK_AFTER_S in a process that still beats
+    wedged = _aged(State.GENERATING, 601)
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10)
+    leases.take(outreach_id=wedged.pk)
+    # when recovery runs, then the timeout backstop takes it
+    assert _recover(redis_client) == 1
+    wedged.refresh_from_db()
+    assert wedged.state == State.QUEUED
+    leases.stop()
+
+
+def test_unreadable_leases_recover_nothing_early() -> None:
+    # given an orphan, and a lease store that cannot be reached
+    orphan = _aged(State.GENERATING, 40)
+    down = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    # when recovery runs, then nothing is taken (the timeout still covers it) and nothing raised
+    assert _recover(down) == 0
+    orphan.refresh_from_db()
+    assert orphan.state == State.GENERATING
