@@ -35,6 +35,7 @@ from orchestrator.budget.values import (
     Headroom,
     Limits,
     Reservation,
+    Spread,
     organization_scope,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "Headroom",
     "Limits",
     "Reservation",
+    "Spread",
     "budget_from_settings",
     "connect",
     "get_budget",

@@ -46,7 +46,8 @@ class Pacing(BudgetCore):
                 )
             keys += self._call_log_keys(scope)
             step = self.adaptive.step
-            args += [limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm), limits.pacing_window_ms]
+            args += [limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm), limits.margin_floor_ms,
+                     limits.margin_ms]  # fmt: skip
         try:
             wait, scope_index, kind, now = self.run("ACQUIRE_CALL", keys, args)
         except BudgetUnavailable:
@@ -65,12 +66,15 @@ class Pacing(BudgetCore):
         reset_requests_s: float | None = None,
         reset_tokens_s: float | None = None,
         sent_at_ms: int | None = None,
+        processing_ms: int | None = None,
         scope: str = PROVIDER,
     ) -> None:
         """Feed the provider's x-ratelimit-remaining-* (and reset) headers of one response.
 
         `sent_at_ms` is the `CallSlot.at_ms` of that call: the remaining counts describe the
-        window ending then. Reset times are recorded for visibility only: under a sliding
+        window ending then, and the time from it to this report, less `processing_ms` (the
+        provider's `openai-processing-ms`, if it says), is one sample of the spread that sizes
+        the pacer's margin. Reset times are recorded for visibility only: under a sliding
         window the room comes back call by call, and blocking until a full reset would waste
         the window whenever we run at the limit (remaining 0 is then normal).
         """
@@ -94,21 +98,36 @@ class Pacing(BudgetCore):
             a.tolerance(limits.rpm),
             a.tolerance(limits.tpm),
             report,
+            a.release(limits.rpm),
+            a.release(limits.tpm),
+            "" if processing_ms is None else max(0, int(processing_ms)),
+            self.spread.samples,
+            self.spread.min_samples,
+            self.spread.quantile,
         ]
+        keys = [*self._call_log_keys(scope), self.key("spread", scope)]
         with contextlib.suppress(BudgetUnavailable):  # advisory: the pacer and the buckets still hold
-            self.run("REPORT", self._call_log_keys(scope), args)
+            self.run("REPORT", keys, args)
 
-    def report_429(self, *, retry_after_s: float | None = None, scope: str = PROVIDER) -> None:
-        """The provider refused a call: hold calls for Retry-After (default 1 s), and cut the
-        limits if our own calls of the last interval were near them (`Adaptive.busy_fraction`)."""
-        a = self.adaptive
+    def report_429(
+        self, *, retry_after_s: float | None = None, sent_at_ms: int | None = None, scope: str = PROVIDER
+    ) -> None:
+        """The provider refused a call: hold calls for Retry-After (default 1 s). While its answers
+        carry remaining counts, widen the safety gap under them; otherwise cut the limits if our
+        own calls of the last interval were near them (`Adaptive.busy_fraction`). `sent_at_ms`
+        (the call's `CallSlot.at_ms`) takes the refused call out of our log: the provider did
+        not count it."""
+        a, limits = self.adaptive, self.limits_for(scope)
         retry_ms = 1_000 if retry_after_s is None else max(0, int(retry_after_s * 1000))
         args = [
             self.now_arg(),
             retry_ms,
-            *self._adaptation_args(self.limits_for(scope)),
+            *self._adaptation_args(limits),
             a.decrease,
             a.busy_fraction,
+            a.tolerance(limits.rpm),
+            a.tolerance(limits.tpm),
+            "" if sent_at_ms is None else sent_at_ms,
         ]
         with contextlib.suppress(BudgetUnavailable):
             self.run("REPORT_429", self._call_log_keys(scope), args)
@@ -129,7 +148,7 @@ class Pacing(BudgetCore):
         scope_args: list[int] = []
         for scope in scopes:
             keys += [self.key(kind, scope) for kind in ("bucket", "rate", "calls", "callmeta")]
-            scope_args += [*self.bucket_args(scope), self.limits_for(scope).pacing_window_ms]
+            scope_args += self.bucket_args(scope)
         base: dict[str, Any] = {
             "failure_policy": self.failure_policy,
             "circuit": self.breaker.state,
