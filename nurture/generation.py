@@ -128,12 +128,13 @@ def _call(budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, u
     try:
         result = llm.chat(messages=messages, max_tokens=max_tokens)
     except RateLimited as exc:
-        budget.report_429(retry_after_s=exc.retry_after_s)
+        budget.report_429(retry_after_s=exc.retry_after_s, sent_at_ms=slot.at_ms or None)
         raise
     info = result.rate_limits
     budget.report_provider(
         remaining_requests=info.remaining_requests, remaining_tokens=info.remaining_tokens,
         reset_requests_s=info.reset_requests_s, reset_tokens_s=info.reset_tokens_s, sent_at_ms=slot.at_ms or None,
+        processing_ms=result.processing_ms,
     )  # fmt: skip
     usage.tokens += result.total_tokens
     return result.text

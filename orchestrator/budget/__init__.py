@@ -83,25 +83,33 @@ def get_budget() -> Budget:
 
 def limits_from_settings(*, rpm: int, tpm: int) -> Limits:
     """Window limits of `rpm` / `tpm` with the bucket shape settings give every scope: strict or
-    paced (LLM_BUDGET_STRICT, LLM_BUDGET_MARGIN_MS) and a burst that holds a dispatch cycle's
+    paced (LLM_BUDGET_STRICT, LLM_BUDGET_MARGIN_MS and _FLOOR_MS) and a burst that holds a dispatch cycle's
     refill plus one outreach (maths.burst_for_cycle; LLM_BUDGET_BURST_MS is a floor). Raises
     ValueError, naming the limit, when one outreach can never fit it."""
     from django.conf import settings
 
     strict = bool(settings.LLM_BUDGET_STRICT)
     margin_ms = int(settings.LLM_BUDGET_MARGIN_MS)
+    floor_ms = int(getattr(settings, "LLM_BUDGET_MARGIN_FLOOR_MS", 50))
     calls, per_call = settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL
     interval_ms = int(settings.DISPATCH_INTERVAL * 1000)
     burst_ms = max(
         int(getattr(settings, "LLM_BUDGET_BURST_MS", 0)),
         *(
+            # at the fastest refill a measured margin can bring (Limits.capacities)
             burst_for_cycle(
-                limit=limit, amount=amount, interval_ms=interval_ms, strict=strict, margin_ms=margin_ms
+                limit=limit,
+                amount=amount,
+                interval_ms=interval_ms,
+                strict=strict,
+                margin_ms=min(margin_ms, floor_ms),
             )
             for limit, amount in ((rpm, calls), (tpm, calls * per_call))
         ),
     )
-    return Limits(rpm=rpm, tpm=tpm, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms)
+    return Limits(
+        rpm=rpm, tpm=tpm, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms, margin_floor_ms=floor_ms
+    )
 
 
 def organization_limits(*, rpm: int | None, tpm: int | None) -> Limits:

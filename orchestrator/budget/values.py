@@ -66,8 +66,12 @@ class Limits:
 
     def _rates(self, *, margin_ms: int) -> tuple[int, int]:
         return (
-            maths.bucket_rate(limit=self.rpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=margin_ms),
-            maths.bucket_rate(limit=self.tpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=margin_ms),
+            maths.bucket_rate(
+                limit=self.rpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=margin_ms
+            ),
+            maths.bucket_rate(
+                limit=self.tpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=margin_ms
+            ),
         )
 
 

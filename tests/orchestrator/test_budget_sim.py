@@ -87,8 +87,8 @@ def make_budget() -> Iterator:
     client, made = connect(settings.REDIS_URL), []
 
     def make(*, strict: bool) -> Budget:
-        burst = maths.burst_for_cycle(
-            limit=LIMIT_RPM, amount=3, interval_ms=INTERVAL_MS, strict=strict, margin_ms=1_000
+        burst = maths.burst_for_cycle(  # at the fastest refill: the 50 ms floor
+            limit=LIMIT_RPM, amount=3, interval_ms=INTERVAL_MS, strict=strict, margin_ms=50
         )
         budget = Budget(
             redis_client=client,
@@ -174,11 +174,20 @@ class SharedProvider(Provider):
         return self.ours_refused / max(1, self.ours_total)
 
 
-def simulate_shared(budget: Budget, *, seed: int = 7) -> SharedProvider:
+def simulate_shared(
+    budget: Budget,
+    *,
+    seed: int = 7,
+    foreign_every_ms: int | None = FOREIGN_EVERY_MS,
+    processing: bool = False,
+) -> SharedProvider:
     """Dispatcher every second, jobs picked up within 5 s, 3 sequential calls each; every
-    answer reports the provider's headers (or its 429) back to the budget, as the worker does."""
+    answer reports the provider's headers (or its 429) back to the budget, as the worker does,
+    with the provider's processing time if `processing`."""
     rng, provider, clock = random.Random(seed), SharedProvider(LIMIT_RPM), budget._clock
-    events: list[tuple[int, int, str, tuple]] = [(0, 0, "dispatch", ()), (0, 0, "foreign", ())]
+    events: list[tuple[int, int, str, tuple]] = [(0, 0, "dispatch", ())]
+    if foreign_every_ms:
+        events.append((0, 0, "foreign", ()))
     seq = 0
 
     def at(ms: int, kind: str, *data: object) -> None:
@@ -198,7 +207,7 @@ def simulate_shared(budget: Budget, *, seed: int = 7) -> SharedProvider:
             at(now + 1_000, "dispatch")
         elif kind == "foreign":
             provider.admit(now, ours=False)
-            at(now + FOREIGN_EVERY_MS, "foreign")
+            at(now + (foreign_every_ms or 0), "foreign")
         elif kind == "call":
             slot = budget.acquire_call(tokens=600)
             if slot.wait_ms:
@@ -206,15 +215,20 @@ def simulate_shared(budget: Budget, *, seed: int = 7) -> SharedProvider:
             else:
                 at(now + rng.randint(0, SPREAD_MS), "arrive", data[0], slot.at_ms)
         elif kind == "arrive":
-            remaining = provider.admit(now, ours=True)
-            at(now + rng.randint(*LATENCY_MS), "answer", *data, remaining)
+            remaining, latency = provider.admit(now, ours=True), rng.randint(*LATENCY_MS)
+            at(now + latency, "answer", *data, remaining, latency if processing else None)
         else:
-            calls_left, sent_at, remaining = data
+            calls_left, sent_at, remaining, processing_ms = data
             if remaining is None:
                 budget.report_429(retry_after_s=1, sent_at_ms=sent_at)
                 at(now + 1_000, "call", calls_left)
                 continue
-            budget.report_provider(remaining_requests=remaining, remaining_tokens=None, sent_at_ms=sent_at)
+            budget.report_provider(
+                remaining_requests=remaining,
+                remaining_tokens=None,
+                sent_at_ms=sent_at,
+                processing_ms=processing_ms,
+            )
             if calls_left > 1:
                 at(now, "call", calls_left - 1)
     return provider
@@ -226,3 +240,15 @@ def test_a_key_shared_with_another_client_is_used_to_what_the_headers_say_is_lef
     # then we use at least 90% of the rest, with under 1% of our calls refused
     assert provider.our_share_of_the_rest() >= 0.90, provider.our_share_of_the_rest()
     assert provider.our_429_rate() < 0.01, provider.our_429_rate()
+
+
+def test_at_300_ms_latency_the_measured_margin_takes_99_percent_of_the_key(make_budget):
+    # given the key to ourselves, calls reaching the provider 0-200 ms after they were logged, and
+    # answers 150-450 ms later that say how long the provider spent on them
+    budget = make_budget(strict=False)
+    provider = simulate_shared(budget, foreign_every_ms=None, processing=True)
+    # then the margin is the measured spread (<= 200 ms) plus the 50 ms floor, not the 1 s cap
+    assert 150 <= budget.snapshot()["scopes"]["provider"]["margin_ms"] <= 250
+    # and the key is used to 60 / 60.25 s of it or better, never refused
+    assert provider.ours_refused == 0
+    assert provider.our_share_of_the_rest() >= 0.99, provider.our_share_of_the_rest()
