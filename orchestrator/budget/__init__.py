@@ -14,7 +14,8 @@ the bucket alone iff r * 60 s + b <= L. Strict limits (the default) solve r = L 
 for a burst of B seconds of refill (B >= one dispatch cycle + one job: ~96% of L). But calls
 reach the provider 0.5-25 s after their reservation and bunch up, so every call is also paced
 by `acquire_call`; paced limits (`strict=False`) then refill at L * 60 / (60 + margin) and let
-the pacer trim the burst: ~98% of L, never over it.
+the pacer trim the burst: never over L, and 99% or more of it once the margin is measured
+(the spread of call delays, tens of ms, rather than the 1 s cap).
 """
 
 from __future__ import annotations

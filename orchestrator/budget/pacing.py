@@ -3,18 +3,20 @@
 The dispatcher reserves at dispatch, but the provider counts a call when it arrives, 0.5-20 s
 later, and calls from different reservations can bunch up. So every provider call first asks
 `acquire_call`, which checks a log of our calls over the provider's sliding 60 s window (plus a
-margin for arrival jitter, `Limits.margin_ms`) and either logs the call or says how long until
-the window has room: the provider never sees more than its limit from us in any window. The log
+margin for arrival jitter: the measured spread plus a floor, at most `Limits.margin_ms`) and
+either logs the call or says how long until the window has room: the provider never sees more
+than its limit from us in any window. The log
 is kept a minute longer than that, so that a provider report arriving up to a minute after its
 call can still count our calls in the window it describes.
 
-Other systems may share the key. Provider headers say how much of the window is left; our
-calls in that window plus what is left is the share we really have. When it is less than the
-limit we believe, the limit is cut to it at once. A 429 blocks calls for Retry-After, and halves
-the limit (once per interval) if we were sending near it: a 429 that comes while we send little,
-as through a provider outage, is not about our share. Limits then recover additively,
-`Adaptive.step_fraction` per interval. Cuts live in Redis: the next reserve, headroom or
-acquire_call sees them.
+Other systems may share the key. Provider headers say how much of the window is left; what the
+window held beyond our own calls is theirs, and our limit follows the configured one less
+that, up or down, at every answer (a 429 meanwhile widens a safety gap). Without such headers
+a 429 blocks calls for Retry-After, and halves the limit (once per interval) if we were sending
+near it: a 429 that comes while we send little, as through a provider outage, is not about our
+share. Limits then recover additively, `Adaptive.step_fraction` per interval. All of it lives
+in Redis: the next reserve, headroom or acquire_call sees it. Each answer is also one sample
+of the spread that sizes the margin (`Spread`, docs/budget.md).
 """
 
 from __future__ import annotations
