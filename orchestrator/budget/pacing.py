@@ -106,6 +106,7 @@ class Pacing(BudgetCore):
             self.spread.samples,
             self.spread.min_samples,
             self.spread.quantile,
+            self.spread.factor,
         ]
         keys = [*self._call_log_keys(scope), self.key("spread", scope)]
         with contextlib.suppress(BudgetUnavailable):  # advisory: the pacer and the buckets still hold

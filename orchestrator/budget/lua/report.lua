@@ -1,7 +1,7 @@
 -- KEYS: log, meta, rate of one scope, its spread samples (list).
 -- ARGV: now, sent_at ('' = now), remaining r ('' = unknown), remaining t, interval,
 --       configured r/t, step r/t, floor r/t, tolerance r/t, report (JSON, kept for visibility),
---       release r/t, processing ms ('' = unknown), samples kept, min samples, quantile.
+--       release r/t, processing ms ('' = unknown), samples kept, min samples, quantile, factor.
 -- Returns {limit r, limit t, margin ms}.
 --
 -- Limits. The provider's window ending at the call's arrival held our calls and everyone
@@ -17,7 +17,7 @@
 -- Margin. Each answer is one sample of the spread of the delay from logging a call to its
 -- arrival: admission to report on Redis's clock, less the provider's own processing time
 -- (without it the whole round trip: an upper bound). The margin in force (limits.lua) is a
--- high quantile of the recent samples plus a floor.
+-- factor x a high quantile of the recent samples, plus a floor.
 local now = clock(ARGV[1])
 local log, meta, rate, samples = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local interval = tonumber(ARGV[5])
@@ -70,7 +70,7 @@ if ARGV[2] ~= '' then
     local v = {}
     for i, x in ipairs(got) do v[i] = tonumber(x) end
     table.sort(v)
-    redis.call('HSET', rate, 'spread', int(v[math.max(1, math.ceil(q * #v))]))
+    redis.call('HSET', rate, 'spread', int(math.ceil(tonumber(ARGV[21]) * v[math.max(1, math.ceil(q * #v))])))
   end
 end
 redis.call('HSET', rate, 'report', ARGV[14], 'report_ms', int(now))
