@@ -128,7 +128,11 @@ LLM_EST_TOKENS_PER_CALL = env_int("LLM_EST_TOKENS_PER_CALL", 600, minimum=1)
 # every call is paced against a log of the provider's window, which reaches ~98% of the limit.
 # Strict: the buckets alone can never exceed any 60 s window (~96%), for clients that do not pace.
 LLM_BUDGET_STRICT = env_bool("LLM_BUDGET_STRICT", False)
+# The pacer's margin past the provider's 60 s is the measured spread of call delays plus
+# LLM_BUDGET_MARGIN_FLOOR_MS, at most LLM_BUDGET_MARGIN_MS (also the margin until measured).
+# Set the floor to the cap for a fixed margin.
 LLM_BUDGET_MARGIN_MS = env_int("LLM_BUDGET_MARGIN_MS", 1000, minimum=0)
+LLM_BUDGET_MARGIN_FLOOR_MS = env_int("LLM_BUDGET_MARGIN_FLOOR_MS", 50, minimum=0)
 # Redis unreachable: "open" lets work run unmetered (the limiter protects the provider, not
 # our users), "closed" stops dispatching LLM work until Redis is back. See README.
 BUDGET_FAILURE_POLICY = env_choice("BUDGET_FAILURE_POLICY", ["open", "closed"], "open")

@@ -192,7 +192,7 @@ def _call(
     try:
         result = llm.chat(messages=messages, max_tokens=max_tokens)
     except RateLimited as exc:
-        budget.report_429(retry_after_s=exc.retry_after_s)
+        budget.report_429(retry_after_s=exc.retry_after_s, sent_at_ms=slot.at_ms or None)
         raise
     # The provider's time only (no pacing wait): what a call holds an in-flight slot for.
     call_latency_record(step=step, seconds=time.monotonic() - started)
@@ -200,6 +200,7 @@ def _call(
     budget.report_provider(
         remaining_requests=info.remaining_requests, remaining_tokens=info.remaining_tokens,
         reset_requests_s=info.reset_requests_s, reset_tokens_s=info.reset_tokens_s, sent_at_ms=slot.at_ms or None,
+        processing_ms=result.processing_ms,
     )  # fmt: skip
     usage.tokens += result.total_tokens
     return result.text

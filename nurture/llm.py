@@ -51,6 +51,7 @@ class LLMResult:
     finish_reason: str | None = None
     usage_estimated: bool = False  # the provider sent no usage: tokens are a chars/4 estimate
     request_id: str | None = None
+    processing_ms: int | None = None  # openai-processing-ms: the provider's time after arrival
 
 
 def chat(
@@ -118,6 +119,7 @@ def _result(*, raw: Any, messages: Sequence[ChatMessage]) -> LLMResult:
         rate_limits=info,
         finish_reason=choice.finish_reason,
         request_id=raw.headers.get("x-request-id"),
+        processing_ms=_int(raw.headers.get("openai-processing-ms")),
     )
 
 

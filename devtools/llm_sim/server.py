@@ -115,7 +115,10 @@ class LLMSim:
         if refusal is not None:
             return refusal
         reply = self._failure(request, status) or self._answer(request)
-        reply.headers, reply.delay_s = headers, delay
+        # OpenAI's header: the time spent on the request after it arrived (rounded down, so the
+        # budget's arrival-spread samples, round trip less this, stay upper bounds).
+        reply.headers = {**headers, "openai-processing-ms": str(int(delay * 1000))}
+        reply.delay_s = delay
         return reply
 
     def _admit(self, request: ChatRequest) -> tuple[Reply | None, dict[str, str], float, int]:

@@ -14,7 +14,8 @@ the bucket alone iff r * 60 s + b <= L. Strict limits (the default) solve r = L 
 for a burst of B seconds of refill (B >= one dispatch cycle + one job: ~96% of L). But calls
 reach the provider 0.5-25 s after their reservation and bunch up, so every call is also paced
 by `acquire_call`; paced limits (`strict=False`) then refill at L * 60 / (60 + margin) and let
-the pacer trim the burst: ~98% of L, never over it.
+the pacer trim the burst: never over L, and 99% or more of it once the margin is measured
+(the spread of call delays, tens of ms, rather than the 1 s cap).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from orchestrator.budget.values import (
     Headroom,
     Limits,
     Reservation,
+    Spread,
     organization_scope,
 )
 
@@ -50,6 +52,7 @@ __all__ = [
     "Headroom",
     "Limits",
     "Reservation",
+    "Spread",
     "budget_from_settings",
     "connect",
     "get_budget",
@@ -81,25 +84,33 @@ def get_budget() -> Budget:
 
 def limits_from_settings(*, rpm: int, tpm: int) -> Limits:
     """Window limits of `rpm` / `tpm` with the bucket shape settings give every scope: strict or
-    paced (LLM_BUDGET_STRICT, LLM_BUDGET_MARGIN_MS) and a burst that holds a dispatch cycle's
+    paced (LLM_BUDGET_STRICT, LLM_BUDGET_MARGIN_MS and _FLOOR_MS) and a burst that holds a dispatch cycle's
     refill plus one outreach (maths.burst_for_cycle; LLM_BUDGET_BURST_MS is a floor). Raises
     ValueError, naming the limit, when one outreach can never fit it."""
     from django.conf import settings
 
     strict = bool(settings.LLM_BUDGET_STRICT)
     margin_ms = int(settings.LLM_BUDGET_MARGIN_MS)
+    floor_ms = int(getattr(settings, "LLM_BUDGET_MARGIN_FLOOR_MS", 50))
     calls, per_call = settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL
     interval_ms = int(settings.DISPATCH_INTERVAL * 1000)
     burst_ms = max(
         int(getattr(settings, "LLM_BUDGET_BURST_MS", 0)),
         *(
+            # at the fastest refill a measured margin can bring (Limits.capacities)
             burst_for_cycle(
-                limit=limit, amount=amount, interval_ms=interval_ms, strict=strict, margin_ms=margin_ms
+                limit=limit,
+                amount=amount,
+                interval_ms=interval_ms,
+                strict=strict,
+                margin_ms=min(margin_ms, floor_ms),
             )
             for limit, amount in ((rpm, calls), (tpm, calls * per_call))
         ),
     )
-    return Limits(rpm=rpm, tpm=tpm, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms)
+    return Limits(
+        rpm=rpm, tpm=tpm, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms, margin_floor_ms=floor_ms
+    )
 
 
 def organization_limits(*, rpm: int | None, tpm: int | None) -> Limits:

@@ -6,7 +6,11 @@ so all the keys one script touches share a Redis Cluster slot.
   {P}:res:exp             zset  reservation id -> expiry (ms, Redis clock)
   {P}:bucket:<scope>      hash  r, t (levels, units of 1/60000), ts (ms of the last refill)
   {P}:rate:<scope>        hash  AIMD state: base_r/t, cut_r/t, md_ms, blocked (Retry-After end),
-                                last_429, report (last provider headers, JSON), report_ms
+                                last_429, report (last provider headers, JSON), report_ms; the
+                                other clients' use foreign_r/t (milli-units) and foreign_ms_r/t,
+                                the safety gap safe_r/t and safe_ms_r/t, hdr_ms (last report
+                                with remaining counts); spread (ms, the measured quantile)
+  {P}:spread:<scope>      list  the last spread samples (ms), newest first
   {P}:calls:<scope>       zset  call-time log: "<seq>:<cumulative tokens>" -> ms
   {P}:callmeta:<scope>    hash  seq, cum (tokens ever logged), base (cum of the last pruned call)
 Redis errors never leave the budget: they feed the breaker and the failure policy answers.
@@ -25,7 +29,7 @@ from redis.retry import Retry
 
 from orchestrator.budget import lua
 from orchestrator.budget.breaker import CircuitBreaker
-from orchestrator.budget.values import PROVIDER, SCOPE_RE, Adaptive, FailurePolicy, Limits
+from orchestrator.budget.values import PROVIDER, SCOPE_RE, Adaptive, FailurePolicy, Limits, Spread
 
 logger = logging.getLogger("orchestrator.budget")
 
@@ -48,7 +52,7 @@ class Plan:
     """What the bucket scripts need for one tuple of scopes, encoded once (the hot path)."""
 
     keys: list[bytes]  # res, exp, then bucket and rate per scope
-    args: list[bytes]  # 8 per scope, see lua.py
+    args: list[bytes]  # 9 per scope, see bucket.lua
     capacity: tuple[int, int]  # the smallest bucket of the scopes (units): requests, tokens
 
 
@@ -73,6 +77,7 @@ class BudgetCore:
         reservation_ttl_ms: int = 900_000,
         failure_policy: FailurePolicy = "open",
         adaptive: Adaptive | None = None,
+        spread: Spread | None = None,
         breaker: CircuitBreaker | None = None,
         clock: Callable[[], int] | None = None,
     ):
@@ -84,6 +89,7 @@ class BudgetCore:
         self.reservation_ttl_ms = reservation_ttl_ms
         self.failure_policy: FailurePolicy = failure_policy
         self.adaptive = adaptive or Adaptive()
+        self.spread = spread or Spread()
         self.breaker = breaker or CircuitBreaker()
         self._clock = clock
         self._redis = redis_client
@@ -113,11 +119,11 @@ class BudgetCore:
         return found
 
     def bucket_args(self, scope: str) -> list[int]:
-        """The 8 per-scope ARGV of the bucket scripts (see lua.py)."""
+        """The 9 per-scope ARGV of the bucket scripts (see bucket.lua)."""
         limits = self.limits_for(scope)
-        num, den = limits.rate_fraction()
         step = self.adaptive.step
-        return [*limits.capacities(), limits.rpm, limits.tpm, num, den, step(limits.rpm), step(limits.tpm)]
+        return [*limits.capacities(), limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm),
+                limits.strict_denominator(), limits.margin_floor_ms, limits.margin_ms]  # fmt: skip
 
     def plan(self, scopes: tuple[str, ...]) -> Plan:
         """KEYS and per-scope ARGV of the bucket scripts for these scopes, cached."""

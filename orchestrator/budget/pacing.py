@@ -3,18 +3,20 @@
 The dispatcher reserves at dispatch, but the provider counts a call when it arrives, 0.5-20 s
 later, and calls from different reservations can bunch up. So every provider call first asks
 `acquire_call`, which checks a log of our calls over the provider's sliding 60 s window (plus a
-margin for arrival jitter, `Limits.margin_ms`) and either logs the call or says how long until
-the window has room: the provider never sees more than its limit from us in any window. The log
+margin for arrival jitter: the measured spread plus a floor, at most `Limits.margin_ms`) and
+either logs the call or says how long until the window has room: the provider never sees more
+than its limit from us in any window. The log
 is kept a minute longer than that, so that a provider report arriving up to a minute after its
 call can still count our calls in the window it describes.
 
-Other systems may share the key. Provider headers say how much of the window is left; our
-calls in that window plus what is left is the share we really have. When it is less than the
-limit we believe, the limit is cut to it at once. A 429 blocks calls for Retry-After, and halves
-the limit (once per interval) if we were sending near it: a 429 that comes while we send little,
-as through a provider outage, is not about our share. Limits then recover additively,
-`Adaptive.step_fraction` per interval. Cuts live in Redis: the next reserve, headroom or
-acquire_call sees them.
+Other systems may share the key. Provider headers say how much of the window is left; what the
+window held beyond our own calls is theirs, and our limit follows the configured one less
+that, up or down, at every answer (a 429 meanwhile widens a safety gap). Without such headers
+a 429 blocks calls for Retry-After, and halves the limit (once per interval) if we were sending
+near it: a 429 that comes while we send little, as through a provider outage, is not about our
+share. Limits then recover additively, `Adaptive.step_fraction` per interval. All of it lives
+in Redis: the next reserve, headroom or acquire_call sees it. Each answer is also one sample
+of the spread that sizes the margin (`Spread`, docs/budget.md).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class Pacing(BudgetCore):
                 )
             keys += self._call_log_keys(scope)
             step = self.adaptive.step
-            args += [limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm), limits.pacing_window_ms]
+            args += [limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm), limits.margin_floor_ms,
+                     limits.margin_ms]  # fmt: skip
         try:
             wait, scope_index, kind, now = self.run("ACQUIRE_CALL", keys, args)
         except BudgetUnavailable:
@@ -65,12 +68,15 @@ class Pacing(BudgetCore):
         reset_requests_s: float | None = None,
         reset_tokens_s: float | None = None,
         sent_at_ms: int | None = None,
+        processing_ms: int | None = None,
         scope: str = PROVIDER,
     ) -> None:
         """Feed the provider's x-ratelimit-remaining-* (and reset) headers of one response.
 
         `sent_at_ms` is the `CallSlot.at_ms` of that call: the remaining counts describe the
-        window ending then. Reset times are recorded for visibility only: under a sliding
+        window ending then, and the time from it to this report, less `processing_ms` (the
+        provider's `openai-processing-ms`, if it says), is one sample of the spread that sizes
+        the pacer's margin. Reset times are recorded for visibility only: under a sliding
         window the room comes back call by call, and blocking until a full reset would waste
         the window whenever we run at the limit (remaining 0 is then normal).
         """
@@ -94,21 +100,37 @@ class Pacing(BudgetCore):
             a.tolerance(limits.rpm),
             a.tolerance(limits.tpm),
             report,
+            a.release(limits.rpm),
+            a.release(limits.tpm),
+            "" if processing_ms is None else max(0, int(processing_ms)),
+            self.spread.samples,
+            self.spread.min_samples,
+            self.spread.quantile,
+            self.spread.factor,
         ]
+        keys = [*self._call_log_keys(scope), self.key("spread", scope)]
         with contextlib.suppress(BudgetUnavailable):  # advisory: the pacer and the buckets still hold
-            self.run("REPORT", self._call_log_keys(scope), args)
+            self.run("REPORT", keys, args)
 
-    def report_429(self, *, retry_after_s: float | None = None, scope: str = PROVIDER) -> None:
-        """The provider refused a call: hold calls for Retry-After (default 1 s), and cut the
-        limits if our own calls of the last interval were near them (`Adaptive.busy_fraction`)."""
-        a = self.adaptive
+    def report_429(
+        self, *, retry_after_s: float | None = None, sent_at_ms: int | None = None, scope: str = PROVIDER
+    ) -> None:
+        """The provider refused a call: hold calls for Retry-After (default 1 s). While its answers
+        carry remaining counts, widen the safety gap under them; otherwise cut the limits if our
+        own calls of the last interval were near them (`Adaptive.busy_fraction`). `sent_at_ms`
+        (the call's `CallSlot.at_ms`) takes the refused call out of our log: the provider did
+        not count it."""
+        a, limits = self.adaptive, self.limits_for(scope)
         retry_ms = 1_000 if retry_after_s is None else max(0, int(retry_after_s * 1000))
         args = [
             self.now_arg(),
             retry_ms,
-            *self._adaptation_args(self.limits_for(scope)),
+            *self._adaptation_args(limits),
             a.decrease,
             a.busy_fraction,
+            a.tolerance(limits.rpm),
+            a.tolerance(limits.tpm),
+            "" if sent_at_ms is None else sent_at_ms,
         ]
         with contextlib.suppress(BudgetUnavailable):
             self.run("REPORT_429", self._call_log_keys(scope), args)
@@ -129,7 +151,7 @@ class Pacing(BudgetCore):
         scope_args: list[int] = []
         for scope in scopes:
             keys += [self.key(kind, scope) for kind in ("bucket", "rate", "calls", "callmeta")]
-            scope_args += [*self.bucket_args(scope), self.limits_for(scope).pacing_window_ms]
+            scope_args += self.bucket_args(scope)
         base: dict[str, Any] = {
             "failure_policy": self.failure_policy,
             "circuit": self.breaker.state,

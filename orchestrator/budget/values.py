@@ -28,56 +28,73 @@ class Limits:
     window holds. `strict=False` ("paced") refills at what the call pacer passes and relies on
     `Budget.acquire_call` before every provider call. `margin_ms` widens the pacer's window
     past the provider's 60 s: it must cover the spread of the delay between logging a call and
-    its arrival at the provider. See maths.py.
+    its arrival at the provider. The pacer measures that spread (`Spread`) and uses it plus
+    `margin_floor_ms`, never more than `margin_ms`; until it has measured, `margin_ms`. See
+    maths.py and docs/budget.md.
     """
 
     rpm: int
     tpm: int
     burst_ms: int = 2_000
     strict: bool = False  # paced, as LLM_BUDGET_STRICT defaults (a test holds them equal)
-    margin_ms: int = 1_000
+    margin_ms: int = 1_000  # the most margin, and the margin before any measurement
+    margin_floor_ms: int = 50  # added to the measured spread: what the measurement cannot see
 
     def __post_init__(self) -> None:
-        if self.rpm < 1 or self.tpm < 1 or self.burst_ms < 1 or self.margin_ms < 0:
+        if min(self.rpm, self.tpm, self.burst_ms) < 1 or min(self.margin_ms, self.margin_floor_ms) < 0:
             raise ValueError(f"limits must be positive: {self}")
 
     @property
-    def pacing_window_ms(self) -> int:
-        return maths.WINDOW_MS + self.margin_ms
+    def fastest_margin_ms(self) -> int:
+        """The smallest margin a measured spread can bring: the fastest paced refill."""
+        return min(self.margin_ms, self.margin_floor_ms)
 
     def rates(self) -> tuple[int, int]:
-        """Refill rates (units per ms) at the configured limits."""
-        return (
-            maths.bucket_rate(
-                limit=self.rpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=self.margin_ms
-            ),
-            maths.bucket_rate(
-                limit=self.tpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=self.margin_ms
-            ),
-        )
+        """Refill rates (units per ms) at the configured limits, before any spread is measured."""
+        return self._rates(margin_ms=self.margin_ms)
 
     def capacities(self) -> tuple[int, int]:
-        """Bucket capacities in units (requests, tokens)."""
-        rate_r, rate_t = self.rates()
+        """Bucket capacities in units (requests, tokens): burst_ms of the fastest refill a
+        measured margin can bring, so the bucket still holds a dispatch cycle's refill then."""
+        rate_r, rate_t = self._rates(margin_ms=self.fastest_margin_ms)
         return rate_r * self.burst_ms, rate_t * self.burst_ms
 
-    def rate_fraction(self) -> tuple[int, int]:
-        """(numerator, denominator) turning a window limit into a refill rate, for the Lua side."""
-        return maths.WINDOW_MS, maths.WINDOW_MS + (self.burst_ms if self.strict else self.margin_ms)
+    def strict_denominator(self) -> int:
+        """The Lua side's refill denominator: rate = limit * 60000 / it. 0 for paced limits,
+        whose denominator is 60000 + the margin in force (measured, in Redis)."""
+        return maths.WINDOW_MS + self.burst_ms if self.strict else 0
+
+    def _rates(self, *, margin_ms: int) -> tuple[int, int]:
+        return (
+            maths.bucket_rate(
+                limit=self.rpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=margin_ms
+            ),
+            maths.bucket_rate(
+                limit=self.tpm, burst_ms=self.burst_ms, strict=self.strict, margin_ms=margin_ms
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Adaptive:
     """AIMD on the provider-window limits (both requests and tokens).
 
-    A 429 multiplies the limits by `decrease` (at most once per `interval_ms`, so a volley of
-    429s from calls already in flight counts as one signal) when our own calls of the last
-    interval ran at `busy_fraction` of the limits or more; otherwise it only holds calls for
-    Retry-After (a provider outage would else cut us down to the floor, and the additive climb
-    back would take minutes after the provider recovered). A provider report showing less
-    room than we believe cuts them at once to what the provider says is ours. Every
-    `interval_ms` without a cut gives back `step_fraction` of the configured limit. Limits
-    never fall below `floor_fraction` of the configured ones.
+    When the provider's answers say what is left of its window (x-ratelimit-remaining-*), the
+    limits follow them: what the window held beyond our own calls is another client's, and our
+    limit is the configured one less that (`report_provider`), up or down, at every answer.
+    The estimate of the other client's use rises at once and falls by at most
+    `release_fraction` of the limit per interval (one answer may see fewer of its calls than
+    the next), and one below `tolerance_fraction` is noise (our calls racing the header). A 429
+    while answers carry those headers widens a safety gap under that estimate (doubling, once
+    per interval; it closes by one tolerance per interval) rather than halving the limits.
+
+    Without such headers: a 429 multiplies the limits by `decrease` (at most once per
+    `interval_ms`, so a volley of 429s from calls already in flight counts as one signal) when
+    our own calls of the last interval ran at `busy_fraction` of the limits or more; otherwise
+    it only holds calls for Retry-After (a provider outage would else cut us down to the floor,
+    and the additive climb back would take minutes after the provider recovered). Every
+    `interval_ms` without a cut or a report gives back `step_fraction` of the configured limit.
+    Limits never fall below `floor_fraction` of the configured ones.
     """
 
     decrease: float = 0.5
@@ -86,6 +103,7 @@ class Adaptive:
     floor_fraction: float = 0.05
     tolerance_fraction: float = 0.01  # report noise ignored: requests racing the header
     busy_fraction: float = 0.5  # a 429 cuts only if our last interval ran at this x the limit
+    release_fraction: float = 0.02  # the other client's estimate falls at most this x L per interval
 
     def step(self, limit: int) -> int:
         return max(1, int(limit * self.step_fraction))
@@ -95,6 +113,33 @@ class Adaptive:
 
     def tolerance(self, limit: int) -> int:
         return max(1, int(limit * self.tolerance_fraction))
+
+    def release(self, limit: int) -> int:
+        return max(1, int(limit * self.release_fraction))
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """How the pacer measures the spread of the delay from logging a call to its arrival.
+
+    Each provider answer gives one sample: the time from the call's admission to its report
+    (Redis clock), less the processing time the provider says it spent (`openai-processing-ms`;
+    without it the sample is the whole round trip, an upper bound). The margin is `factor` x
+    the `quantile` of the last `samples`, plus the floor, capped; with fewer than `min_samples`
+    it stays at the cap. The highest by default, and half as much again: one call later than
+    the margin can cost a 429 and a Retry-After pause of every call, a margin a little too wide
+    only a fraction of a percent; and the next 256 calls beat the highest of the last 256 half
+    the time (a bench on a loaded machine: highest 177 ms, margin 227 ms, one 429).
+    """
+
+    samples: int = 256
+    min_samples: int = 20
+    quantile: float = 1.0
+    factor: float = 1.5
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.min_samples <= self.samples and 0 < self.quantile <= 1 and self.factor >= 1):
+            raise ValueError(f"bad spread settings: {self}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,12 +326,50 @@ def test_a_report_showing_another_user_cuts_to_our_share(make_budget, clock):
         reset_tokens_s=20.0,
         sent_at_ms=sent[-1].at_ms,
     )
-    # then our limits are what we used plus what is left: someone else has the rest
+    # then our limits are what we used plus what is left, less one tolerance (1%) for the
+    # other client's wobble: someone else has the rest
     room = budget.headroom()
-    assert (room.limit_rpm, room.limit_tpm) == (20 + 80, 20_000 + 100_000)
+    assert (room.limit_rpm, room.limit_tpm) == (20 + 80 - 3, 20_000 + 100_000 - 3_000)
     snap = budget.snapshot()["scopes"]["provider"]
     assert snap["last_report"]["remaining_requests"] == 80
     assert snap["calls_in_window"] == 20
+
+
+def test_a_report_showing_room_raises_the_limit_once_the_other_client_is_gone(make_budget, clock):
+    # given a limit cut to 100 by an answer that showed another client holding 200
+    budget = make_budget()
+    sent = [budget.acquire_call(tokens=1_000) for _ in range(20)]
+    budget.report_provider(remaining_requests=80, remaining_tokens=None, sent_at_ms=sent[-1].at_ms)
+    assert budget.headroom().limit_rpm == 97
+    # when, 3 minutes on, the other client is gone and an answer shows the window nearly free
+    clock.now += 180_000
+    slot = budget.acquire_call(tokens=1_000)
+    budget.report_provider(remaining_requests=299, remaining_tokens=None, sent_at_ms=slot.at_ms)
+    # then the limit is the whole key: the estimate of the other client may fall 6 (2%) per
+    # 5 s, 216 in 180 s, more than the 200 it was
+    assert budget.headroom().limit_rpm == 300
+
+
+def test_a_429_while_answers_carry_headers_widens_a_gap_instead_of_halving(make_budget, clock):
+    budget = make_budget(adaptive=Adaptive(interval_ms=5_000))
+    _send_at_the_limit(budget)
+    budget.report_provider(remaining_requests=275, remaining_tokens=None, sent_at_ms=clock.now)
+    assert budget.headroom().limit_rpm == 300  # 300 - 275 - our 25: nobody else
+    budget.report_429(retry_after_s=1, sent_at_ms=clock.now)
+    room = budget.headroom()
+    # then calls are held for Retry-After, and the limit drops by one tolerance (3), not to 150
+    assert (room.limit_rpm, room.blocked_ms) == (297, 1_000)
+    # and the refused call left our log: the provider did not count it
+    assert budget.snapshot()["scopes"]["provider"]["calls_in_window"] == 24
+
+
+def test_without_headers_for_a_window_a_429_halves_as_before(make_budget, clock):
+    budget = make_budget(adaptive=Adaptive(interval_ms=5_000))
+    budget.report_provider(remaining_requests=299, remaining_tokens=None, sent_at_ms=clock.now)
+    clock.now += WINDOW_MS + 1
+    _send_at_the_limit(budget)
+    budget.report_429(retry_after_s=1)
+    assert budget.headroom().limit_rpm == 150
 
 
 def test_a_report_within_tolerance_changes_nothing(make_budget):
@@ -352,7 +390,14 @@ def test_snapshot_shows_what_the_budget_decides_on(make_budget):
     snap = budget.snapshot()
     assert snap["redis"] == "ok"
     assert snap["configured"] == {
-        "provider": {"rpm": 300, "tpm": 300_000, "burst_ms": 2_000, "strict": True, "margin_ms": 1_000}
+        "provider": {
+            "rpm": 300,
+            "tpm": 300_000,
+            "burst_ms": 2_000,
+            "strict": True,
+            "margin_ms": 1_000,
+            "margin_floor_ms": 50,
+        }
     }
     assert (snap["in_flight"], snap["outstanding_requests"], snap["outstanding_tokens"]) == (1, 3, 1_800)
     scope = snap["scopes"]["provider"]

@@ -1,14 +1,15 @@
 -- KEYS: (log, meta, rate) per scope.
--- ARGV: now, tokens, interval, 5 per scope (configured limit r/t, AIMD step r/t, window_ms: the
---       provider's 60 s + margin). Calls are kept a minute past the window, for reports.
+-- ARGV: now, tokens, interval, 6 per scope (configured limit r/t, AIMD step r/t, margin floor and
+--       cap: the window is the provider's 60 s + the margin in force). Calls are kept a minute
+--       past the widest window, for reports.
 -- Returns {wait_ms, scope index, kind (1 requests, 2 tokens, 3 retry-after), now}; wait 0 = logged.
 local now = clock(ARGV[1])
 local tokens, interval = tonumber(ARGV[2]), tonumber(ARGV[3])
 local wait, wscope, wkind = 0, 0, 0
 for i = 1, #KEYS / 3 do
   local log, meta, rate = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local a = 4 + (i - 1) * 5
-  local window = tonumber(ARGV[a + 4])
+  local a = 4 + (i - 1) * 6
+  local window = WINDOW + margin(rate, tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]))
   local from = now - window
   local lim_r, lim_t, blocked = limits(rate, tonumber(ARGV[a]), tonumber(ARGV[a + 1]),
                                        tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), interval, now)
@@ -41,7 +42,7 @@ end
 if wait > 0 then return {wait, wscope, wkind, now} end
 for i = 1, #KEYS / 3 do
   local log, meta = KEYS[3 * i - 2], KEYS[3 * i - 1]
-  local retain = tonumber(ARGV[4 + (i - 1) * 5 + 4]) + WINDOW
+  local retain = WINDOW + tonumber(ARGV[4 + (i - 1) * 6 + 5]) + WINDOW
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
   local cum = redis.call('HINCRBY', meta, 'cum', int(tokens))
   redis.call('ZADD', log, int(now), string.format('%012d:%s', seq, int(cum)))

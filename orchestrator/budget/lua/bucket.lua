@@ -1,10 +1,14 @@
 -- One scope's bucket brought up to `now` (nothing written). A missing bucket is full.
+-- Its 9 ARGV from `at`: capacity r/t, configured limit r/t, AIMD step r/t, refill denominator
+-- (0: paced, 60000 + the margin in force), margin floor and cap.
 local function bucket(bucket_key, rate_key, argv, at, interval, now)
   local b = {cap_r = tonumber(argv[at]), cap_t = tonumber(argv[at + 1])}
   b.lim_r, b.lim_t, b.blocked = limits(rate_key, tonumber(argv[at + 2]), tonumber(argv[at + 3]),
-                                       tonumber(argv[at + 6]), tonumber(argv[at + 7]), interval, now)
-  local num, den = tonumber(argv[at + 4]), tonumber(argv[at + 5])
-  b.rate_r, b.rate_t = math.floor(b.lim_r * num / den), math.floor(b.lim_t * num / den)
+                                       tonumber(argv[at + 4]), tonumber(argv[at + 5]), interval, now)
+  b.margin = margin(rate_key, tonumber(argv[at + 7]), tonumber(argv[at + 8]))
+  local den = tonumber(argv[at + 6])
+  if den == 0 then den = WINDOW + b.margin end  -- paced: refill at what the pacer passes
+  b.rate_r, b.rate_t = math.floor(b.lim_r * WINDOW / den), math.floor(b.lim_t * WINDOW / den)
   local v = redis.call('HMGET', bucket_key, 'r', 't', 'ts')
   local ts = tonumber(v[3])
   if not ts then

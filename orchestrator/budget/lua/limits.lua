@@ -12,3 +12,12 @@ local function limits(rate_key, cfg_r, cfg_t, step_r, step_t, interval, now)
          adapted(a[3], a[4], cfg_t, step_t, interval, now),
          tonumber(a[5]) or 0
 end
+
+-- The pacer's margin past the provider's 60 s: the measured spread of the delay from logging a
+-- call to its arrival (report.lua keeps it in the rate hash) plus a floor, never more than the
+-- cap; the cap until something was measured.
+local function margin(rate_key, floor, cap)
+  local spread = tonumber(redis.call('HGET', rate_key, 'spread'))
+  if not spread then return cap end
+  return math.min(cap, spread + floor)
+end

@@ -1,5 +1,5 @@
 -- KEYS: res, exp, then (bucket, rate) per scope.
--- ARGV: now, count, requests_each, tokens_each, ttl_ms, id_head, id_tail, interval, 8 per scope.
+-- ARGV: now, count, requests_each, tokens_each, ttl_ms, id_head, id_tail, interval, 9 per scope.
 -- Returns {granted, wait_ms, scope index, kind (1 requests, 2 tokens, 3 retry-after), now}.
 local now = clock(ARGV[1])
 local res, exp = KEYS[1], KEYS[2]
@@ -8,7 +8,7 @@ local count, req, tok = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local need_r, need_t, interval = req * UNITS, tok * UNITS, tonumber(ARGV[8])
 local buckets, grant = {}, count
 for i = 1, (#KEYS - 2) / 2 do
-  local b = bucket(KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV, 9 + (i - 1) * 8, interval, now)
+  local b = bucket(KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV, 9 + (i - 1) * 9, interval, now)
   buckets[i] = b
   if b.blocked > now then grant = 0 end
   if need_r > 0 then grant = math.min(grant, math.floor(b.r / need_r)) end

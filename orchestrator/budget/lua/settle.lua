@@ -1,6 +1,6 @@
 -- KEYS: res, exp, then (bucket, rate) per scope.
 -- ARGV: now, id, refund ('1' or '0'), used_requests ('' = as reserved), used_tokens, interval,
---       8 per scope.
+--       9 per scope.
 -- Returns 1 done, 0 unknown (or already settled/refunded/swept), -1 expired (nothing given back).
 local now = clock(ARGV[1])
 local res, exp, id = KEYS[1], KEYS[2], ARGV[2]
@@ -20,7 +20,7 @@ end
 local interval = tonumber(ARGV[6])
 for i = 1, (#KEYS - 2) / 2 do
   local key = KEYS[1 + 2 * i]
-  local b = bucket(key, KEYS[2 + 2 * i], ARGV, 7 + (i - 1) * 8, interval, now)
+  local b = bucket(key, KEYS[2 + 2 * i], ARGV, 7 + (i - 1) * 9, interval, now)
   b.r = math.min(b.cap_r, b.r + back_r * UNITS)
   b.t = math.min(b.cap_t, b.t + back_t * UNITS)
   store(key, b)

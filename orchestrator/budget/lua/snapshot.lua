@@ -1,6 +1,5 @@
 -- KEYS: res, exp, then (bucket, rate, log, meta) per scope.
--- ARGV: now, interval, 9 per scope (8 bucket parameters, pacing window ms). Drops expired
---       reservations; returns JSON.
+-- ARGV: now, interval, 9 bucket parameters per scope. Drops expired reservations; returns JSON.
 -- Outstanding totals are summed here, O(reservations in flight), rather than kept up to date
 -- on every reserve and settle: the hot path stays short and this is a dashboard's call.
 local now = clock(ARGV[1])
@@ -16,9 +15,10 @@ local snap = {now_ms = now, outstanding_requests = out_r, outstanding_tokens = o
 for i = 1, (#KEYS - 2) / 4 do
   local k = 2 + (i - 1) * 4
   local b = bucket(KEYS[k + 1], KEYS[k + 2], ARGV, 3 + (i - 1) * 9, interval, now)
-  local window = tonumber(ARGV[3 + (i - 1) * 9 + 8])
+  local window = WINDOW + b.margin
   local r = redis.call('HMGET', KEYS[k + 2], 'last_429', 'report', 'report_ms')
   local m = redis.call('HMGET', KEYS[k + 4], 'cum', 'base')
+  local f = redis.call('HMGET', KEYS[k + 2], 'foreign_r', 'foreign_t')
   local cum, base = tonumber(m[1]) or 0, tonumber(m[2]) or 0
   snap.scopes[i] = {
     limit_rpm = b.lim_r, limit_tpm = b.lim_t, requests_per_min = b.rate_r, tokens_per_min = b.rate_t,
@@ -26,6 +26,8 @@ for i = 1, (#KEYS - 2) / 4 do
     calls_in_window = redis.call('ZCOUNT', KEYS[k + 3], '(' .. int(now - window), '+inf'),
     tokens_in_window = cum - cum_at(KEYS[k + 3], base, now - window),
     last_429_ms = tonumber(r[1]), last_report = r[2] or nil, last_report_ms = tonumber(r[3]),
+    margin_ms = b.margin, foreign_requests = f[1] and tonumber(f[1]) / 1000 or nil,
+    foreign_tokens = f[2] and tonumber(f[2]) / 1000 or nil,
   }
 end
 return cjson.encode(snap)
