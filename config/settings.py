@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from dotenv import load_dotenv
+from kombu import Queue as KombuQueue
 
 from config.env import (
     REQUIRED,
@@ -195,6 +196,18 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = Queue.ORCHESTRATOR
+# RabbitMQ only: "quorum" queues (replicated, the choice for a clustered broker) or "classic".
+CELERY_QUEUE_TYPE = env_choice("CELERY_QUEUE_TYPE", ["classic", "quorum"], "classic")
+CELERY_TASK_QUEUES = [
+    KombuQueue(
+        q.value,
+        routing_key=q.value,
+        queue_arguments={"x-queue-type": "quorum"}
+        if CELERY_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith("amqp")
+        else None,
+    )
+    for q in Queue
+]
 CELERY_TASK_ROUTES = TASK_ROUTES
 CELERY_TASK_CREATE_MISSING_QUEUES = False
 # A message is acknowledged after the task returns, and re-delivered if the worker dies:
