@@ -12,15 +12,11 @@ import os
 
 from celery import Celery
 from celery.signals import setup_logging
-from kombu import Queue as KombuQueue
-
-from config.queues import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = [KombuQueue(q.value, routing_key=q.value) for q in Queue]
 app.autodiscover_tasks()
 
 

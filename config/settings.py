@@ -6,7 +6,11 @@ DJANGO_DEBUG off (the default), secrets have no default and must come from the e
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from dotenv import load_dotenv
+from kombu import Queue as KombuQueue
 
 from config.env import (
     REQUIRED,
@@ -24,6 +28,9 @@ from config.queues import TASK_ROUTES, Queue
 from config.workers import WORKERS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A `.env` file beside manage.py (or DJANGO_ENV_FILE) is read when present, for every process
+# (web, workers, beat, commands); variables already set in the environment win.
+load_dotenv(os.environ.get("DJANGO_ENV_FILE") or BASE_DIR / ".env", override=False)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 # Production secrets have no default: only a debug (demo/dev) process may run on a throwaway key.
@@ -46,7 +53,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.health.HealthCheckMiddleware",  # first: probes skip the host check and the HTTPS redirect
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS and JS) straight from the web process, compressed and
+    # cached for ever under hashed names: no separate file server in front of gunicorn.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -96,20 +107,36 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = Path(env_str("DJANGO_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+# Outside debug the admin's files come from `collectstatic` (the Procfile's release line, the
+# image build) under content-hashed names; in debug Django serves them from the apps.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 # Security: on by default outside debug; `check --deploy` passes with production env set.
 CSRF_COOKIE_SECURE = not DEBUG
 SESSION_COOKIE_SECURE = not DEBUG
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Plain-HTTP machine-to-machine calls are answered, not redirected: an email provider's or our
+# own webhook sender and a Prometheus scrape do not follow a 301 (health probes: config/health.py).
+SECURE_REDIRECT_EXEMPT = [r"^hooks/", r"^metrics$"]
+# Trust X-Forwarded-Proto only behind a TLS-terminating proxy that sets it (and strips it from
+# clients): trusted without such a proxy, any client could claim to be on HTTPS.
+if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_HSTS_SECONDS = 0 if DEBUG else env_int("DJANGO_HSTS_SECONDS", 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = not DEBUG
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-# --- Redis: Celery broker, the LLM budget and the dispatcher lock ---------------------------
+# --- Redis: the LLM budget, the dispatcher lock, and the Celery broker by default -----------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 # --- LLM provider (any OpenAI-compatible chat-completions endpoint) -------------------------
@@ -150,7 +177,9 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "outreach@example.com")
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
 
 # --- Dispatcher -----------------------------------------------------------------------------
-DISPATCH_INTERVAL = env_float("DISPATCH_INTERVAL", 2.0, minimum=0.1)  # seconds between cycles
+# Whole seconds between cycles: django-celery-beat stores intervals in whole seconds, so 0.5
+# would silently become 0; refused here instead.
+DISPATCH_INTERVAL = env_int("DISPATCH_INTERVAL", 2, minimum=1)
 # LLM work in flight is sized each cycle by Little's law (orchestrator/dispatch/inflight.py,
 # docs/dispatch.md): budget rate x observed job latency x (1 + headroom). The maximum only caps
 # it: 1000 does not bind at 3,000 RPM with 3 s calls (~16 outreach/s x ~22 s at p95 with
@@ -192,7 +221,8 @@ BUDGET_SAMPLE_RETENTION_DAYS = env_int("BUDGET_SAMPLE_RETENTION_DAYS", 7, minimu
 FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "admin:admin" if DEBUG else REQUIRED)
 
 # --- Celery ---------------------------------------------------------------------------------
-CELERY_BROKER_URL = REDIS_URL
+# redis:// (the default: REDIS_URL) or amqp:// (RabbitMQ). The budget and locks stay on REDIS_URL.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None  # tasks record outcomes in PostgreSQL; nobody reads results
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -200,6 +230,18 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = Queue.ORCHESTRATOR
+# RabbitMQ only: "quorum" queues (replicated, the choice for a clustered broker) or "classic".
+CELERY_QUEUE_TYPE = env_choice("CELERY_QUEUE_TYPE", ["classic", "quorum"], "classic")
+CELERY_TASK_QUEUES = [
+    KombuQueue(
+        q.value,
+        routing_key=q.value,
+        queue_arguments={"x-queue-type": "quorum"}
+        if CELERY_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith("amqp")
+        else None,
+    )
+    for q in Queue
+]
 CELERY_TASK_ROUTES = TASK_ROUTES
 CELERY_TASK_CREATE_MISSING_QUEUES = False
 # A message is acknowledged after the task returns, and re-delivered if the worker dies:
@@ -219,14 +261,17 @@ CELERY_WORKER_SEND_TASK_EVENTS = True  # Flower
 # No task-sent events: the dispatcher publishes hundreds of tasks a cycle and each sent event
 # doubled the cost of a publish; Flower still sees received/started/succeeded from workers.
 CELERY_TASK_SEND_SENT_EVENT = False
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's DatabaseScheduler, touching a heartbeat file on every tick (liveness).
+CELERY_BEAT_SCHEDULER = "config.beat:HeartbeatScheduler"
+BEAT_HEARTBEAT_FILE = env_str("BEAT_HEARTBEAT_FILE", "/tmp/outreach-beat.heartbeat")
 CELERY_BEAT_SCHEDULE = {
     "dispatch-cycle": {
         "task": "orchestrator.dispatch",
         "schedule": DISPATCH_INTERVAL,
         # A cycle message older than one interval is useless (the next one is coming): let it
-        # expire rather than pile up behind a stopped orchestrator worker.
-        "options": {"queue": Queue.ORCHESTRATOR.value, "expires": max(DISPATCH_INTERVAL, 1.0)},
+        # expire rather than pile up behind a stopped orchestrator worker. `expire_seconds`, not
+        # `expires`: django-celery-beat copies only the former into its table.
+        "options": {"queue": Queue.ORCHESTRATOR.value, "expire_seconds": DISPATCH_INTERVAL},
     }
 }
 

@@ -67,7 +67,7 @@ def start_all(group: ProcessGroup, opts: DemoOptions) -> None:
     )
     group.start("web", web(port=opts.web_port))
     start_pipeline(group)  # the production recipe (config.workers)
-    group.start("flower", flower(port=opts.flower_port, basic_auth=settings.FLOWER_BASIC_AUTH))
+    group.start("flower", flower(port=opts.flower_port))
 
 
 def post_reply(*, opts: DemoOptions, rng: random.Random) -> int | None:

@@ -89,11 +89,9 @@ def celery_beat() -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO"]
 
 
-def flower(*, port: int, basic_auth: str) -> list[str]:
-    return [
-        sys.executable, "-m", "celery", "-A", "config", "flower", f"--port={port}", "--address=127.0.0.1",
-        f"--basic-auth={basic_auth}",
-    ]  # fmt: skip
+def flower(*, port: int) -> list[str]:
+    """Flower on loopback; basic auth from FLOWER_BASIC_AUTH through flowerconfig.py."""
+    return [sys.executable, "-m", "celery", "-A", "config", "flower", f"--port={port}", "--address=127.0.0.1"]
 
 
 def web(*, port: int) -> list[str]:

@@ -70,7 +70,7 @@ def test_check_deploy_passes_with_production_env() -> None:
 
 def test_bad_dispatch_interval_is_a_clear_startup_error() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_INTERVAL": "soon"})
-    assert "DISPATCH_INTERVAL='soon': expected a number" in result.stderr
+    assert "DISPATCH_INTERVAL='soon': expected a whole number" in result.stderr
 
 
 def test_min_share_parsing_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,7 +112,7 @@ def test_importing_config_leaves_settings_to_the_environment_set_afterwards() ->
     script = (
         "import os; import devtools.processes; from django.conf import settings; "
         "assert not settings.configured, 'importing config loaded the settings'; "
-        "os.environ.update(DJANGO_DEBUG='1', DISPATCH_INTERVAL='0.5'); "
+        "os.environ.update(DJANGO_DEBUG='1', DISPATCH_INTERVAL='3'); "
         "from config.celery import app; print(app.conf.beat_schedule['dispatch-cycle']['schedule'])"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "DISPATCH"))}
@@ -120,7 +120,7 @@ def test_importing_config_leaves_settings_to_the_environment_set_afterwards() ->
         [sys.executable, "-c", script], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "0.5"
+    assert done.stdout.strip() == "3"
 
 
 def test_lease_renewal_slower_than_half_the_ttl_names_the_variable() -> None:
@@ -138,3 +138,49 @@ def test_lease_renewal_defaults_to_a_third_of_the_ttl() -> None:
         env={"DJANGO_DEBUG": "1", "GENERATION_LEASE_TTL_S": "12"},
     )  # fmt: skip
     assert result.stdout.splitlines()[-1].split() == ["12.0", "4.0"]
+
+
+def test_a_fractional_dispatch_interval_is_refused_not_rounded_to_zero() -> None:
+    # django-celery-beat stores whole seconds: 0.5 used to become an interval of 0
+    result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_INTERVAL": "0.5"})
+    assert result.returncode != 0
+    assert "DISPATCH_INTERVAL='0.5': expected a whole number." in result.stderr
+    result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_INTERVAL": "0"})
+    assert "DISPATCH_INTERVAL='0': must be at least 1." in result.stderr
+
+
+def test_dotenv_file_is_read_and_the_environment_wins(tmp_path: Path) -> None:
+    # given a .env file naming a setting, and another set in the environment as well
+    env_file = tmp_path / ".env"
+    env_file.write_text("LLM_MODEL=from-dotenv\nLLM_RPM=111\n")
+    script = "from django.conf import settings; print(settings.LLM_MODEL, settings.LLM_RPM)"
+    env = {**PRODUCTION_ENV, "DJANGO_ENV_FILE": str(env_file), "LLM_RPM": "222"}
+    # when settings load
+    result = _manage("shell", "-v", "0", "-c", script, env=env)
+    # then the file fills what the environment leaves unset
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["from-dotenv", "222"]
+
+
+def test_proxy_ssl_header_is_trusted_only_when_configured() -> None:
+    script = "from django.conf import settings; print(getattr(settings, 'SECURE_PROXY_SSL_HEADER', None))"
+    assert _manage("shell", "-v", "0", "-c", script, env=PRODUCTION_ENV).stdout.strip() == "None"
+    configured = _manage(
+        "shell", "-v", "0", "-c", script, env={**PRODUCTION_ENV, "DJANGO_SECURE_PROXY_SSL_HEADER": "1"}
+    )
+    assert configured.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https')"
+
+
+def test_webhook_and_metrics_over_plain_http_are_answered_not_redirected() -> None:
+    script = (
+        "from django.test import Client; c = Client(); "
+        "print(c.post('/hooks/replies/', b'{}', content_type='application/json').status_code, "
+        "c.get('/metrics').status_code, c.get('/admin/login/').status_code)"
+    )
+    env = {**PRODUCTION_ENV, "DJANGO_ALLOWED_HOSTS": "testserver", "METRICS_TOKEN": "t"}
+    result = _manage("shell", "-v", "0", "-c", script, env=env)
+    assert result.returncode == 0, result.stderr
+    webhook, metrics, admin = result.stdout.split()
+    assert webhook == "401"  # answered (unsigned), not 301
+    assert metrics == "401"  # answered (no token), not 301
+    assert admin == "301"  # the rest still goes to HTTPS

@@ -8,16 +8,12 @@ artifacts/e2e/browser/.
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.db import connections
-from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import BrowserContext, Page, expect
 
 from devtools.llm_stub import LLMStub
 from devtools.processes import ProcessGroup
@@ -28,55 +24,9 @@ from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-# The flags Chromium needs on a machine with no network beyond the package registries: without
-# the background-networking ones it keeps opening connections that the closed network refuses.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SHOTS = ARTIFACTS / "browser"
 PASSWORD = "correct-horse-battery"
 EDITED_BODY = "Hi Pat,\n\nEdited by a person in the approval queue before sending.\n\nBest,\nSam"
-
-
-@pytest.fixture
-def browser(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[BrowserContext]:
-    """Debian's Chromium with a fresh profile; a missing browser fails the test, never skips it."""
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/ensure_chromium.sh (apt-get install chromium)")
-    # Playwright's sync API marks an asyncio loop as running in this thread while it is open, so
-    # Django would refuse ORM calls here as "async". Nothing runs concurrently with them: the loop
-    # only turns inside Playwright's own calls (greenlets), so the guard does not apply.
-    # Meanwhile Django keeps the connection per asyncio context instead of per thread: it is
-    # closed below, inside that context, or it would outlive the test and block dropping the
-    # test database.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            tmp_path / "chromium-profile",
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
-        )
-        context.set_default_timeout(15_000)
-        context.tracing.start(screenshots=True, snapshots=True)  # for reading a CI failure
-        try:
-            yield context
-        finally:
-            context.tracing.stop(path=SHOTS / f"trace-{request.node.name}.zip")
-            context.close()
-            connections.close_all()
 
 
 def _staff_user(username: str, *, codenames: list[str]) -> User:

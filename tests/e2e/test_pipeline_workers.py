@@ -71,6 +71,8 @@ def test_generation_worker_killed_mid_call_is_recovered_and_sent_once(
     wait_until(
         lambda: _states(outreach.pk)[State.SENT] == 1, timeout_s=60, what="the recovered email", group=stack
     )
-    assert OutreachEvent.objects.filter(outreach_id=outreach.pk, error_class="stuck").count() == 1
+    # recovered at least once (with a 4 s stuck timeout, a re-dispatched row can be recovered
+    # again while the replacement worker still boots), and whatever the count, one email
+    assert OutreachEvent.objects.filter(outreach_id=outreach.pk, error_class="stuck").count() >= 1
     smtp_sink.wait_for(1)
     assert len(smtp_sink.messages) == 1

@@ -1,0 +1,101 @@
+"""/healthz and /readyz: unauthenticated JSON, served before the host check and the HTTPS
+redirect, /readyz naming what is not ready."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test import Client
+
+from devtools.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz_answers_without_io_and_without_auth(client: Client) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+    assert "no-cache" in response["Cache-Control"]
+
+
+def test_readyz_checks_database_redis_and_broker(client: Client) -> None:
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 200, body
+    assert set(body["checks"]) == {"database", "redis", "broker"}
+    assert body["checks"]["database"]["detail"] == "reachable, migrations applied"
+    assert all(check["ok"] for check in body["checks"].values())
+
+
+def test_readyz_is_503_naming_redis_when_redis_is_down(client: Client, settings: Any) -> None:
+    # given a Redis address nobody listens on (the broker is still the test Redis)
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    # when probed
+    response = client.get("/readyz")
+    # then not ready, and it says which dependency
+    body = response.json()
+    assert response.status_code == 503
+    assert body["status"] == "unavailable"
+    assert not body["checks"]["redis"]["ok"]
+    assert "Error" in body["checks"]["redis"]["detail"]
+    assert body["checks"]["database"]["ok"]
+
+
+def test_probes_skip_the_host_check_and_the_https_redirect(client: Client, settings: Any) -> None:
+    # given production-like settings: one public host, HTTPS enforced
+    settings.ALLOWED_HOSTS = ["outreach.example.com"]
+    settings.SECURE_SSL_REDIRECT = True
+    # when a probe reaches the container by IP over plain HTTP
+    response = client.get("/healthz", HTTP_HOST="10.0.3.7:8000")
+    # then it is answered; any other page from that host is refused
+    assert response.status_code == 200
+    assert client.get("/admin/login/", HTTP_HOST="10.0.3.7:8000").status_code == 400
+
+
+def test_probes_refuse_other_methods(client: Client) -> None:
+    response = client.post("/readyz")
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+
+
+@pytest.mark.slow
+def test_readyz_is_503_when_migrations_are_not_applied(tmp_path: Path) -> None:
+    # given an empty database, never migrated
+    db = connection.settings_dict
+    name = f"{db['NAME']}_unmigrated"
+    admin_dsn = f"host={db['HOST']} port={db['PORT']} user={db['USER']} dbname=postgres"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        # when a process pointed at it is probed
+        script = (
+            "import django, json; django.setup(); from django.test import Client; "
+            "r = Client().get('/readyz'); print(r.status_code); print(json.dumps(r.json()))"
+        )
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DJANGO_DEBUG": "1",
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{name}",
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        # then it is not ready and says what to run
+        assert done.returncode == 0, done.stderr
+        status, body = done.stdout.strip().splitlines()[-2:]
+        assert status == "503"
+        assert "migration(s) not applied: run `python manage.py migrate`" in body
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
