@@ -34,9 +34,16 @@ def _write_csv(path: Path, *, rows: int, owners: int) -> None:
         writer.writerow(["email", "first_name", "last_name", "company", "title", "timezone", "owner"])
         for i in range(rows):
             writer.writerow(
-                [f"lead{i}@prospect{i % 997}.example", "Pat", f"Lead{i}", f"Company {i % 5000}", "CTO",
-                 ZONES[i % len(ZONES)], f"owner {i % owners}"]
-            )  # fmt: skip
+                [
+                    f"lead{i}@prospect{i % 997}.example",
+                    "Pat",
+                    f"Lead{i}",
+                    f"Company {i % 5000}",
+                    "CTO",
+                    ZONES[i % len(ZONES)],
+                    f"owner {i % owners}",
+                ]
+            )
 
 
 def _owners(count: int) -> None:

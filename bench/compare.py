@@ -143,11 +143,30 @@ def run_naive(
         "NAIVE_RATE_LIMIT": rate_limit,
     }
     procs = [
-        subprocess.Popen([sys.executable, "-m", "celery", "-A", "bench.naive_app", "worker", "-n", f"naive{i}@%h",
-                          "--concurrency", "1", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
-                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "bench.naive_app",
+                "worker",
+                "-n",
+                f"naive{i}@%h",
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "WARNING",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for i in range(workers)
-    ]  # fmt: skip
+    ]
     from bench.naive_app import outreach
 
     try:
@@ -155,8 +174,12 @@ def run_naive(
         for owner, n in workload():
             for i in range(n):
                 outreach.delay(f"{owner}-{i}", owner, "intro", now)
-        _drive(seconds=seconds, sim=sim, reply_every=reply_every,
-               send_reply=lambda k: outreach.delay(f"reply-{k}", k % (SMALL_OWNERS + 1), "reply", time.time()))  # fmt: skip
+        _drive(
+            seconds=seconds,
+            sim=sim,
+            reply_every=reply_every,
+            send_reply=lambda k: outreach.delay(f"reply-{k}", k % (SMALL_OWNERS + 1), "reply", time.time()),
+        )
         steady_util, minutes = sim._steady.utilization(rpm=rpm)
         done = [json.loads(v) for v in results.hgetall("naive:done").values()]
     finally:
@@ -172,12 +195,20 @@ def run_naive(
     per_owner = {str(o): sum(1 for d in in_window if d["owner"] == o) for o in range(SMALL_OWNERS + 1)}
     return ArmResult(
         name=f"plain Celery (rate_limit={rate_limit} per worker x {workers}, autoretry)",
-        completed_per_min=len(in_window) / minutes, provider_429s=stats["rejected_429"], provider_requests=stats["requests"],
-        retries=figures.retries, completed=figures.completed, utilization=steady_util,
-        reply_p50_s=_seconds(figures.reply.p50_s), reply_p95_s=_seconds(figures.reply.p95_s), replies_done=figures.reply.count,
-        replies_sent_in=sim._replies, jain=jain(list(per_owner.values())), per_owner=per_owner,
+        completed_per_min=len(in_window) / minutes,
+        provider_429s=stats["rejected_429"],
+        provider_requests=stats["requests"],
+        retries=figures.retries,
+        completed=figures.completed,
+        utilization=steady_util,
+        reply_p50_s=_seconds(figures.reply.p50_s),
+        reply_p95_s=_seconds(figures.reply.p95_s),
+        replies_done=figures.reply.count,
+        replies_sent_in=sim._replies,
+        jain=jain(list(per_owner.values())),
+        per_owner=per_owner,
         peak_window_requests=stats["peak_window"]["requests"],
-    )  # fmt: skip
+    )
 
 
 def _drive(*, seconds: float, sim: Any, reply_every: float, send_reply: Any) -> None:
@@ -210,10 +241,15 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     smtp = Controller(Sink(), hostname="127.0.0.1", port=free_port())
     smtp.start()
     env = stack_env(
-        llm_base_url=sim.base_url, smtp_port=smtp.port,
-        DATABASE_URL=database_url, REDIS_URL="redis://127.0.0.1:6379/12",
-        LLM_RPM=str(rpm), LLM_TPM=str(tpm), DISPATCH_INTERVAL="1", LOG_LEVEL="WARNING",
-    )  # fmt: skip
+        llm_base_url=sim.base_url,
+        smtp_port=smtp.port,
+        DATABASE_URL=database_url,
+        REDIS_URL="redis://127.0.0.1:6379/12",
+        LLM_RPM=str(rpm),
+        LLM_TPM=str(tpm),
+        DISPATCH_INTERVAL="1",
+        LOG_LEVEL="WARNING",
+    )
     django_start(env=env)
     owners = _seed_product()
     from config.queues import Queue
@@ -243,20 +279,49 @@ def _seed_product() -> list[Any]:
     from outreach.models import Lead, Outreach, State
     from outreach.services import OwnerSpec, owner_upsert
 
-    owners = [owner_upsert(spec=OwnerSpec(f"owner {o}", "agent", 100_000, dtime(0), dtime(23, 59), "UTC",
-                                          working_days="1234567", organization="Bench"))[0]
-              for o in range(SMALL_OWNERS + 1)]  # fmt: skip
+    owners = [
+        owner_upsert(
+            spec=OwnerSpec(
+                f"owner {o}",
+                "agent",
+                100_000,
+                dtime(0),
+                dtime(23, 59),
+                "UTC",
+                working_days="1234567",
+                organization="Bench",
+            )
+        )[0]
+        for o in range(SMALL_OWNERS + 1)
+    ]
     now = timezone.now()
     for owner_index, n in workload():
         owner = owners[owner_index]
         leads = Lead.objects.bulk_create(
-            Lead(organization_id=owner.organization_id, owner=owner, email=f"o{owner_index}-{i}@bench.example",
-                 first_name="Pat", last_name=f"L{i}", company="Acme", title="CTO") for i in range(n)
-        )  # fmt: skip
+            Lead(
+                organization_id=owner.organization_id,
+                owner=owner,
+                email=f"o{owner_index}-{i}@bench.example",
+                first_name="Pat",
+                last_name=f"L{i}",
+                company="Acme",
+                title="CTO",
+            )
+            for i in range(n)
+        )
         Outreach.objects.bulk_create(
-            Outreach(lead=lead, owner=owner, kind="intro", tier=2, state=State.QUEUED, not_before=now,
-                     idempotency_key=intro_key(lead_id=lead.pk), state_changed_at=now) for lead in leads
-        )  # fmt: skip
+            Outreach(
+                lead=lead,
+                owner=owner,
+                kind="intro",
+                tier=2,
+                state=State.QUEUED,
+                not_before=now,
+                idempotency_key=intro_key(lead_id=lead.pk),
+                state_changed_at=now,
+            )
+            for lead in leads
+        )
     return owners
 
 
@@ -266,8 +331,12 @@ def _reply(owners: list[Any], k: int) -> None:
     from outreach.services import outreach_enqueue
 
     lead = Lead.objects.filter(owner=owners[k % len(owners)]).order_by("id")[k // len(owners)]
-    outreach_enqueue(lead=lead, kind=Outreach.Kind.REPLY, idempotency_key=reply_key(message_id=f"<bench-{k}@bench.example>"),
-                     context={"inbound": {"subject": "Re: hello", "body": "Tell me more."}})  # fmt: skip
+    outreach_enqueue(
+        lead=lead,
+        kind=Outreach.Kind.REPLY,
+        idempotency_key=reply_key(message_id=f"<bench-{k}@bench.example>"),
+        context={"inbound": {"subject": "Re: hello", "body": "Tell me more."}},
+    )
 
 
 def _product_result(
@@ -281,13 +350,20 @@ def _product_result(
     figures = product_figures(since=started_at)
     return ArmResult(
         name="this product (dispatcher + shared budget + paced calls)",
-        completed_per_min=in_window.count() / minutes, provider_429s=stats["rejected_429"],
-        provider_requests=stats["requests"], retries=figures.retries, completed=figures.completed,
-        utilization=steady_util, reply_p50_s=_seconds(figures.reply.p50_s), reply_p95_s=_seconds(figures.reply.p95_s),
+        completed_per_min=in_window.count() / minutes,
+        provider_429s=stats["rejected_429"],
+        provider_requests=stats["requests"],
+        retries=figures.retries,
+        completed=figures.completed,
+        utilization=steady_util,
+        reply_p50_s=_seconds(figures.reply.p50_s),
+        reply_p95_s=_seconds(figures.reply.p95_s),
         replies_done=figures.reply.count,
-        replies_sent_in=sim._replies, jain=jain(list(per_owner.values())), per_owner=per_owner,
+        replies_sent_in=sim._replies,
+        jain=jain(list(per_owner.values())),
+        per_owner=per_owner,
         peak_window_requests=stats["peak_window"]["requests"],
-    )  # fmt: skip
+    )
 
 
 def _owners() -> list[Any]:
@@ -317,8 +393,10 @@ def report(results: list[ArmResult], *, rpm: int, seconds: float) -> None:
         ("fairness across owners (Jain)", lambda r: f"{r.jain:.3f}"),
     ]
     width = max(len(label) for label, _ in rows)
-    print(f"\nworkload: {BIG_OWNER_LEADS} + {SMALL_OWNERS}x{SMALL_OWNER_LEADS} intros, replies during the run; "
-          f"provider {rpm} rpm strict sliding window; {seconds:.0f}s per arm\n")  # fmt: skip
+    print(
+        f"\nworkload: {BIG_OWNER_LEADS} + {SMALL_OWNERS}x{SMALL_OWNER_LEADS} intros, replies during the run; "
+        f"provider {rpm} rpm strict sliding window; {seconds:.0f}s per arm\n"
+    )
     for i, r in enumerate(results):
         print(f"({chr(97 + i)}) {r.name}")
     print("\n" + " " * width + "".join(f"  {'(' + chr(97 + i) + ')':>36}" for i in range(len(results))))
@@ -370,8 +448,16 @@ def main() -> None:
             per_worker = (
                 f"{args.rpm // 3 // args.workers}/m"  # a careful user: the limit split across workers
             )
-            results.append(run_naive(seconds=args.seconds, rpm=args.rpm, tpm=args.tpm, workers=args.workers,
-                                     reply_every=args.reply_every, rate_limit=per_worker))  # fmt: skip
+            results.append(
+                run_naive(
+                    seconds=args.seconds,
+                    rpm=args.rpm,
+                    tpm=args.tpm,
+                    workers=args.workers,
+                    reply_every=args.reply_every,
+                    rate_limit=per_worker,
+                )
+            )
         elif arm == "product":
             results.append(
                 run_product(seconds=args.seconds, rpm=args.rpm, tpm=args.tpm, reply_every=args.reply_every)

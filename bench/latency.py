@@ -41,8 +41,6 @@ import math
 import os
 import random
 import secrets
-import shlex
-import string
 import sys
 import time
 import urllib.request
@@ -51,71 +49,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-OUT = ROOT / "var" / "bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
+
+from bench.stack import OUT, POSTGRES, database_for, process_trees
+
 DB_NAME = "outreach_bench_latency"
-LINES = (
-    "orchestrator",
-    "generation",
-    "send",
-    "dead_letter",
-    "beat",
-)  # the Procfile's workers; web is not needed
+LINES = ("orchestrator", "generation", "reply", "send", "dead_letter", "beat")  # the Procfile's; no web
 IN_FLIGHT = ("dispatched", "generating")
 CALLS_PER_OUTREACH = 3  # plan, context, message (settings.LLM_CALLS_PER_OUTREACH)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# --- the Procfile, as production reads it -----------------------------------------------------------
-
-
-def procfile_commands(*, path: Path, env: dict[str, str], names: tuple[str, ...]) -> dict[str, list[str]]:
-    """`name: command` lines -> argv, `$VAR`/`${VAR}` taken from `env` and nothing else changed."""
-    found: dict[str, list[str]] = {}
-    for line in path.read_text().splitlines():
-        name, sep, command = line.partition(":")
-        if sep and not line.lstrip().startswith("#") and name.strip() in names:
-            found[name.strip()] = shlex.split(string.Template(command.strip()).safe_substitute(env))
-    if missing := [n for n in names if n not in found]:
-        raise SystemExit(f"{path}: no line for {', '.join(missing)}")
-    return found
-
-
-# --- /proc: memory and CPU of a process and its descendants ---------------------------------------
-
-
-def process_trees(roots: dict[str, int]) -> dict[str, tuple[int, float]]:
-    """name -> (RSS kB, CPU s) of the root pid and every descendant, from one pass over /proc."""
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue  # gone meanwhile
-            children.setdefault(int(fields[1]), []).append(int(entry))
-            cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-    trees = {}
-    for name, root in roots.items():
-        rss, seconds, todo = 0, 0.0, [root]
-        while todo:
-            pid = todo.pop()
-            rss, seconds = rss + _rss_kb(pid), seconds + cpu.get(pid, 0.0)
-            todo += children.get(pid, [])
-        trees[name] = (rss, seconds)
-    return trees
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 # --- one run ---------------------------------------------------------------------------------------
@@ -173,6 +115,7 @@ def http_json(url: str) -> dict[str, Any]:
 
 def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
     from devtools.processes import ProcessGroup, free_port, stack_env
+    from devtools.procfile import procfile_argv
     from devtools.smtp_sink import SMTPSink
 
     leads = args.leads or math.ceil(1.5 * rpm / CALLS_PER_OUTREACH * args.duration / 60) + 100
@@ -182,22 +125,28 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
     database_fresh()
     sink, sim_port = SMTPSink().start(), free_port()
     env = stack_env(
-        llm_base_url=f"http://127.0.0.1:{sim_port}/v1", smtp_port=sink.port,
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}", REDIS_URL=redis_url,
-        LLM_RPM=str(rpm), LLM_TPM=str(args.tpm or rpm * 10_000),
+        llm_base_url=f"http://127.0.0.1:{sim_port}/v1",
+        smtp_port=sink.port,
+        DATABASE_URL=os.environ["DATABASE_URL"],
+        REDIS_URL=redis_url,
+        LLM_RPM=str(rpm),
+        LLM_TPM=str(args.tpm or rpm * 10_000),
         PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",  # `celery` = this venv's
         # Production mode: DEBUG off (JSON logs, no demo defaults), so the secrets it requires are
         # made up per run; they guard nothing here.
-        DJANGO_DEBUG="0", DJANGO_SECRET_KEY=secrets.token_hex(32), LLM_API_KEY="sk-bench",
-        WEBHOOK_SECRET=secrets.token_hex(16), FLOWER_BASIC_AUTH=f"bench:{secrets.token_hex(8)}",
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY=secrets.token_hex(32),
+        LLM_API_KEY="sk-bench",
+        WEBHOOK_SECRET=secrets.token_hex(16),
+        FLOWER_BASIC_AUTH=f"bench:{secrets.token_hex(8)}",
         **dict(setting.split("=", 1) for setting in args.set),
-    )  # fmt: skip
+    )
     provider, workers = ProcessGroup(log_dir=logs, env=env), ProcessGroup(log_dir=logs, env=env)
     try:
         provider.start("llm_sim", sim_command(args=args, rpm=rpm, port=sim_port))
         seed(owners=args.owners, leads=leads)
         wait_healthy(f"http://127.0.0.1:{sim_port}/health")
-        commands = procfile_commands(path=ROOT / "Procfile", env=env, names=LINES)
+        commands = {name: procfile_argv(name) for name in LINES}  # as written, run by a shell
         for name in LINES:
             workers.start(name, commands[name])
         samples = drive(
@@ -220,11 +169,28 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
 def sim_command(*, args: argparse.Namespace, rpm: int, port: int) -> list[str]:
     shared_rps = args.foreign_share * rpm / 60
     return [
-        sys.executable, "manage.py", "llm_sim", "--port", str(port), "--rpm", str(rpm),
-        "--tpm", str(args.tpm or rpm * 10_000), "--mode", "window", "--latency-median-ms", str(args.median_ms),
-        "--latency-sigma", str(args.sigma), "--shared-rps", f"{shared_rps:.6f}", "--seed", str(args.seed),
-        "--log-every", "10",
-    ]  # fmt: skip
+        sys.executable,
+        "manage.py",
+        "llm_sim",
+        "--port",
+        str(port),
+        "--rpm",
+        str(rpm),
+        "--tpm",
+        str(args.tpm or rpm * 10_000),
+        "--mode",
+        "window",
+        "--latency-median-ms",
+        str(args.median_ms),
+        "--latency-sigma",
+        str(args.sigma),
+        "--shared-rps",
+        f"{shared_rps:.6f}",
+        "--seed",
+        str(args.seed),
+        "--log-every",
+        "10",
+    ]
 
 
 def wait_healthy(url: str, *, timeout_s: float = 30.0) -> None:
@@ -240,14 +206,11 @@ def wait_healthy(url: str, *, timeout_s: float = 30.0) -> None:
 
 
 def database_fresh() -> None:
-    import psycopg
     from django.core.management import call_command
     from django.db import connections
 
     connections.close_all()
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
+    database_for(name=DB_NAME)  # dropped and created (or BENCH_DATABASE_URL, kept)
     call_command("migrate", verbosity=0)
 
 
@@ -262,22 +225,47 @@ def seed(*, owners: int, leads: int) -> None:
     from outreach.services import OwnerSpec, owner_upsert
 
     made = [
-        owner_upsert(spec=OwnerSpec(f"latency owner {o}", "agent", 1_000_000, dtime(0), dtime(23, 59), "UTC",
-                                    working_days="1234567", organization="Latency"))[0]
+        owner_upsert(
+            spec=OwnerSpec(
+                f"latency owner {o}",
+                "agent",
+                1_000_000,
+                dtime(0),
+                dtime(23, 59),
+                "UTC",
+                working_days="1234567",
+                organization="Latency",
+            )
+        )[0]
         for o in range(owners)
-    ]  # fmt: skip
+    ]
     now, tier = timezone.now(), Outreach.KIND_TIER[Outreach.Kind.INTRO]
     for start in range(0, leads, 2000):
         batch = Lead.objects.bulk_create(
-            Lead(organization_id=made[i % owners].organization_id, owner=made[i % owners], email=f"lead{i}@latency.example",
-                 first_name="Pat", last_name=f"L{i}", company="Acme", title="CTO")
+            Lead(
+                organization_id=made[i % owners].organization_id,
+                owner=made[i % owners],
+                email=f"lead{i}@latency.example",
+                first_name="Pat",
+                last_name=f"L{i}",
+                company="Acme",
+                title="CTO",
+            )
             for i in range(start, min(leads, start + 2000))
-        )  # fmt: skip
+        )
         Outreach.objects.bulk_create(
-            Outreach(lead=lead, owner_id=lead.owner_id, kind=Outreach.Kind.INTRO, tier=tier, state=State.QUEUED,
-                     not_before=now, idempotency_key=intro_key(lead_id=lead.pk), state_changed_at=now)
+            Outreach(
+                lead=lead,
+                owner_id=lead.owner_id,
+                kind=Outreach.Kind.INTRO,
+                tier=tier,
+                state=State.QUEUED,
+                not_before=now,
+                idempotency_key=intro_key(lead_id=lead.pk),
+                state_changed_at=now,
+            )
             for lead in batch
-        )  # fmt: skip
+        )
 
 
 def drive(
@@ -308,8 +296,12 @@ def reply_arrive(*, number: int, lead: int) -> None:
     """A lead answers: the webhook's service, as the signed POST would call it."""
     from nurture.intake.replies import InboundReply, reply_receive
 
-    reply = InboundReply(lead_email=f"lead{lead}@latency.example", message_id=f"<bench-reply-{number}@latency.example>",
-                         subject="Re: hello", body="Sounds interesting, tell me more.")  # fmt: skip
+    reply = InboundReply(
+        lead_email=f"lead{lead}@latency.example",
+        message_id=f"<bench-reply-{number}@latency.example>",
+        subject="Re: hello",
+        body="Sounds interesting, tell me more.",
+    )
     reply_receive(reply=reply)
 
 
@@ -335,14 +327,21 @@ def sample_take(*, t: float, workers: Any, stats_url: str, offset: dict[str, flo
     states = dict(Outreach.objects.values_list("state").annotate(n=Count("id")).order_by())
     trees = process_trees({name: workers.procs[name].pid for name in LINES})
     sample = Sample(
-        t_s=round(t, 2), admitted=stats["admitted"], shared_admitted=stats["shared"]["admitted"],
-        provider_in_flight=stats["in_flight"], in_flight=sum(states.get(s, 0) for s in IN_FLIGHT),
-        sent=states.get("sent", 0), rss_kb={n: rss for n, (rss, _) in trees.items()},
-        cpu_s={n: round(cpu + offset[n], 2) for n, (_, cpu) in trees.items()},
-    )  # fmt: skip
+        t_s=round(t, 2),
+        admitted=stats["admitted"],
+        shared_admitted=stats["shared"]["admitted"],
+        provider_in_flight=stats["in_flight"],
+        in_flight=sum(states.get(s, 0) for s in IN_FLIGHT),
+        sent=states.get("sent", 0),
+        rss_kb={n: tree.rss_kb for n, tree in trees.items()},
+        cpu_s={n: round(tree.cpu_s + offset[n], 2) for n, tree in trees.items()},
+    )
     if int(t) % 10 == 0:
-        print(f"  {t:5.0f}s  admitted {sample.admitted:>6}  in flight {sample.in_flight:>4} "
-              f"(provider {sample.provider_in_flight:>4})  sent {sample.sent:>6}", flush=True)  # fmt: skip
+        print(
+            f"  {t:5.0f}s  admitted {sample.admitted:>6}  in flight {sample.in_flight:>4} "
+            f"(provider {sample.provider_in_flight:>4})  sent {sample.sent:>6}",
+            flush=True,
+        )
     return sample
 
 
@@ -426,11 +425,14 @@ def kill_figures(*, run: Run, pct: Any) -> None:
     back = list(first_queued.values())
     states = dict(Outreach.objects.filter(id__in=ids).values_list("id", "state"))
     run.kill.update(
-        stranded=len(ids), back_to_queued=len(back), back_to_queued_p50_s=pct(back, 0.5),
+        stranded=len(ids),
+        back_to_queued=len(back),
+        back_to_queued_p50_s=pct(back, 0.5),
         back_to_queued_max_s=round(max(back), 1) if back else None,
-        moved_on=len(first_any), still_in_flight=sum(1 for s in states.values() if s in IN_FLIGHT),
+        moved_on=len(first_any),
+        still_in_flight=sum(1 for s in states.values() if s in IN_FLIGHT),
         stranded_sent=sum(1 for s in states.values() if s == "sent"),
-    )  # fmt: skip
+    )
 
 
 # --- report ----------------------------------------------------------------------------------------
@@ -445,41 +447,69 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
         ("leads seeded / replies created", [f"{r.leads:,} / {r.replies_created}" for r in runs]),
         ("utilization (key, steady)", [f"{100 * r.utilization:.1f}%" for r in runs]),
         ("  this product's share", [f"{100 * r.own_utilization:.1f}%" for r in runs]),
-        ("429 share", [f"{100 * r.share_429:.2f}% ({r.rejected_429} of {r.provider_requests:,})" for r in runs]),
+        (
+            "429 share",
+            [f"{100 * r.share_429:.2f}% ({r.rejected_429} of {r.provider_requests:,})" for r in runs],
+        ),
         ("peak requests in a 60 s window", [f"{r.peak_window_requests:,}" for r in runs]),
         ("provider latency mean", [f"{r.provider_latency_mean_ms / 1000:.2f} s" for r in runs]),
         ("in flight p50 / p95 (rows)", [pair(r.in_flight_p50, r.in_flight_p95) for r in runs]),
-        ("  at the provider p50 / p95", [pair(r.provider_in_flight_p50, r.provider_in_flight_p95) for r in runs]),
-        ("reply p50 / p95 (created -> sent)", [pair(r.reply_p50_s, r.reply_p95_s, " s") + f" ({r.replies_sent} sent)"
-                                               for r in runs]),
+        (
+            "  at the provider p50 / p95",
+            [pair(r.provider_in_flight_p50, r.provider_in_flight_p95) for r in runs],
+        ),
+        (
+            "reply p50 / p95 (created -> sent)",
+            [pair(r.reply_p50_s, r.reply_p95_s, " s") + f" ({r.replies_sent} sent)" for r in runs],
+        ),
         ("outreach sent (run) / per min (steady)", [f"{r.sent:,} / {r.sent_per_min_steady:g}" for r in runs]),
-        ("CPU ms per outreach (steady)", ["-" if r.cpu_ms_per_outreach is None else f"{r.cpu_ms_per_outreach:g}"
-                                          for r in runs]),
+        (
+            "CPU ms per outreach (steady)",
+            ["-" if r.cpu_ms_per_outreach is None else f"{r.cpu_ms_per_outreach:g}" for r in runs],
+        ),
         *[(f"RSS max MB {name}", [f"{r.rss_mb_max.get(name, 0):.0f}" for r in runs]) for name in LINES],
-        ("duplicates at the sink", [f"{r.duplicates} (SENT not received: {r.sent_not_received})" for r in runs]),
-    ]  # fmt: skip
+        (
+            "duplicates at the sink",
+            [f"{r.duplicates} (SENT not received: {r.sent_not_received})" for r in runs],
+        ),
+    ]
     if any(r.kill for r in runs):
         k = [r.kill for r in runs]
-        rows.append(("kill: stranded -> back to QUEUED", [
-            f"{x.get('stranded')} -> {x.get('back_to_queued')} (p50 {x.get('back_to_queued_p50_s')} s, "
-            f"max {x.get('back_to_queued_max_s')} s)" for x in k]))  # fmt: skip
-        rows.append(("  moved on at all / sent / still in flight", [
-            f"{x.get('moved_on')} / {x.get('stranded_sent')} / {x.get('still_in_flight')}" for x in k]))  # fmt: skip
+        rows.append(
+            (
+                "kill: stranded -> back to QUEUED",
+                [
+                    f"{x.get('stranded')} -> {x.get('back_to_queued')} (p50 {x.get('back_to_queued_p50_s')} s, "
+                    f"max {x.get('back_to_queued_max_s')} s)"
+                    for x in k
+                ],
+            )
+        )
+        rows.append(
+            (
+                "  moved on at all / sent / still in flight",
+                [f"{x.get('moved_on')} / {x.get('stranded_sent')} / {x.get('still_in_flight')}" for x in k],
+            )
+        )
     if any(r.dead_processes for r in runs):
         rows.append(("processes that died", [", ".join(r.dead_processes) or "-" for r in runs]))
     width = max(len(label) for label, _ in rows)
     cols = [max(len(v[i]) for _, v in rows) for i in range(len(runs))]
-    head = (f"latency median {args.median_ms:g} ms sigma {args.sigma:g}, {args.duration:g} s runs (steady after "
-            f"{args.warmup:g} s), {args.owners} owners, foreign share {args.foreign_share:g}")  # fmt: skip
-    lines = [head, ""] + [label.ljust(width) + "  " + "  ".join(v.rjust(c) for v, c in zip(values, cols, strict=True))
-                          for label, values in rows]  # fmt: skip
+    head = (
+        f"latency median {args.median_ms:g} ms sigma {args.sigma:g}, {args.duration:g} s runs (steady after "
+        f"{args.warmup:g} s), {args.owners} owners, foreign share {args.foreign_share:g}"
+    )
+    lines = [head, ""] + [
+        label.ljust(width) + "  " + "  ".join(v.rjust(c) for v, c in zip(values, cols, strict=True))
+        for label, values in rows
+    ]
     return "\n".join(lines)
 
 
 def main() -> None:
     args = arguments()
-    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1",
-                      DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")  # fmt: skip
+    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1")
+    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL") or f"{POSTGRES}/{DB_NAME}"
     from devtools.processes import RedisServer
 
     redis_server = RedisServer().start()  # a private redis-server: no other test or bench shares it

@@ -27,8 +27,12 @@ MESSAGES = [{"role": "user", "content": "Write one short sales email."}]
 
 
 def _measure(mode: str, *, calls: int, base_url: str) -> dict[str, float]:
-    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1", LLM_BASE_URL=base_url,
-                      LLM_MAX_CONNECTIONS=str(calls))  # fmt: skip
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DJANGO_DEBUG="1",
+        LLM_BASE_URL=base_url,
+        LLM_MAX_CONNECTIONS=str(calls),
+    )
     import django
 
     django.setup()
@@ -37,10 +41,13 @@ def _measure(mode: str, *, calls: int, base_url: str) -> dict[str, float]:
     started = time.monotonic()
     ok = _threads(calls) if mode == "threads" else _asyncio(calls, base_url=base_url)
     return {
-        "calls": calls, "ok": ok, "wall_s": round(time.monotonic() - started, 2),
-        "cpu_s": round(_cpu_s() - cpu_before, 2), "rss_before_mb": round(rss_before, 1),
+        "calls": calls,
+        "ok": ok,
+        "wall_s": round(time.monotonic() - started, 2),
+        "cpu_s": round(_cpu_s() - cpu_before, 2),
+        "rss_before_mb": round(rss_before, 1),
         "rss_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }  # fmt: skip
+    }
 
 
 def _threads(calls: int) -> int:
@@ -63,8 +70,13 @@ def _asyncio(calls: int, *, base_url: str) -> int:
 
     async def run() -> int:
         limits = httpx2.Limits(max_connections=calls, max_keepalive_connections=calls)
-        client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-demo", max_retries=0, timeout=60,
-                                    http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=60))  # fmt: skip
+        client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key="sk-demo",
+            max_retries=0,
+            timeout=60,
+            http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=60),
+        )
 
         async def one() -> bool:
             result = await client.chat.completions.create(model="sim-1", messages=MESSAGES, max_tokens=200)  # type: ignore[arg-type]
@@ -97,15 +109,41 @@ def main() -> None:
 
     port = free_port()
     sim = subprocess.Popen(
-        [sys.executable, "manage.py", "llm_sim", "--port", str(port), "--rpm", "1000000", "--tpm", "1000000000",
-         "--latency-ms", str(args.latency_ms), "--jitter-ms", "0", "--log-every", "0"],
-        cwd=ROOT, env={**os.environ, "DJANGO_DEBUG": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "manage.py",
+            "llm_sim",
+            "--port",
+            str(port),
+            "--rpm",
+            "1000000",
+            "--tpm",
+            "1000000000",
+            "--latency-ms",
+            str(args.latency_ms),
+            "--jitter-ms",
+            "0",
+            "--log-every",
+            "0",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_DEBUG": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(3)
         for mode in ("threads", "asyncio"):
-            child = [sys.executable, __file__, "--mode", mode, "--calls", str(args.calls),
-                     "--base-url", f"http://127.0.0.1:{port}/v1"]  # fmt: skip
+            child = [
+                sys.executable,
+                __file__,
+                "--mode",
+                mode,
+                "--calls",
+                str(args.calls),
+                "--base-url",
+                f"http://127.0.0.1:{port}/v1",
+            ]
             out = subprocess.run(child, cwd=ROOT, capture_output=True, text=True, check=True).stdout
             print(mode, out.strip().splitlines()[-1])
     finally:

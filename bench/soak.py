@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.stack import OUT, django_start, scratch_database
+from bench.stack import OUT, django_start, process_trees, scratch_database
 from orchestrator.metrics.figures import percentile, retry_rate
 
 LOG_DIR = OUT / "soak-logs"
@@ -127,43 +127,6 @@ class Figures:
     samples: list[dict[str, Any]] = field(default_factory=list)
 
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_tree(root_pid: int) -> tuple[int, int, float]:
-    """(RSS in kB, number of descendants, CPU seconds) of `root_pid` and its descendants, from /proc."""
-    parents: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat.rpartition(")")[2].split()  # the name may hold spaces: split after ")"
-        parents.setdefault(int(fields[1]), []).append(int(entry))
-        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-    total, descendants, seconds, todo = 0, -1, 0.0, [root_pid]
-    while todo:
-        pid = todo.pop()
-        total += vm_rss_kb(pid)
-        descendants += 1
-        seconds += cpu.get(pid, 0.0)
-        todo += parents.get(pid, [])
-    return total, descendants, seconds
-
-
-def vm_rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def cycle_times(log_file: Path) -> list[tuple[float, float]]:
     """(unix time, ms) of every dispatch cycle the orchestrator worker logged."""
     found = []
@@ -185,13 +148,19 @@ def environment(
     from devtools.processes import stack_env
 
     return stack_env(
-        llm_base_url=sim_url, smtp_port=smtp_port,
-        DATABASE_URL=database_url, REDIS_URL=REDIS_URL,
-        LLM_RPM=str(args.rpm), LLM_TPM=str(args.tpm), DISPATCH_INTERVAL="1",
-        DISPATCH_MAX_IN_FLIGHT=str(args.max_in_flight), RETRY_BACKOFF_BASE_S=str(args.backoff_base_s),
+        llm_base_url=sim_url,
+        smtp_port=smtp_port,
+        DATABASE_URL=database_url,
+        REDIS_URL=REDIS_URL,
+        LLM_RPM=str(args.rpm),
+        LLM_TPM=str(args.tpm),
+        DISPATCH_INTERVAL="1",
+        DISPATCH_MAX_IN_FLIGHT=str(args.max_in_flight),
+        RETRY_BACKOFF_BASE_S=str(args.backoff_base_s),
         # INFO: the dispatcher's "dispatch cycle ... ms=" line is what the cycle-time samples read.
-        LOG_LEVEL="INFO", LOG_FORMAT="kv",
-    )  # fmt: skip
+        LOG_LEVEL="INFO",
+        LOG_FORMAT="kv",
+    )
 
 
 @dataclass(frozen=True)
@@ -213,26 +182,51 @@ def seed(*, count: int, owners: int, review_owners: int, poison_per_kind: int) -
     from outreach.services import OwnerSpec, owner_upsert
 
     made = [
-        owner_upsert(spec=OwnerSpec(f"soak owner {o}", "agent" if o >= review_owners else "human", 1_000_000,
-                                    dtime(0), dtime(23, 59), "UTC", working_days="1234567",
-                                    review_required=o < review_owners, organization="Soak"))[0]
+        owner_upsert(
+            spec=OwnerSpec(
+                f"soak owner {o}",
+                "agent" if o >= review_owners else "human",
+                1_000_000,
+                dtime(0),
+                dtime(23, 59),
+                "UTC",
+                working_days="1234567",
+                review_required=o < review_owners,
+                organization="Soak",
+            )
+        )[0]
         for o in range(owners)
-    ]  # fmt: skip
+    ]
     markers = [m for m in POISON for _ in range(poison_per_kind)]
     # Poison spread evenly over the run (every step-th lead), not bunched at the start.
     step = max(1, count // max(1, len(markers)))
     now, ids = timezone.now(), []
     for start in range(0, count, 2000):
         leads = Lead.objects.bulk_create(
-            Lead(organization_id=made[i % owners].organization_id, owner=made[i % owners],
-                 email=f"lead{i}@soak.example", first_name=_first_name(i, markers, step), last_name=f"L{i}",
-                 company="Acme", title="CTO")
+            Lead(
+                organization_id=made[i % owners].organization_id,
+                owner=made[i % owners],
+                email=f"lead{i}@soak.example",
+                first_name=_first_name(i, markers, step),
+                last_name=f"L{i}",
+                company="Acme",
+                title="CTO",
+            )
             for i in range(start, min(count, start + 2000))
-        )  # fmt: skip
+        )
         rows = Outreach.objects.bulk_create(
-            Outreach(lead=lead, owner_id=lead.owner_id, kind="intro", tier=2, state=State.QUEUED, not_before=now,
-                     idempotency_key=intro_key(lead_id=lead.pk), state_changed_at=now) for lead in leads
-        )  # fmt: skip
+            Outreach(
+                lead=lead,
+                owner_id=lead.owner_id,
+                kind="intro",
+                tier=2,
+                state=State.QUEUED,
+                not_before=now,
+                idempotency_key=intro_key(lead_id=lead.pk),
+                state_changed_at=now,
+            )
+            for lead in leads
+        )
         ids += [row.pk for row in rows]
     review = [o.pk for o in made[:review_owners]]
     return Seeded(ids=ids, attended=review[:-1], unattended=review[-1:], poison=dict(Counter(markers)))
@@ -246,21 +240,6 @@ def _first_name(i: int, markers: list[str], step: int) -> str:
 # --- the loop ------------------------------------------------------------------------------------
 
 UNFINISHED = ("queued", "dispatched", "generating", "approved", "sending")
-
-
-def approve_waiting(*, owner_ids: list[int], reviewer: Any, limit: int = 500) -> int:
-    from outreach.models import Outreach, State
-    from outreach.services import draft_approve
-    from outreach.transitions import TransitionLost
-
-    approved = 0
-    for draft in Outreach.objects.filter(state=State.AWAITING_APPROVAL, owner_id__in=owner_ids)[:limit]:
-        try:
-            draft_approve(outreach=draft, by=reviewer)
-            approved += 1
-        except TransitionLost:
-            pass
-    return approved
 
 
 def state_counts(ids: list[int]) -> dict[str, int]:
@@ -282,8 +261,14 @@ def run(args: argparse.Namespace) -> Figures:
     from devtools.llm_sim import LLMSim
 
     database_url = scratch_database(name=DB_NAME)
-    sim = LLMSim(rpm=args.rpm, tpm=args.tpm, latency_ms=args.latency_ms, fail_rate=args.fail_rate,
-                 mode="window", seed=args.seed)  # fmt: skip
+    sim = LLMSim(
+        rpm=args.rpm,
+        tpm=args.tpm,
+        latency_ms=args.latency_ms,
+        fail_rate=args.fail_rate,
+        mode="window",
+        seed=args.seed,
+    )
     sim.start()
     handler = CountingHandler()
     from devtools.processes import free_port
@@ -313,8 +298,12 @@ def _run_stack(
     from devtools.processes import ProcessGroup, celery_beat, celery_worker
 
     print(f"seeding {args.count:,} outreach ...", flush=True)
-    seeded = seed(count=args.count, owners=args.owners, review_owners=args.review_owners,
-                  poison_per_kind=args.poison_per_kind)  # fmt: skip
+    seeded = seed(
+        count=args.count,
+        owners=args.owners,
+        review_owners=args.review_owners,
+        poison_per_kind=args.poison_per_kind,
+    )
     reviewer = User.objects.create_user("soak-reviewer")
     for old in LOG_DIR.glob("*.log"):
         old.unlink()
@@ -331,8 +320,15 @@ def _run_stack(
     started, started_wall = time.monotonic(), time.time()
     samples: list[Sample] = []
     try:
-        figures.finished = _loop(args=args, groups=[quiet, loud], seeded=seeded, reviewer=reviewer,
-                                 started=started, samples=samples, handler=handler)  # fmt: skip
+        figures.finished = _loop(
+            args=args,
+            groups=[quiet, loud],
+            seeded=seeded,
+            reviewer=reviewer,
+            started=started,
+            samples=samples,
+            handler=handler,
+        )
         figures.seconds = time.monotonic() - started
         time.sleep(args.settle_s)  # a late duplicate (a redelivered task) would land now
     finally:
@@ -344,9 +340,18 @@ def _run_stack(
     return figures
 
 
-def _loop(*, args: argparse.Namespace, groups: list[Any], seeded: Seeded, reviewer: Any, started: float,
-          samples: list[Sample], handler: CountingHandler) -> bool:  # fmt: skip
+def _loop(
+    *,
+    args: argparse.Namespace,
+    groups: list[Any],
+    seeded: Seeded,
+    reviewer: Any,
+    started: float,
+    samples: list[Sample],
+    handler: CountingHandler,
+) -> bool:
     from outreach.models import Outreach, State
+    from outreach.services import drafts_approve
 
     ids = list(seeded.ids)
     procs = {name: proc for group in groups for name, proc in group.procs.items()}
@@ -354,21 +359,31 @@ def _loop(*, args: argparse.Namespace, groups: list[Any], seeded: Seeded, review
     while (elapsed := time.monotonic() - started) < args.timeout_s:
         if dead := [name for group in groups for name in group.dead()]:
             raise RuntimeError(f"process(es) died: {', '.join(dead)}; see {LOG_DIR}")
-        approve_waiting(owner_ids=seeded.attended, reviewer=reviewer)
+        drafts_approve(
+            drafts=Outreach.objects.filter(state=State.AWAITING_APPROVAL, owner_id__in=seeded.attended)[:500],
+            by=reviewer,
+        )
         if time.monotonic() >= next_sample:
             next_sample += SAMPLE_EVERY_S
             states = state_counts(ids)
             sample = Sample(t_s=round(elapsed, 1), rss_kb={}, children={}, cpu_s={}, states=states)
             for name in PROCESSES:
-                sample.rss_kb[name], sample.children[name], sample.cpu_s[name] = process_tree(procs[name].pid)
+                tree = process_trees({name: procs[name].pid})[name]
+                sample.rss_kb[name], sample.children[name], sample.cpu_s[name] = (
+                    tree.rss_kb,
+                    tree.descendants,
+                    tree.cpu_s,
+                )
             samples.append(sample)
             messages, _ = handler.snapshot()
             finished = sum(states.get(s, 0) for s in ("sent", "dead", "awaiting_approval"))
-            print(f"  {elapsed:6.0f}s  finished {finished:>6,}/{args.count:,}  sent {states.get('sent', 0):>6,}  "
-                  f"smtp {messages:>6,}  queued {states.get('queued', 0):>6,}  in flight "
-                  f"{sum(states.get(s, 0) for s in UNFINISHED[1:]):>4}  dead {states.get('dead', 0):>3}  "
-                  f"rss MB " + " ".join(f"{n[:4]}={kb / 1024:.0f}" for n, kb in sample.rss_kb.items()),
-                  flush=True)  # fmt: skip
+            print(
+                f"  {elapsed:6.0f}s  finished {finished:>6,}/{args.count:,}  sent {states.get('sent', 0):>6,}  "
+                f"smtp {messages:>6,}  queued {states.get('queued', 0):>6,}  in flight "
+                f"{sum(states.get(s, 0) for s in UNFINISHED[1:]):>4}  dead {states.get('dead', 0):>3}  "
+                f"rss MB " + " ".join(f"{n[:4]}={kb / 1024:.0f}" for n, kb in sample.rss_kb.items()),
+                flush=True,
+            )
             waiting = Outreach.objects.filter(
                 state=State.AWAITING_APPROVAL, owner_id__in=seeded.attended
             ).count()
@@ -381,8 +396,15 @@ def _loop(*, args: argparse.Namespace, groups: list[Any], seeded: Seeded, review
 # --- results ---------------------------------------------------------------------------------------
 
 
-def _collect(*, figures: Figures, seeded: Seeded, samples: list[Sample], handler: CountingHandler, sim: Any,
-             started_wall: float) -> None:  # fmt: skip
+def _collect(
+    *,
+    figures: Figures,
+    seeded: Seeded,
+    samples: list[Sample],
+    handler: CountingHandler,
+    sim: Any,
+    started_wall: float,
+) -> None:
     from django.db.models import Count, Exists, OuterRef, Q
 
     from orchestrator.metrics.activity import recent_activity
@@ -393,9 +415,11 @@ def _collect(*, figures: Figures, seeded: Seeded, samples: list[Sample], handler
     mine = Outreach.objects.filter(pk__gte=min(ids), pk__lte=max(ids))
     figures.states = state_counts(ids)
     events = OutreachEvent.objects.filter(
-        outreach_id__gte=min(ids), outreach_id__lte=max(ids),
-        from_state__in=[State.GENERATING, State.SENDING], to_state__in=[State.QUEUED, State.APPROVED],
-    )  # fmt: skip
+        outreach_id__gte=min(ids),
+        outreach_id__lte=max(ids),
+        from_state__in=[State.GENERATING, State.SENDING],
+        to_state__in=[State.QUEUED, State.APPROVED],
+    )
     figures.requeued = {
         (row["error_class"] or "paced"): row["n"]
         for row in events.values("error_class").annotate(n=Count("id"))
@@ -415,8 +439,10 @@ def _collect(*, figures: Figures, seeded: Seeded, samples: list[Sample], handler
     _cycle_figures(figures=figures, started_wall=started_wall)
     _rss_figures(figures=figures, samples=samples)
     stats = sim.stats()
-    figures.sim = {k: stats[k] for k in ("requests", "admitted", "rejected_429", "injected_5xx", "marker_errors",
-                                         "completed")}  # fmt: skip
+    figures.sim = {
+        k: stats[k]
+        for k in ("requests", "admitted", "rejected_429", "injected_5xx", "marker_errors", "completed")
+    }
     figures.sim["peak_window_requests"] = stats["peak_window"]["requests"]
     figures.samples = [asdict(s) for s in samples]
     _judge(
@@ -453,10 +479,16 @@ def _cycle_figures(*, figures: Figures, started_wall: float) -> None:
     cycles = cycle_times(LOG_DIR / "orchestrator.log")
     figures.cycles = len(cycles)
     first, last = _quarters(cycles, start=started_wall, end=started_wall + figures.seconds)
-    figures.cycle_ms_first = {"p50": percentile(values=first, fraction=0.5),
-                              "p95": percentile(values=first, fraction=0.95), "n": len(first)}  # fmt: skip
-    figures.cycle_ms_last = {"p50": percentile(values=last, fraction=0.5),
-                             "p95": percentile(values=last, fraction=0.95), "n": len(last)}  # fmt: skip
+    figures.cycle_ms_first = {
+        "p50": percentile(values=first, fraction=0.5),
+        "p95": percentile(values=first, fraction=0.95),
+        "n": len(first),
+    }
+    figures.cycle_ms_last = {
+        "p50": percentile(values=last, fraction=0.5),
+        "p95": percentile(values=last, fraction=0.95),
+        "n": len(last),
+    }
 
 
 def _rss_figures(*, figures: Figures, samples: list[Sample]) -> None:
@@ -510,43 +542,83 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
     rate = f.states.get("sent", 0) / f.seconds * 60 if f.seconds else 0
     finished = sum(f.states.get(s, 0) for s in ("sent", "awaiting_approval", "dead"))
     rows: list[tuple[str, str]] = [
-        ("outreach", f"{f.count:,} ({args.owners} owners, {args.review_owners} review-required; "
-                     f"{args.poison_per_kind} poison leads per kind x {len(POISON)})"),
-        ("provider", f"llm_sim window {args.rpm} rpm / {args.tpm:,} tpm, {args.latency_ms:g} ms, "
-                     f"{100 * args.fail_rate:g}% 5xx"),
+        (
+            "outreach",
+            f"{f.count:,} ({args.owners} owners, {args.review_owners} review-required; "
+            f"{args.poison_per_kind} poison leads per kind x {len(POISON)})",
+        ),
+        (
+            "provider",
+            f"llm_sim window {args.rpm} rpm / {args.tpm:,} tpm, {args.latency_ms:g} ms, "
+            f"{100 * args.fail_rate:g}% 5xx",
+        ),
         ("total time", f"{f.seconds:.0f} s ({'finished' if f.finished else 'TIMED OUT'})"),
-        ("throughput", f"{finished / f.seconds * 60 if f.seconds else 0:,.0f} finished/min, {rate:,.0f} sent/min"),
-        ("states", ", ".join(f"{k} {v:,}" for k, v in sorted(f.states.items())) + f" (sum {sum(f.states.values()):,})"),
+        (
+            "throughput",
+            f"{finished / f.seconds * 60 if f.seconds else 0:,.0f} finished/min, {rate:,.0f} sent/min",
+        ),
+        (
+            "states",
+            ", ".join(f"{k} {v:,}" for k, v in sorted(f.states.items()))
+            + f" (sum {sum(f.states.values()):,})",
+        ),
         ("re-queued (by class)", ", ".join(f"{k} {v:,}" for k, v in sorted(f.requeued.items())) or "0"),
         ("transient retries per completed", f"{_number(f.retry_rate, 4)} ({f.retries:,}/{f.completed:,})"),
         ("dead letters by class", ", ".join(f"{k} {v}" for k, v in sorted(f.dead_letters.items())) or "0"),
         ("DEAD without a reason", str(f.dead_without_reason)),
-        ("provider calls", f"{f.sim['requests']:,} ({f.sim['injected_5xx']:,} injected 5xx, "
-                           f"{f.sim['marker_errors']} poison errors, {f.sim['rejected_429']} 429s; "
-                           f"peak {f.sim['peak_window_requests']:,}/{args.rpm} in a 60 s window)"),
+        (
+            "provider calls",
+            f"{f.sim['requests']:,} ({f.sim['injected_5xx']:,} injected 5xx, "
+            f"{f.sim['marker_errors']} poison errors, {f.sim['rejected_429']} 429s; "
+            f"peak {f.sim['peak_window_requests']:,}/{args.rpm} in a 60 s window)",
+        ),
         ("SMTP sink", f"{f.messages:,} messages, {f.unique_message_ids:,} unique Message-IDs"),
-        ("duplicates (sent twice)", f"{f.duplicates} (SENT received twice: {f.sent_received_twice}; SENT not "
-                                    f"received: {f.sent_missing_in_sink}; received, not SENT: "
-                                    f"{f.sink_unknown_message_ids})"),
+        (
+            "duplicates (sent twice)",
+            f"{f.duplicates} (SENT received twice: {f.sent_received_twice}; SENT not "
+            f"received: {f.sent_missing_in_sink}; received, not SENT: "
+            f"{f.sink_unknown_message_ids})",
+        ),
         ("dispatch cycles", f"{f.cycles:,}"),
-        ("cycle ms p50 / p95, first quarter", f"{_number(f.cycle_ms_first['p50'])} / "
-                                              f"{_number(f.cycle_ms_first['p95'])} (n={f.cycle_ms_first['n']:.0f})"),
-        ("cycle ms p50 / p95, last quarter", f"{_number(f.cycle_ms_last['p50'])} / "
-                                             f"{_number(f.cycle_ms_last['p95'])} (n={f.cycle_ms_last['n']:.0f})"),
-    ]  # fmt: skip
+        (
+            "cycle ms p50 / p95, first quarter",
+            f"{_number(f.cycle_ms_first['p50'])} / "
+            f"{_number(f.cycle_ms_first['p95'])} (n={f.cycle_ms_first['n']:.0f})",
+        ),
+        (
+            "cycle ms p50 / p95, last quarter",
+            f"{_number(f.cycle_ms_last['p50'])} / "
+            f"{_number(f.cycle_ms_last['p95'])} (n={f.cycle_ms_last['n']:.0f})",
+        ),
+    ]
     cpu_total = sum(f.cpu_s.values())
-    rows.append(("CPU s used (all processes)", f"{cpu_total:,.0f} ({1000 * cpu_total / max(1, finished):.0f} ms per "
-                 "outreach; " + ", ".join(f"{n} {s:,.0f}" for n, s in f.cpu_s.items()) + ")"))  # fmt: skip
+    rows.append(
+        (
+            "CPU s used (all processes)",
+            f"{cpu_total:,.0f} ({1000 * cpu_total / max(1, finished):.0f} ms per "
+            "outreach; " + ", ".join(f"{n} {s:,.0f}" for n, s in f.cpu_s.items()) + ")",
+        )
+    )
     for name in PROCESSES:
-        rows.append((f"RSS MB {name} (+pool), first -> last quarter (peak)",
-                     f"{f.rss_mb_first.get(name, 0):.0f} -> {f.rss_mb_last.get(name, 0):.0f} "
-                     f"({f.rss_mb_peak.get(name, 0):.0f})"))  # fmt: skip
+        rows.append(
+            (
+                f"RSS MB {name} (+pool), first -> last quarter (peak)",
+                f"{f.rss_mb_first.get(name, 0):.0f} -> {f.rss_mb_last.get(name, 0):.0f} "
+                f"({f.rss_mb_peak.get(name, 0):.0f})",
+            )
+        )
     width = max(len(label) for label, _ in rows)
     print()
     for label, value in rows:
         print(f"{label.ljust(width)}  {value}")
-    print("\nresult: " + ("PASS: none lost, none sent twice, cycle time and memory flat" if not f.problems
-                          else "FAIL: " + "; ".join(f.problems)))  # fmt: skip
+    print(
+        "\nresult: "
+        + (
+            "PASS: none lost, none sent twice, cycle time and memory flat"
+            if not f.problems
+            else "FAIL: " + "; ".join(f.problems)
+        )
+    )
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "soak.json").write_text(json.dumps(asdict(f), indent=2, default=str))
     print(f"wrote {OUT / 'soak.json'}; process logs in {LOG_DIR}")

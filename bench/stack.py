@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,9 +50,13 @@ def django_env(*, database_url: str, redis_url: str, **settings: str) -> dict[st
     For benches with no provider or mail server; the ones with the whole stack use
     devtools.processes.stack_env, which adds those."""
     return {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
-        "DATABASE_URL": database_url, "REDIS_URL": redis_url, **settings,
-    }  # fmt: skip
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DJANGO_DEBUG": "1",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        **settings,
+    }
 
 
 def django_start(*, env: Mapping[str, str]) -> None:
@@ -66,3 +71,50 @@ def django_start(*, env: Mapping[str, str]) -> None:
 
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     call_command("migrate", verbosity=0)
+
+
+# --- /proc: memory and CPU of a process and its descendants (soak, latency) -------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Tree:
+    rss_kb: int  # the root's and every descendant's resident memory
+    descendants: int  # a prefork pool's children, a shell's command
+    cpu_s: float  # user + system CPU time so far, all of them
+
+
+def process_trees(roots: Mapping[str, int]) -> dict[str, Tree]:
+    """name -> the Tree of each root pid, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat.rpartition(")")[2].split()  # the name may hold spaces: split after ")"
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    trees = {}
+    for name, root in roots.items():
+        rss, count, seconds, todo = 0, -1, 0.0, [root]
+        while todo:
+            pid = todo.pop()
+            rss, count, seconds = rss + _rss_kb(pid), count + 1, seconds + cpu.get(pid, 0.0)
+            todo += children.get(pid, [])
+        trees[name] = Tree(rss_kb=rss, descendants=count, cpu_s=seconds)
+    return trees
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

@@ -7,10 +7,10 @@ value fails at start-up with an error that names the variable and says what was 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -157,3 +157,12 @@ def env_shares(name: str, *, keys: Sequence[str], default: str = "") -> dict[str
     if sum(shares.values()) > 1:
         raise ImproperlyConfigured(f"{name}: the shares add up to more than 1.")
     return shares
+
+
+def database_url(settings_dict: Mapping[str, object], *, name: str | None = None) -> str:
+    """The postgres:// URL of a DATABASES entry (another `name` on the same server if given):
+    what a child process (a worker started by a test) needs to reach the same database,
+    password included, so it works where PostgreSQL asks for one (Debian's default)."""
+    user, password = quote(str(settings_dict["USER"] or "")), quote(str(settings_dict["PASSWORD"] or ""))
+    credentials = f"{user}:{password}@" if password else f"{user}@"
+    return f"postgres://{credentials}{settings_dict['HOST']}:{settings_dict['PORT']}/{name or settings_dict['NAME']}"

@@ -43,9 +43,20 @@ class WorkerRecipe:
     def argv(self, *, concurrency: int | None = None, name: str | None = None) -> list[str]:
         """`celery -A config worker ...` for this queue; `concurrency`/`name` override for tests."""
         return [
-            "celery", "-A", "config", "worker", "-Q", self.queue.value, "-n", f"{name or self.name}@%h",
-            "--pool", self.pool, "--concurrency", str(concurrency or self.concurrency), "-E",
-        ]  # fmt: skip
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            self.queue.value,
+            "-n",
+            f"{name or self.name}@%h",
+            "--pool",
+            self.pool,
+            "--concurrency",
+            str(concurrency or self.concurrency),
+            "-E",
+        ]
 
     def command(self) -> str:
         return " ".join(self.argv())

@@ -69,8 +69,9 @@ def render(sample: Sample, *, rpm_limit: int) -> Table:
         ready, waiting = sample.ready_by_tier.get(tier, 0), sample.waiting_by_tier.get(tier, 0)
         table.add_row(f"queued {tier} (ready / later)", f"{ready} / {waiting}")
     s = sample.states
-    table.add_row("in flight (dispatched, generating, sending)",
-                  str(s["dispatched"] + s["generating"] + s["sending"]))  # fmt: skip
+    table.add_row(
+        "in flight (dispatched, generating, sending)", str(s["dispatched"] + s["generating"] + s["sending"])
+    )
     window = sample.sim.get("window", {}).get("requests", 0)
     table.add_row(
         "LLM requests in the last 60 s / limit", f"{window} / {rpm_limit} ({100 * window / rpm_limit:.0f}%)"

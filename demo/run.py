@@ -26,8 +26,7 @@ from demo.seed import seed_demo
 from devtools.processes import ProcessGroup, flower, stack_env, start_pipeline, web
 from nurture.intake.replies import signature_header
 from outreach.models import Outreach, State
-from outreach.services import draft_approve
-from outreach.transitions import TransitionLost
+from outreach.services import drafts_approve
 
 
 @dataclass(frozen=True)
@@ -52,15 +51,32 @@ def port_free(port: int) -> bool:
 
 def child_env(opts: DemoOptions) -> dict[str, str]:
     return stack_env(
-        llm_base_url=f"http://127.0.0.1:{opts.sim_port}/v1", smtp_port=opts.smtp_port, LLM_RPM=str(opts.rpm),
-        LLM_TPM=str(opts.tpm), PUBLIC_BASE_URL=f"http://127.0.0.1:{opts.web_port}",
-    )  # fmt: skip
+        llm_base_url=f"http://127.0.0.1:{opts.sim_port}/v1",
+        smtp_port=opts.smtp_port,
+        LLM_RPM=str(opts.rpm),
+        LLM_TPM=str(opts.tpm),
+        PUBLIC_BASE_URL=f"http://127.0.0.1:{opts.web_port}",
+    )
 
 
 def start_all(group: ProcessGroup, opts: DemoOptions) -> None:
     py = sys.executable
-    group.start("llm_sim", [py, "manage.py", "llm_sim", "--port", str(opts.sim_port), "--rpm", str(opts.rpm),
-                            "--tpm", str(opts.tpm), "--latency-ms", "600"])  # fmt: skip
+    group.start(
+        "llm_sim",
+        [
+            py,
+            "manage.py",
+            "llm_sim",
+            "--port",
+            str(opts.sim_port),
+            "--rpm",
+            str(opts.rpm),
+            "--tpm",
+            str(opts.tpm),
+            "--latency-ms",
+            "600",
+        ],
+    )
     group.start(
         "smtp",
         [py, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{opts.smtp_port}", "-c", "aiosmtpd.handlers.Sink"],
@@ -75,15 +91,23 @@ def post_reply(*, opts: DemoOptions, rng: random.Random) -> int | None:
     sent = Outreach.objects.filter(state=State.SENT).order_by("?").select_related("lead").first()
     if sent is None:
         return None
-    body = json.dumps({"lead_email": sent.lead.email, "message_id": f"<demo-reply-{rng.getrandbits(48):x}@prospect.example>",
-                       "subject": f"Re: {sent.draft_subject}", "body": "Sounds interesting. Can we talk next week?"})  # fmt: skip
+    body = json.dumps(
+        {
+            "lead_email": sent.lead.email,
+            "message_id": f"<demo-reply-{rng.getrandbits(48):x}@prospect.example>",
+            "subject": f"Re: {sent.draft_subject}",
+            "body": "Sounds interesting. Can we talk next week?",
+        }
+    )
     signature = signature_header(
         body=body.encode(), secret=settings.WEBHOOK_SECRET, timestamp=int(time.time())
     )
     request = urllib.request.Request(
-        f"http://127.0.0.1:{opts.web_port}/hooks/replies/", data=body.encode(), method="POST",
+        f"http://127.0.0.1:{opts.web_port}/hooks/replies/",
+        data=body.encode(),
+        method="POST",
         headers={"Content-Type": "application/json", "X-Signature": signature},
-    )  # fmt: skip
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return int(response.status)
@@ -97,14 +121,8 @@ def auto_approve(*, older_than_s: float) -> int:
     """Stand in for a reviewer so the approved-send path shows; humans can approve in admin too."""
     reviewer = User.objects.get(username="reviewer")
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    approved = 0
-    for draft in Outreach.objects.filter(state=State.AWAITING_APPROVAL, state_changed_at__lt=cutoff)[:20]:
-        try:
-            draft_approve(outreach=draft, by=reviewer)
-            approved += 1
-        except TransitionLost:
-            pass
-    return approved
+    waiting = Outreach.objects.filter(state=State.AWAITING_APPROVAL, state_changed_at__lt=cutoff)[:20]
+    return drafts_approve(drafts=waiting, by=reviewer)
 
 
 def wait_for_web(port: int, *, timeout_s: float = 30) -> None:

@@ -17,11 +17,61 @@ from outreach.services import OwnerSpec, owner_upsert
 ORG = "Demo Co"
 OWNERS = [
     # name, spec, share of the leads
-    (OwnerSpec("Atlas (AI agent)", "agent", 400, time(0), time(23, 59), "UTC", working_days="1234567", weight=2, organization=ORG), 0.40),
-    (OwnerSpec("Nova (AI agent)", "agent", 300, time(0), time(23, 59), "America/New_York", working_days="1234567", organization=ORG), 0.30),
-    (OwnerSpec("Maria (seller)", "human", 60, time(0), time(23, 59), "Europe/Berlin", working_days="1234567", review_required=True, organization=ORG), 0.18),
-    (OwnerSpec("Kenji (seller)", "human", 40, time(9), time(18), "Asia/Tokyo", review_required=True, organization=ORG), 0.12),
-]  # fmt: skip
+    (
+        OwnerSpec(
+            "Atlas (AI agent)",
+            "agent",
+            400,
+            time(0),
+            time(23, 59),
+            "UTC",
+            working_days="1234567",
+            weight=2,
+            organization=ORG,
+        ),
+        0.40,
+    ),
+    (
+        OwnerSpec(
+            "Nova (AI agent)",
+            "agent",
+            300,
+            time(0),
+            time(23, 59),
+            "America/New_York",
+            working_days="1234567",
+            organization=ORG,
+        ),
+        0.30,
+    ),
+    (
+        OwnerSpec(
+            "Maria (seller)",
+            "human",
+            60,
+            time(0),
+            time(23, 59),
+            "Europe/Berlin",
+            working_days="1234567",
+            review_required=True,
+            organization=ORG,
+        ),
+        0.18,
+    ),
+    (
+        OwnerSpec(
+            "Kenji (seller)",
+            "human",
+            40,
+            time(9),
+            time(18),
+            "Asia/Tokyo",
+            review_required=True,
+            organization=ORG,
+        ),
+        0.12,
+    ),
+]
 FIRST = [
     "Ada",
     "Grace",
@@ -89,18 +139,34 @@ def seed_demo(*, leads: int, seed: int = 7) -> list[Owner]:
         created = Lead.objects.filter(organization=org, outreach__isnull=True)
         now = timezone.now()
         Outreach.objects.bulk_create(
-            (Outreach(lead=lead, owner_id=lead.owner_id, kind=Outreach.Kind.INTRO, tier=Outreach.KIND_TIER[Outreach.Kind.INTRO],
-                      state=State.QUEUED, not_before=now, idempotency_key=intro_key(lead_id=lead.pk),
-                      state_changed_at=now) for lead in created.iterator()),
-            ignore_conflicts=True, batch_size=1000,
-        )  # fmt: skip
+            (
+                Outreach(
+                    lead=lead,
+                    owner_id=lead.owner_id,
+                    kind=Outreach.Kind.INTRO,
+                    tier=Outreach.KIND_TIER[Outreach.Kind.INTRO],
+                    state=State.QUEUED,
+                    not_before=now,
+                    idempotency_key=intro_key(lead_id=lead.pk),
+                    state_changed_at=now,
+                )
+                for lead in created.iterator()
+            ),
+            ignore_conflicts=True,
+            batch_size=1000,
+        )
     return owners
 
 
 def _lead(*, org: Organization, owner: Owner, n: int, rng: random.Random) -> Lead:
     first, last = rng.choice(FIRST), rng.choice(LAST)
     return Lead(
-        organization=org, owner=owner, email=f"{first.lower()}.{last.lower()}.{n}@prospect.example",
-        first_name=first, last_name=last, company=rng.choice(COMPANIES), title=rng.choice(TITLES),
+        organization=org,
+        owner=owner,
+        email=f"{first.lower()}.{last.lower()}.{n}@prospect.example",
+        first_name=first,
+        last_name=last,
+        company=rng.choice(COMPANIES),
+        title=rng.choice(TITLES),
         timezone=rng.choice(ZONES),
-    )  # fmt: skip
+    )

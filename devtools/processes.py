@@ -103,9 +103,14 @@ def stack_env(*, llm_base_url: str, smtp_port: int, **settings: str) -> dict[str
     process's, with demo settings (DJANGO_DEBUG=1: demo secrets, never production ones), the
     provider and the mail server they talk to, and `settings` (variable -> value)."""
     return {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1",
-        "LLM_BASE_URL": llm_base_url, "EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(smtp_port), **settings,
-    }  # fmt: skip
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DJANGO_DEBUG": "1",
+        "LLM_BASE_URL": llm_base_url,
+        "EMAIL_HOST": "127.0.0.1",
+        "EMAIL_PORT": str(smtp_port),
+        **settings,
+    }
 
 
 def start_pipeline(

@@ -64,9 +64,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(AssignmentBatch)
 class AssignmentBatchAdmin(ReadOnlyAdmin):
     list_display = (
-        "id", "file_name", "organization", "status", "progress", "leads_created", "leads_existing",
-        "outreach_created", "created_at", "completed_at", "children_link",
-    )  # fmt: skip
+        "id",
+        "file_name",
+        "organization",
+        "status",
+        "progress",
+        "leads_created",
+        "leads_existing",
+        "outreach_created",
+        "created_at",
+        "completed_at",
+        "children_link",
+    )
     list_filter = ("status", "organization")
     search_fields = ("file_name",)
     list_select_related = ("organization",)

@@ -143,9 +143,14 @@ def _hold(*, outreach: Outreach, gate: Gate) -> State:
         transition(outreach_id=outreach.pk, from_=State.GENERATING, to=State.CANCELLED, note=gate.reason)
         return State.CANCELLED
     transition(
-        outreach_id=outreach.pk, from_=State.GENERATING, to=State.QUEUED, note=gate.reason, blocked_reason=gate.reason,
-        reservation_id="", not_before=timezone.now() + timedelta(seconds=SEQUENCE_RECHECK_S),
-    )  # fmt: skip
+        outreach_id=outreach.pk,
+        from_=State.GENERATING,
+        to=State.QUEUED,
+        note=gate.reason,
+        blocked_reason=gate.reason,
+        reservation_id="",
+        not_before=timezone.now() + timedelta(seconds=SEQUENCE_RECHECK_S),
+    )
     return State.QUEUED
 
 
@@ -159,8 +164,11 @@ def _write(
     thread_subject = (facts.inbound or {}).get("subject", "")
     feedback: list[str] = []
     for _ in range(2):  # the first draft, and one regeneration told what was wrong
-        text = call(prompts.message_prompt(facts=facts, plan=plan, notes=notes, policy_feedback=feedback),
-                    MESSAGE_MAX_TOKENS, step="message")  # fmt: skip
+        text = call(
+            prompts.message_prompt(facts=facts, plan=plan, notes=notes, policy_feedback=feedback),
+            MESSAGE_MAX_TOKENS,
+            step="message",
+        )
         draft = prompts.draft_parse(text=text, kind=outreach.kind, thread_subject=thread_subject)
         feedback = check_draft(subject=draft.subject, body=draft.body, allowed_domains=allowed)
         if not feedback:
@@ -198,10 +206,13 @@ def _call(
     call_latency_record(step=step, seconds=time.monotonic() - started)
     info = result.rate_limits
     budget.report_provider(
-        remaining_requests=info.remaining_requests, remaining_tokens=info.remaining_tokens,
-        reset_requests_s=info.reset_requests_s, reset_tokens_s=info.reset_tokens_s, sent_at_ms=slot.at_ms or None,
+        remaining_requests=info.remaining_requests,
+        remaining_tokens=info.remaining_tokens,
+        reset_requests_s=info.reset_requests_s,
+        reset_tokens_s=info.reset_tokens_s,
+        sent_at_ms=slot.at_ms or None,
         processing_ms=result.processing_ms,
-    )  # fmt: skip
+    )
     usage.tokens += result.total_tokens
     return result.text
 
@@ -221,8 +232,14 @@ def _release(*, budget: Budget, outreach: Outreach, usage: Usage) -> None:
 def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: Usage) -> State:
     """Keep the paid-for draft: durably, so a connection that died during the LLM calls does
     not send the row back through recovery to be written (and paid for) again."""
-    fields: dict[str, Any] = {"draft_subject": subject, "draft_body": body, "tokens_used": usage.tokens,
-              "llm_calls": usage.requests, "reservation_id": "", "last_error": ""}  # fmt: skip
+    fields: dict[str, Any] = {
+        "draft_subject": subject,
+        "draft_body": body,
+        "tokens_used": usage.tokens,
+        "llm_calls": usage.requests,
+        "reservation_id": "",
+        "last_error": "",
+    }
     if outreach.owner.review_required:
         transition_durably(
             outreach_id=outreach.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, **fields
@@ -230,9 +247,13 @@ def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: Usage) 
         replay_outcome_success(outreach_id=outreach.pk)  # a replayed job that got this far succeeded
         return State.AWAITING_APPROVAL
     transition_durably(
-        outreach_id=outreach.pk, from_=State.GENERATING, to=State.DISPATCHED, note="autonomous: send",
-        then=lambda: enqueue_send(outreach_id=outreach.pk), **fields,
-    )  # fmt: skip
+        outreach_id=outreach.pk,
+        from_=State.GENERATING,
+        to=State.DISPATCHED,
+        note="autonomous: send",
+        then=lambda: enqueue_send(outreach_id=outreach.pk),
+        **fields,
+    )
     return State.DISPATCHED
 
 

@@ -52,9 +52,14 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
     if isinstance(exc, RateLimited | Paced):
         wait = exc.retry_after_s if isinstance(exc, RateLimited) else exc.wait_s
         transition(
-            outreach_id=outreach.pk, from_=from_, to=retry_to, note=str(exc), error_class=exc.error_class,
-            not_before=now + timedelta(seconds=wait), reservation_id="",
-        )  # fmt: skip
+            outreach_id=outreach.pk,
+            from_=from_,
+            to=retry_to,
+            note=str(exc),
+            error_class=exc.error_class,
+            not_before=now + timedelta(seconds=wait),
+            reservation_id="",
+        )
         return retry_to
     if isinstance(exc, PermanentError):
         failure = ErrorClass.POLICY if isinstance(exc, PolicyViolation) else ErrorClass.PERMANENT
@@ -75,10 +80,16 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
         return State.DEAD
     delay = backoff_s(attempt=attempts)
     transition(
-        outreach_id=outreach.pk, from_=from_, to=retry_to, note=f"{_reason(exc)}; retry in {delay:.0f}s",
-        error_class=ErrorClass.TRANSIENT, attempts=attempts, last_error=_reason(exc),
-        not_before=now + timedelta(seconds=delay), reservation_id="",
-    )  # fmt: skip
+        outreach_id=outreach.pk,
+        from_=from_,
+        to=retry_to,
+        note=f"{_reason(exc)}; retry in {delay:.0f}s",
+        error_class=ErrorClass.TRANSIENT,
+        attempts=attempts,
+        last_error=_reason(exc),
+        not_before=now + timedelta(seconds=delay),
+        reservation_id="",
+    )
     if not isinstance(exc, TransientError):
         log.error(
             "unclassified failure treated as transient", exc_info=exc, extra=outreach_log_context(outreach)

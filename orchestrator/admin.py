@@ -67,9 +67,16 @@ class DeadLetterAdmin(OrganizationScopedAdmin):
     organization_path = "outreach__owner__organization"
 
     list_display = (
-        "id", "outreach", "job_type", "failure_class", "status", "suggested_action", "entity_ids",
-        "replay_succeeded", "created_at",
-    )  # fmt: skip
+        "id",
+        "outreach",
+        "job_type",
+        "failure_class",
+        "status",
+        "suggested_action",
+        "entity_ids",
+        "replay_succeeded",
+        "created_at",
+    )
     list_filter = ("status", "failure_class", "job_type", "replay_succeeded")
     search_fields = ("reason",)
     list_select_related = ("outreach",)

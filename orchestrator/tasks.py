@@ -27,7 +27,15 @@ def dead_letter_alert(dead_letter_id: int) -> None:
         return
     log.error(
         "dead letter: outreach %s (%s) failed as %s: %s. Suggested: %s",
-        letter.outreach_id, letter.job_type, letter.failure_class, letter.reason[:300], letter.suggested_action,
-        extra={"dead_letter_id": letter.pk, "outreach_id": letter.outreach_id, "owner_id": letter.owner_id_ref,
-               "failure_class": letter.failure_class},
-    )  # fmt: skip
+        letter.outreach_id,
+        letter.job_type,
+        letter.failure_class,
+        letter.reason[:300],
+        letter.suggested_action,
+        extra={
+            "dead_letter_id": letter.pk,
+            "outreach_id": letter.outreach_id,
+            "owner_id": letter.owner_id_ref,
+            "failure_class": letter.failure_class,
+        },
+    )

@@ -96,9 +96,18 @@ class OwnerForm(forms.ModelForm):
 class OwnerAdmin(OrganizationScopedAdmin):
     form = OwnerForm
     list_display = (
-        "name", "kind", "organization", "daily_limit", "hours_start", "hours_end", "working_days",
-        "timezone", "review_required", "weight", "active",
-    )  # fmt: skip
+        "name",
+        "kind",
+        "organization",
+        "daily_limit",
+        "hours_start",
+        "hours_end",
+        "working_days",
+        "timezone",
+        "review_required",
+        "weight",
+        "active",
+    )
     list_filter = ("kind", "review_required", "active", "organization")
     search_fields = ("name",)
 
@@ -248,9 +257,13 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
         lead = obj.lead
         return format_html(
             "{} {} &lt;{}&gt;<br>{} at {}<br>time zone {}",
-            lead.first_name, lead.last_name, lead.email, lead.title or "(no title)", lead.company or "(no company)",
+            lead.first_name,
+            lead.last_name,
+            lead.email,
+            lead.title or "(no title)",
+            lead.company or "(no company)",
             lead.timezone,
-        )  # fmt: skip
+        )
 
     def save_model(self, request: HttpRequest, obj: Outreach, form: Any, change: bool) -> None:
         # The form already wrote its edits onto `obj`; the service compares against the stored

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, time
 from typing import Any
@@ -13,7 +14,7 @@ from django.utils import timezone
 
 from outreach.draft_policy import check_draft
 from outreach.models import Lead, Organization, Outreach, Owner, State
-from outreach.transitions import transition
+from outreach.transitions import TransitionLost, transition
 
 
 @dataclass(frozen=True)
@@ -137,3 +138,15 @@ def draft_reject(*, outreach: Outreach, by: AbstractBaseUser, reason: str = "") 
         note=f"rejected: {reason}" if reason else "rejected",
         actor_id=by.pk,
     )
+
+
+def drafts_approve(*, drafts: Iterable[Outreach], by: AbstractBaseUser) -> int:
+    """Approve each draft as it stands; those someone else moved first are skipped. How many."""
+    approved = 0
+    for draft in drafts:
+        try:
+            draft_approve(outreach=draft, by=by)
+            approved += 1
+        except TransitionLost:
+            pass  # approved, rejected or cancelled meanwhile
+    return approved

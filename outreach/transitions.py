@@ -125,10 +125,20 @@ def transition(
         if to == S.SENT:
             OwnerDailySends.objects.record(owner_id=previous[2], sent_at=fields["sent_at"])
     log.info(
-        "outreach %s: %s -> %s%s", outreach_id, previous[0], to, f" ({note})" if note else "",
-        extra={"outreach_id": outreach_id, "owner_id": previous[2], "tier": previous[3], "state": str(to),
-               "from_state": previous[0], "error_class": str(error_class)},
-    )  # fmt: skip
+        "outreach %s: %s -> %s%s",
+        outreach_id,
+        previous[0],
+        to,
+        f" ({note})" if note else "",
+        extra={
+            "outreach_id": outreach_id,
+            "owner_id": previous[2],
+            "tier": previous[3],
+            "state": str(to),
+            "from_state": previous[0],
+            "error_class": str(error_class),
+        },
+    )
 
 
 # Pauses before trying a durable move again on a fresh database connection.
@@ -171,8 +181,13 @@ def transition_durably(
         except (OperationalError, InterfaceError):
             if pause is None:
                 raise
-            log.warning("outreach %s: recording %s failed on a dead database connection, retrying", outreach_id, to,
-                        exc_info=True, extra={"outreach_id": outreach_id, "state": str(to)})  # fmt: skip
+            log.warning(
+                "outreach %s: recording %s failed on a dead database connection, retrying",
+                outreach_id,
+                to,
+                exc_info=True,
+                extra={"outreach_id": outreach_id, "state": str(to)},
+            )
             connection.close()
             time.sleep(pause)
             retried = True
@@ -226,6 +241,11 @@ def transition_many(
             )
             for oid, state, attempts in rows
         )
-    log.info("%d outreach: -> %s%s", len(ids), to, f" ({note})" if note else "",
-             extra={"outreach_ids": ids, "state": str(to)})  # fmt: skip
+    log.info(
+        "%d outreach: -> %s%s",
+        len(ids),
+        to,
+        f" ({note})" if note else "",
+        extra={"outreach_ids": ids, "state": str(to)},
+    )
     return ids

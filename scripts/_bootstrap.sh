@@ -38,13 +38,49 @@ ensure_redis() {
 }
 
 ensure_postgres() {
-  if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then return; fi
-  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
-    echo "==> starting PostgreSQL"
-    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
-    for _ in $(seq 100); do pg_isready -h 127.0.0.1 -p 5432 -q && return; sleep 0.1; done
+  # A DATABASE_URL you set is used as it is (a server of yours, with its own credentials).
+  if [ -n "${DATABASE_URL:-}" ]; then return; fi
+  if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+    if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+      echo "==> starting PostgreSQL"
+      pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+      for _ in $(seq 100); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 0.1; done
+    fi
   fi
-  echo "PostgreSQL is not answering on 127.0.0.1:5432 (user postgres, trust auth)." >&2
-  echo "Install and start it: apt-get install postgresql, or set DATABASE_URL to a server you have." >&2
+  if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+    echo "PostgreSQL is not answering on 127.0.0.1:5432." >&2
+    echo "Install and start it (apt-get install postgresql), or set DATABASE_URL to a server you have." >&2
+    exit 1
+  fi
+  # The tests' default: user postgres without a password (trust authentication).
+  if psql "postgresql://postgres@127.0.0.1:5432/postgres" -Atqc "select 1" >/dev/null 2>&1; then return; fi
+  # Debian's default asks for a password over TCP and lets only the postgres OS user in
+  # through the socket: create a local role for the tests once, through that socket.
+  local as_postgres=""
+  if [ "$(id -u)" -eq 0 ] && command -v runuser >/dev/null; then as_postgres="runuser -u postgres --"
+  elif command -v sudo >/dev/null; then as_postgres="sudo -u postgres"; fi
+  if [ -n "$as_postgres" ] && $as_postgres psql -Atqc "select 1" >/dev/null 2>&1; then
+    if [ "$($as_postgres psql -Atqc "select 1 from pg_roles where rolname = 'outreach_test'")" != "1" ]; then
+      echo "==> PostgreSQL wants a password: creating the local role outreach_test (password outreach_test) for the tests"
+      # SUPERUSER: the tests create and drop their databases and stop their own connections.
+      $as_postgres psql -qc "CREATE ROLE outreach_test LOGIN SUPERUSER PASSWORD 'outreach_test'"
+    fi
+    export DATABASE_URL="postgres://outreach_test:outreach_test@127.0.0.1:5432/outreach"
+    echo "==> using DATABASE_URL=$DATABASE_URL"
+    return
+  fi
+  echo "PostgreSQL on 127.0.0.1:5432 refuses user postgres without a password." >&2
+  echo "Set DATABASE_URL=postgres://USER:PASSWORD@127.0.0.1:5432/outreach for a role that may create databases." >&2
   exit 1
+}
+
+ensure_rabbitmq() {
+  # RabbitMQ, for the pipeline tests' second pass on an AMQP broker; returns 1 if unavailable.
+  if (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then return 0; fi
+  if command -v rabbitmq-server >/dev/null; then
+    echo "==> starting rabbitmq-server"
+    rabbitmq-server -detached >/dev/null 2>&1 || true
+    for _ in $(seq 150); do (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && return 0; sleep 0.2; done
+  fi
+  return 1
 }

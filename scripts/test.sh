@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: lint, types, migrations check, then the whole pytest suite against real
-# PostgreSQL and Redis (started here if installed but not running).
+# PostgreSQL and Redis (started here if installed but not running), then the pipeline tests
+# again with RabbitMQ as the Celery broker. Arguments go to pytest and skip that second pass.
 source "$(dirname "$0")/_bootstrap.sh"
 ensure_redis
 ensure_postgres
@@ -15,3 +16,16 @@ echo "==> migrations are up to date"
 DJANGO_SETTINGS_MODULE=config.test_settings python manage.py makemigrations --check --dry-run
 echo "==> pytest"
 python -m pytest "$@"
+
+if [ $# -eq 0 ]; then
+  if ensure_rabbitmq; then
+    echo "==> the pipeline tests again, RabbitMQ as the broker (CELERY_BROKER_URL=amqp://...)"
+    CELERY_BROKER_URL="${TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672//}" \
+      python -m pytest tests/e2e/test_pipeline_workers.py tests/e2e/test_reply_lane.py -p no:cacheprovider
+  elif [ "${CI:-}" = "true" ]; then
+    echo "RabbitMQ is not answering on 127.0.0.1:5672: CI runs the pipeline tests on it too." >&2
+    exit 1
+  else
+    echo "==> RabbitMQ not available (apt-get install rabbitmq-server): skipped the pipeline tests on it"
+  fi
+fi

@@ -81,15 +81,27 @@ class SimConfig:
     def _latency_problems(self) -> list[tuple[str, str | None]]:
         """One latency shape at a time: a second one given would otherwise be silently ignored."""
         median, sigma, cap, histogram = (
-            self.latency_median_ms, self.latency_sigma, self.latency_max_ms, self.latency_histogram
-        )  # fmt: skip
+            self.latency_median_ms,
+            self.latency_sigma,
+            self.latency_max_ms,
+            self.latency_histogram,
+        )
         numbers = [
             ("latency_median_ms", None if median is None else _number(median, low=0.001)),
             ("latency_sigma", None if sigma is None else _number(sigma, low=0, high=5)),
             ("latency_max_ms", None if cap is None else _number(cap, low=0.001)),
-            ("latency_histogram", next((f"must hold latencies in ms (numbers >= 0), got {v!r}"
-                                        for v in histogram if _number(v, low=0)), None)),
-        ]  # fmt: skip
+            (
+                "latency_histogram",
+                next(
+                    (
+                        f"must hold latencies in ms (numbers >= 0), got {v!r}"
+                        for v in histogram
+                        if _number(v, low=0)
+                    ),
+                    None,
+                ),
+            ),
+        ]
         if any(problem for _, problem in numbers):
             return numbers
         uniform = self.latency_ms != 0 or self.jitter_ms is not None

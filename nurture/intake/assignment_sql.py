@@ -80,9 +80,20 @@ def sequences_insert(
     """
     params = [
         *steps_params,
-        intro, nudge, Outreach.KIND_TIER[intro], Outreach.KIND_TIER[nudge], State.QUEUED,
-        INTRO_PREFIX, NUDGE_PREFIX, NUDGE_STEP_SEPARATOR, _when(now), _when(now), _when(now), *constants, *lead_ids,
-    ]  # fmt: skip
+        intro,
+        nudge,
+        Outreach.KIND_TIER[intro],
+        Outreach.KIND_TIER[nudge],
+        State.QUEUED,
+        INTRO_PREFIX,
+        NUDGE_PREFIX,
+        NUDGE_STEP_SEPARATOR,
+        _when(now),
+        _when(now),
+        _when(now),
+        *constants,
+        *lead_ids,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return len(cursor.fetchall())
@@ -100,9 +111,16 @@ def children_done(
     """
     outcome = AssignmentItem.Outcome
     params = [
-        AssignmentItem.Status.DONE, _when(now), *new_ids,
-        outcome.NEW, Lead.Status.ACTIVE, outcome.EXISTING, outcome.STOPPED, *child_ids, *lead_ids,
-    ]  # fmt: skip
+        AssignmentItem.Status.DONE,
+        _when(now),
+        *new_ids,
+        outcome.NEW,
+        Lead.Status.ACTIVE,
+        outcome.EXISTING,
+        outcome.STOPPED,
+        *child_ids,
+        *lead_ids,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
 

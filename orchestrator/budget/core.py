@@ -122,8 +122,16 @@ class BudgetCore:
         """The 9 per-scope ARGV of the bucket scripts (see bucket.lua)."""
         limits = self.limits_for(scope)
         step = self.adaptive.step
-        return [*limits.capacities(), limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm),
-                limits.strict_denominator(), limits.margin_floor_ms, limits.margin_ms]  # fmt: skip
+        return [
+            *limits.capacities(),
+            limits.rpm,
+            limits.tpm,
+            step(limits.rpm),
+            step(limits.tpm),
+            limits.strict_denominator(),
+            limits.margin_floor_ms,
+            limits.margin_ms,
+        ]
 
     def plan(self, scopes: tuple[str, ...]) -> Plan:
         """KEYS and per-scope ARGV of the bucket scripts for these scopes, cached."""

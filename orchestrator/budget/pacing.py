@@ -48,8 +48,14 @@ class Pacing(BudgetCore):
                 )
             keys += self._call_log_keys(scope)
             step = self.adaptive.step
-            args += [limits.rpm, limits.tpm, step(limits.rpm), step(limits.tpm), limits.margin_floor_ms,
-                     limits.margin_ms]  # fmt: skip
+            args += [
+                limits.rpm,
+                limits.tpm,
+                step(limits.rpm),
+                step(limits.tpm),
+                limits.margin_floor_ms,
+                limits.margin_ms,
+            ]
         try:
             wait, scope_index, kind, now = self.run("ACQUIRE_CALL", keys, args)
         except BudgetUnavailable:
@@ -142,8 +148,15 @@ class Pacing(BudgetCore):
     def _adaptation_args(self, limits: Limits) -> list[int]:
         """ARGV the adapting scripts share: interval, configured r/t, step r/t, floor r/t."""
         a = self.adaptive
-        return [a.interval_ms, limits.rpm, limits.tpm, a.step(limits.rpm), a.step(limits.tpm),
-                a.floor(limits.rpm), a.floor(limits.tpm)]  # fmt: skip
+        return [
+            a.interval_ms,
+            limits.rpm,
+            limits.tpm,
+            a.step(limits.rpm),
+            a.step(limits.tpm),
+            a.floor(limits.rpm),
+            a.floor(limits.tpm),
+        ]
 
     def snapshot(self, *, scopes: Sequence[str] = (PROVIDER,)) -> dict[str, Any]:
         """Everything the budget decides on, for dashboards and `queue_stats`."""

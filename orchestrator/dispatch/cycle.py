@@ -85,9 +85,15 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
     budget_sample_record(budget=budget or get_budget())  # the budget chart: one row a minute, cluster-wide
     log.info(
         "dispatch cycle",
-        extra={"slots": report.slots, "generation": len(report.generation), "send": len(report.send),
-               "deferred": len(report.deferred), "recovered": report.recovered, "ms": round(report.duration_ms, 1)},
-    )  # fmt: skip
+        extra={
+            "slots": report.slots,
+            "generation": len(report.generation),
+            "send": len(report.send),
+            "deferred": len(report.deferred),
+            "recovered": report.recovered,
+            "ms": round(report.duration_ms, 1),
+        },
+    )
     return report
 
 
@@ -108,10 +114,18 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     group_slots = _group_slots(groups=groups, budget=budget)
     weights = {rules.owner_id: weight for rules, weight in owners}
     cursor = Cursor.from_json(client.get(CURSOR_KEY)).keeping_groups(caps)
-    candidates = _candidates(room=room, slots=report.slots, weights=weights, groups=groups,
-                             group_slots=group_slots, now=now)  # fmt: skip
-    selection = select_batch(candidates, slots=report.slots, cursor=cursor, weights=weights,
-                             starvation_guard=_guard(), groups=groups, group_slots=group_slots)  # fmt: skip
+    candidates = _candidates(
+        room=room, slots=report.slots, weights=weights, groups=groups, group_slots=group_slots, now=now
+    )
+    selection = select_batch(
+        candidates,
+        slots=report.slots,
+        cursor=cursor,
+        weights=weights,
+        starvation_guard=_guard(),
+        groups=groups,
+        group_slots=group_slots,
+    )
     report.picks = list(selection.picks)
     report.generation = _reserve_and_claim(picks=report.picks, budget=budget, groups=groups)
     lease.set_if_held(CURSOR_KEY, selection.cursor.to_json())

@@ -245,15 +245,25 @@ def select_batch(
     groups, group_slots = _checked_groups(groups or {}, group_slots or {})
     _check_candidates(candidates)
     chosen, new_cursor = _run(
-        candidates, slots=slots, cursor=cursor, weights=weights, guard=starvation_guard,
-        groups=groups, group_slots=group_slots,
-    )  # fmt: skip
+        candidates,
+        slots=slots,
+        cursor=cursor,
+        weights=weights,
+        guard=starvation_guard,
+        groups=groups,
+        group_slots=group_slots,
+    )
     strict = chosen
     if starvation_guard is not None:
         strict = _run(
-            candidates, slots=slots, cursor=cursor, weights=weights, guard=None,
-            groups=groups, group_slots=group_slots,
-        )[0]  # fmt: skip
+            candidates,
+            slots=slots,
+            cursor=cursor,
+            weights=weights,
+            guard=None,
+            groups=groups,
+            group_slots=group_slots,
+        )[0]
     picks: list[Pick] = []
     for tier in sorted(Tier):
         # Picks beyond what strict priority would give this tier exist only because of the guard.
@@ -307,13 +317,16 @@ def rows_to_load(
     members = Counter(groups[o] for o in owners_with_work if o in groups)
     return {
         o: (
-            rows_per_owner(slots=min(slots, group_slots.get(groups[o], 0)), owners_with_work=members[groups[o]],
-                           weight=weights.get(o, 1))
+            rows_per_owner(
+                slots=min(slots, group_slots.get(groups[o], 0)),
+                owners_with_work=members[groups[o]],
+                weight=weights.get(o, 1),
+            )
             if o in groups
             else rows_per_owner(slots=slots, owners_with_work=free, weight=weights.get(o, 1))
         )
         for o in owners_with_work
-    }  # fmt: skip
+    }
 
 
 class _TierRound:
@@ -444,11 +457,15 @@ def _run(
     group_left = dict(group_slots)  # spent across tiers: replies first
     rounds = {
         tier: _TierRound(
-            tier=tier, rows_by_owner=candidates.get(tier, {}), cursor=cursor, weights=weights,
-            groups=groups, group_left=group_left,
+            tier=tier,
+            rows_by_owner=candidates.get(tier, {}),
+            cursor=cursor,
+            weights=weights,
+            groups=groups,
+            group_left=group_left,
         )
         for tier in sorted(Tier)
-    }  # fmt: skip
+    }
     chosen: dict[Tier, list[tuple[Candidate, int]]] = {tier: [] for tier in Tier}
     left = slots
     for stage in ("guard", "priority") if guard is not None else ("priority",):

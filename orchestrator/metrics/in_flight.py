@@ -30,6 +30,11 @@ def in_flight_now(*, budget: Budget | None = None) -> InFlightNow:
     requests, tokens = outreach_cost()
     sizing = in_flight_sizing(headroom=budget.headroom(), requests_each=requests, tokens_each=tokens)
     return InFlightNow(
-        in_flight=llm_in_flight(), target=sizing.target, uncapped=sizing.uncapped, cap=sizing.cap,
-        rate_per_s=sizing.rate_per_s, job_latency_s=sizing.job_latency_s, latency=dict(sizing.steps),
-    )  # fmt: skip
+        in_flight=llm_in_flight(),
+        target=sizing.target,
+        uncapped=sizing.uncapped,
+        cap=sizing.cap,
+        rate_per_s=sizing.rate_per_s,
+        job_latency_s=sizing.job_latency_s,
+        latency=dict(sizing.steps),
+    )

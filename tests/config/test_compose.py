@@ -20,9 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 INFRA = {"postgres", "redis"}
 SERVICE_KEYS = {
-    "build", "image", "command", "environment", "env_file", "depends_on", "restart", "ports",
-    "volumes", "healthcheck", "profiles",
-}  # fmt: skip
+    "build",
+    "image",
+    "command",
+    "environment",
+    "env_file",
+    "depends_on",
+    "restart",
+    "ports",
+    "volumes",
+    "healthcheck",
+    "profiles",
+}
 HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 

@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from config.env import database_url
 from devtools.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def test_readyz_is_503_when_migrations_are_not_applied(tmp_path: Path) -> None:
     # given an empty database, never migrated
     db = connection.settings_dict
     name = f"{db['NAME']}_unmigrated"
-    admin_dsn = f"host={db['HOST']} port={db['PORT']} user={db['USER']} dbname=postgres"
+    admin_dsn = database_url(db, name="postgres")
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -86,7 +87,7 @@ def test_readyz_is_503_when_migrations_are_not_applied(tmp_path: Path) -> None:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "DJANGO_DEBUG": "1",
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{name}",
+            "DATABASE_URL": database_url(db, name=name),
         }
         done = subprocess.run(
             [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60

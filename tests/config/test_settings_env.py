@@ -50,8 +50,11 @@ def test_bad_bool_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_database_url_parsing() -> None:
     pg = database_from_url("DATABASE_URL", "postgres://u:p%40ss@db:6543/outreach")
     assert (pg["ENGINE"], pg["NAME"], pg["PASSWORD"], pg["PORT"]) == (
-        "django.db.backends.postgresql", "outreach", "p@ss", "6543"
-    )  # fmt: skip
+        "django.db.backends.postgresql",
+        "outreach",
+        "p@ss",
+        "6543",
+    )
     with pytest.raises(ImproperlyConfigured, match="DATABASE_URL='mysql://x': expected a postgres"):
         database_from_url("DATABASE_URL", "mysql://x")
 
@@ -78,8 +81,12 @@ def test_min_share_parsing_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("DISPATCH_MIN_SHARE", "intro=0.1, nudge=0.05")
     assert env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"]) == {"intro": 0.1, "nudge": 0.05}
-    for bad, message in [("reply=0.1", "'reply' is not one of intro, nudge"), ("intro=lots", "needs a number"),
-                         ("intro=2", "must be between 0 and 1"), ("intro=0.6,nudge=0.6", "more than 1")]:  # fmt: skip
+    for bad, message in [
+        ("reply=0.1", "'reply' is not one of intro, nudge"),
+        ("intro=lots", "needs a number"),
+        ("intro=2", "must be between 0 and 1"),
+        ("intro=0.6,nudge=0.6", "more than 1"),
+    ]:
         monkeypatch.setenv("DISPATCH_MIN_SHARE", bad)
         with pytest.raises(ImproperlyConfigured, match=message):
             env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])
@@ -134,9 +141,11 @@ def test_lease_renewal_slower_than_half_the_ttl_names_the_variable() -> None:
 
 def test_lease_renewal_defaults_to_a_third_of_the_ttl() -> None:
     result = _manage(
-        "shell", "-c", "from django.conf import settings as s; print(s.GENERATION_LEASE_TTL_S, s.GENERATION_LEASE_RENEW_S)",
+        "shell",
+        "-c",
+        "from django.conf import settings as s; print(s.GENERATION_LEASE_TTL_S, s.GENERATION_LEASE_RENEW_S)",
         env={"DJANGO_DEBUG": "1", "GENERATION_LEASE_TTL_S": "12"},
-    )  # fmt: skip
+    )
     assert result.stdout.splitlines()[-1].split() == ["12.0", "4.0"]
 
 

@@ -15,6 +15,7 @@ from django.db import connection, connections
 from playwright.sync_api import BrowserContext, sync_playwright
 
 from config.celery import app
+from config.env import database_url
 from devtools import processes
 from devtools.llm_stub import LLMStub
 from devtools.processes import ProcessGroup, stack_env
@@ -66,12 +67,17 @@ def stack_env_for_test(*, llm_base_url: str, smtp_port: int, **settings: str) ->
     (stuck after 4 s) and a cycle a second; `settings` override."""
     db = connection.settings_dict
     return stack_env(
-        llm_base_url=llm_base_url, smtp_port=smtp_port, **{
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-            "REDIS_URL": django_settings.REDIS_URL, "LLM_API_KEY": "sk-test", "DISPATCH_INTERVAL": "1",
-            "DISPATCH_STUCK_AFTER_S": "4", **settings,
+        llm_base_url=llm_base_url,
+        smtp_port=smtp_port,
+        **{
+            "DATABASE_URL": database_url(db),
+            "REDIS_URL": django_settings.REDIS_URL,
+            "LLM_API_KEY": "sk-test",
+            "DISPATCH_INTERVAL": "1",
+            "DISPATCH_STUCK_AFTER_S": "4",
+            **settings,
         },
-    )  # fmt: skip
+    )
 
 
 def start_pipeline(group: ProcessGroup, *, beat: bool = True) -> None:

@@ -31,11 +31,33 @@ def test_demo_runs_for_seconds_writes_a_report_and_stops_everything(tmp_path: Pa
     }
     # when the demo runs for 30 seconds
     result = subprocess.run(
-        [sys.executable, "manage.py", "demo", "--for", "30", "--leads", "60", "--auto-approve-after", "3",
-         "--web-port", str(ports["web"]), "--flower-port", str(ports["flower"]), "--sim-port", str(ports["sim"]),
-         "--smtp-port", str(ports["smtp"]), "--report-dir", str(tmp_path / "report")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "manage.py",
+            "demo",
+            "--for",
+            "30",
+            "--leads",
+            "60",
+            "--auto-approve-after",
+            "3",
+            "--web-port",
+            str(ports["web"]),
+            "--flower-port",
+            str(ports["flower"]),
+            "--sim-port",
+            str(ports["sim"]),
+            "--smtp-port",
+            str(ports["smtp"]),
+            "--report-dir",
+            str(tmp_path / "report"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     # then it stopped cleanly, wrote the report, and real email went out through the pipeline
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Demo stopped." in result.stdout

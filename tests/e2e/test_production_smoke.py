@@ -23,9 +23,10 @@ from django.conf import settings as django_settings
 from django.db import connection
 from playwright.sync_api import BrowserContext
 
+from config.env import database_url
 from devtools.llm_stub import LLMStub
 from devtools.processes import ProcessGroup, free_port
-from devtools.procfile import procfile_argv
+from devtools.procfile import procfile_argv, procfile_commands
 from devtools.smtp_sink import SMTPSink
 from nurture.intake.replies import signature_header
 from outreach.models import Outreach, State
@@ -36,7 +37,8 @@ from tests.factories import make_lead, make_owner
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-LONG_RUNNING = ("web", "beat", "orchestrator", "generation", "send", "dead_letter")
+# Every process the Procfile runs, but the one-off release step and Flower (an operator's view).
+LONG_RUNNING = [name for name in procfile_commands() if name not in ("release", "flower")]
 
 
 def _production_env(
@@ -54,7 +56,7 @@ def _production_env(
         "DJANGO_SECURE_SSL_REDIRECT": "1",
         "DJANGO_SECURE_PROXY_SSL_HEADER": "1",
         "DJANGO_STATIC_ROOT": str(static_root),
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DATABASE_URL": database_url(db),
         "REDIS_URL": django_settings.REDIS_URL,
         "CELERY_BROKER_URL": django_settings.CELERY_BROKER_URL,
         "LLM_BASE_URL": llm.base_url,
@@ -127,25 +129,33 @@ def test_procfile_stack_with_production_settings_serves_admin_probes_and_webhook
         }
         raw = json.dumps(payload).encode()
         request = urllib.request.Request(
-            f"{base}/hooks/replies/", data=raw, method="POST", headers={
+            f"{base}/hooks/replies/",
+            data=raw,
+            method="POST",
+            headers={
                 "Content-Type": "application/json",
                 "X-Signature": signature_header(body=raw, secret="whsec-smoke", timestamp=int(time.time())),
             },
-        )  # fmt: skip
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 202
             reply_id = json.loads(response.read())["outreach_id"]
         # ... and answered by the workers beat drives
         wait_until(
-            lambda: Outreach.objects.get(pk=reply_id).state == State.SENT, timeout_s=60, what="the answer",
+            lambda: Outreach.objects.get(pk=reply_id).state == State.SENT,
+            timeout_s=60,
+            what="the answer",
             group=group,
-        )  # fmt: skip
+        )
         assert Outreach.objects.get(pk=reply_id).tier == Tier.REPLY
         smtp_sink.wait_for(1)
         # and beat's heartbeat is fresh
-        assert subprocess.run(
-            [sys.executable, "-m", "config.liveness", "beat"], cwd=ROOT, env=env, timeout=60
-        ).returncode == 0  # fmt: skip
+        assert (
+            subprocess.run(
+                [sys.executable, "-m", "config.liveness", "beat"], cwd=ROOT, env=env, timeout=60
+            ).returncode
+            == 0
+        )
     finally:
         group.stop()
 

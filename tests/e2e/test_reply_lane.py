@@ -40,8 +40,10 @@ def test_a_reply_dispatched_after_a_backlog_of_intros_starts_before_them(
     start_pipeline(stack)
     wait_until(
         lambda: not Outreach.objects.filter(pk__in=intros, state=State.QUEUED).exists(),
-        timeout_s=60, what="every intro dispatched", group=stack,
-    )  # fmt: skip
+        timeout_s=60,
+        what="every intro dispatched",
+        group=stack,
+    )
     # when a reply comes in after them
     reply = make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY)
     arrived = time.monotonic()
@@ -49,8 +51,10 @@ def test_a_reply_dispatched_after_a_backlog_of_intros_starts_before_them(
     waited_s = time.monotonic() - arrived
     wait_until(
         lambda: Outreach.objects.filter(pk=reply.pk, state=State.SENT).exists(),
-        timeout_s=30, what="the reply sent", group=stack,
-    )  # fmt: skip
+        timeout_s=30,
+        what="the reply sent",
+        group=stack,
+    )
     # then it started within two dispatch intervals, not after the intros ahead of it in time
     started = _started(reply.pk)
     assert started is not None

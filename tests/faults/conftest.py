@@ -58,10 +58,12 @@ def make_stack(
 
     def build(*, redis_url: str | None = None, llm_base_url: str | None = None, **env: str) -> ProcessGroup:
         full_env = stack_env_for_test(
-            llm_base_url=llm_base_url or stub.base_url, smtp_port=smtp_sink.port, REDIS_URL=redis_url or settings.REDIS_URL,
+            llm_base_url=llm_base_url or stub.base_url,
+            smtp_port=smtp_sink.port,
+            REDIS_URL=redis_url or settings.REDIS_URL,
             RETRY_BACKOFF_BASE_S="0.5",  # retries in about a second, not 15 s
             **env,
-        )  # fmt: skip
+        )
         log_dir = ARTIFACTS / request.node.name
         for old in log_dir.glob("*.log") if log_dir.exists() else []:
             old.unlink()  # one run's logs per directory

@@ -77,8 +77,10 @@ def test_many_jobs_in_a_threads_worker_use_a_bounded_number_of_connections(
         app.send_task("nurture.generate", args=[outreach_id])
     wait_until(
         lambda: Outreach.objects.filter(pk__in=ids).exclude(draft_body="").count() == JOBS,
-        timeout_s=90, what="every draft written", group=stack,
-    )  # fmt: skip
+        timeout_s=90,
+        what="every draft written",
+        group=stack,
+    )
     connection.close()  # the test's own, reopened by the next query
     settle_deadline = time.monotonic() + 10
     while watch.count() > baseline - 1 and time.monotonic() < settle_deadline:

@@ -75,10 +75,16 @@ def test_poison_job_is_dead_lettered_after_the_cap_and_never_loops(
         stack.log_dir.joinpath("worker-dead_letter.log").read_text().count(f"dead letter: outreach {poison} ")
     )
     figures.update(
-        operator_alerts_logged=alerts, max_attempts=MAX_ATTEMPTS, provider_calls_for_poison=calls_at_death, dead_letters=1,
-        healthy=len(healthy), healthy_sent=len(healthy), copies=seen.copies,
-        poison_attempts=started, total_provider_requests=sim.stats()["requests"],
-    )  # fmt: skip
+        operator_alerts_logged=alerts,
+        max_attempts=MAX_ATTEMPTS,
+        provider_calls_for_poison=calls_at_death,
+        dead_letters=1,
+        healthy=len(healthy),
+        healthy_sent=len(healthy),
+        copies=seen.copies,
+        poison_attempts=started,
+        total_provider_requests=sim.stats()["requests"],
+    )
 
 
 def test_a_dead_lettered_job_alerts_operators_through_the_dead_letter_queue(

@@ -68,8 +68,14 @@ def test_dropped_database_connections_lose_nothing_and_send_nothing_twice(
     assert seen.unique_ids == len(ids)
     assert seen.ids_match_db
     figures.update(
-        outreach=len(ids), lost=0, drops=len(terminated), backends_terminated=sum(terminated),
-        received=seen.received, copies=seen.copies, recovery_s=first_sent_after(ids, last_drop),
-        llm_requests=len(stub.requests), llm_requests_without_faults=3 * len(ids),
-    )  # fmt: skip
+        outreach=len(ids),
+        lost=0,
+        drops=len(terminated),
+        backends_terminated=sum(terminated),
+        received=seen.received,
+        copies=seen.copies,
+        recovery_s=first_sent_after(ids, last_drop),
+        llm_requests=len(stub.requests),
+        llm_requests_without_faults=3 * len(ids),
+    )
     assert seen.copies == 0, f"{seen.copies} email(s) sent twice after a dropped database connection"

@@ -77,7 +77,17 @@ def test_a_provider_answering_429_for_a_while_sees_no_retry_storm_and_throughput
         math.ceil((configured - limit_at_recovery) / adaptive.step(configured)) * adaptive.interval_ms / 1000
     )
     figures.update(
-        outreach=len(ids), llm_rpm=configured, limit_rpm_at_recovery=limit_at_recovery, full_rate_after_s=regain_s, outage_s=OUTAGE_S, retry_after_s=RETRY_AFTER_S, requests_during_outage=during,
-        requests_bound=probes_bound, requests_per_min_during_outage=round(during * 60 / OUTAGE_S, 1),
-        recovery_s=recovery_s, all_sent_s=round(last_sent(ids) - recovered_at, 1), lost=0, copies=seen.copies,
-    )  # fmt: skip
+        outreach=len(ids),
+        llm_rpm=configured,
+        limit_rpm_at_recovery=limit_at_recovery,
+        full_rate_after_s=regain_s,
+        outage_s=OUTAGE_S,
+        retry_after_s=RETRY_AFTER_S,
+        requests_during_outage=during,
+        requests_bound=probes_bound,
+        requests_per_min_during_outage=round(during * 60 / OUTAGE_S, 1),
+        recovery_s=recovery_s,
+        all_sent_s=round(last_sent(ids) - recovered_at, 1),
+        lost=0,
+        copies=seen.copies,
+    )

@@ -90,8 +90,14 @@ def test_redis_crash_mid_run_loses_nothing_and_the_budget_follows_its_policy(
     else:
         assert during >= 1, "the open policy should let work in flight go on, unmetered"
     figures.update(
-        policy=policy, outreach=len(ids), lost=0, copies=seen.copies, outage_s=round(up_at - down_at, 1),
+        policy=policy,
+        outreach=len(ids),
+        lost=0,
+        copies=seen.copies,
+        outage_s=round(up_at - down_at, 1),
         in_flight_at_crash=at_crash[State.GENERATING] + at_crash[State.DISPATCHED] + at_crash[State.SENDING],
-        queued_at_crash=at_crash[State.QUEUED], llm_calls_during_outage=during,
-        recovery_s=recovery_s, all_sent_s=round(last_sent(ids) - up_at, 1),
-    )  # fmt: skip
+        queued_at_crash=at_crash[State.QUEUED],
+        llm_calls_during_outage=during,
+        recovery_s=recovery_s,
+        all_sent_s=round(last_sent(ids) - up_at, 1),
+    )

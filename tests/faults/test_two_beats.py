@@ -84,7 +84,14 @@ def test_two_beats_still_run_one_dispatch_cycle_at_a_time_and_claim_each_outreac
     seen = delivery(smtp_sink, ids)
     assert seen.received == seen.unique_ids == len(ids)
     figures.update(
-        outreach=len(ids), beats=2, orchestrator_workers=2, cycle_attempts=attempts, cycles_ran=len(spans),
-        cycles_skipped=attempts - len(spans), overlapping_cycles=len(overlaps), double_claims=0,
-        copies=seen.copies, beat_sends=sends,
-    )  # fmt: skip
+        outreach=len(ids),
+        beats=2,
+        orchestrator_workers=2,
+        cycle_attempts=attempts,
+        cycles_ran=len(spans),
+        cycles_skipped=attempts - len(spans),
+        overlapping_cycles=len(overlaps),
+        double_claims=0,
+        copies=seen.copies,
+        beat_sends=sends,
+    )

@@ -67,10 +67,15 @@ def test_send_worker_killed_after_the_server_took_the_message_resends_with_the_s
         outreach_id__in=ids, from_state=State.SENDING, to_state=State.APPROVED
     ).count()
     figures.update(
-        outreach=len(ids), lost=0, sending_at_kill=at_kill[State.SENDING], held_by_server_at_kill=held_by_server,
-        received=seen.received, unique_message_ids=seen.unique_ids, copies=seen.copies,
+        outreach=len(ids),
+        lost=0,
+        sending_at_kill=at_kill[State.SENDING],
+        held_by_server_at_kill=held_by_server,
+        received=seen.received,
+        unique_message_ids=seen.unique_ids,
+        copies=seen.copies,
         recovered_from_sending=recovered,
-    )  # fmt: skip
+    )
 
 
 def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
@@ -103,9 +108,15 @@ def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
     stuck = OutreachEvent.objects.filter(outreach_id__in=ids, error_class="stuck").count()
     assert stuck >= 1
     figures.update(
-        outreach=count, lost=0, in_flight_at_kill=in_flight, recovered_stuck=stuck, received=seen.received,
-        copies=seen.copies, llm_requests=len(stub.requests), llm_requests_min=3 * count,
-    )  # fmt: skip
+        outreach=count,
+        lost=0,
+        in_flight_at_kill=in_flight,
+        recovered_stuck=stuck,
+        received=seen.received,
+        copies=seen.copies,
+        llm_requests=len(stub.requests),
+        llm_requests_min=3 * count,
+    )
 
 
 def test_generation_worker_killed_with_many_jobs_in_flight_requeues_them_within_a_minute(
@@ -118,9 +129,12 @@ def test_generation_worker_killed_with_many_jobs_in_flight_requeues_them_within_
     ids = _autonomous_outreach(count)
     stub.default = StubResponse(delay_s=30.0)
     stack = make_stack(
-        DISPATCH_MAX_IN_FLIGHT=str(count), DISPATCH_STUCK_AFTER_S="600", GENERATION_LEASE_TTL_S="30",
-        LLM_RPM="6000", LLM_TPM="10000000",
-    )  # fmt: skip
+        DISPATCH_MAX_IN_FLIGHT=str(count),
+        DISPATCH_STUCK_AFTER_S="600",
+        GENERATION_LEASE_TTL_S="30",
+        LLM_RPM="6000",
+        LLM_TPM="10000000",
+    )
     for queue in Queue:  # the pipeline, with a generation worker running a job per outreach
         stack.start(
             f"worker-{queue.value}",
@@ -129,8 +143,10 @@ def test_generation_worker_killed_with_many_jobs_in_flight_requeues_them_within_
     stack.start("beat", celery_beat())
     wait_until(
         lambda: states(ids)[State.GENERATING] == count and len(stub.requests) >= count,
-        timeout_s=60, what="every outreach mid-call", group=stack,
-    )  # fmt: skip
+        timeout_s=60,
+        what="every outreach mid-call",
+        group=stack,
+    )
     # when the worker is SIGKILLed with all of them in flight
     stack.kill("worker-generation", signal.SIGKILL)
     stack.procs.pop("worker-generation").wait(10)
@@ -149,9 +165,14 @@ def test_generation_worker_killed_with_many_jobs_in_flight_requeues_them_within_
     assert seen.copies == 0
     assert set(sent_events(ids).values()) == {1}
     figures.update(
-        outreach=count, lost=0, in_flight_at_kill=count, requeued_after_s=round(requeued_after_s, 1),
-        received=seen.received, copies=seen.copies, llm_requests=len(stub.requests),
-    )  # fmt: skip
+        outreach=count,
+        lost=0,
+        in_flight_at_kill=count,
+        requeued_after_s=round(requeued_after_s, 1),
+        received=seen.received,
+        copies=seen.copies,
+        llm_requests=len(stub.requests),
+    )
 
 
 def _lease_events(ids: list[int]) -> list[OutreachEvent]:

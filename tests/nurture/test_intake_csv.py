@@ -267,9 +267,12 @@ def test_parent_completes_when_its_last_chunk_finishes(ann: Owner) -> None:
     text = HEADER + "".join(f"l{i}@x.example,L,,,,UTC,Ann\n" for i in range(5))
     rows = parse_assignment_csv(text=text, owners=directory).rows
     batch, ids = assignment_create(
-        organization_id=ann.organization_id, file_name="f.csv", file_sha256="0" * 64, rows=rows,
+        organization_id=ann.organization_id,
+        file_name="f.csv",
+        file_sha256="0" * 64,
+        rows=rows,
         now=ann.created_at,
-    )  # fmt: skip
+    )
     chunks = assignment_chunks(child_ids=ids, size=2)
     assert len(chunks) == 3
     # when the chunks finish in any order, then the parent completes only with the last one

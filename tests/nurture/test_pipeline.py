@@ -220,8 +220,14 @@ def test_written_nudge_is_not_sent_after_the_lead_converted(smtp_sink: SMTPSink)
     # given a nudge drafted and routed to send, then the lead converts
     lead = make_lead()
     make_outreach(lead=lead, kind=Outreach.Kind.INTRO, step=0, state=State.SENT)
-    nudge = make_outreach(lead=lead, kind=Outreach.Kind.NUDGE, step=1, state=State.DISPATCHED,
-                          draft_subject="Following up", draft_body="Just checking in on my last note.")  # fmt: skip
+    nudge = make_outreach(
+        lead=lead,
+        kind=Outreach.Kind.NUDGE,
+        step=1,
+        state=State.DISPATCHED,
+        draft_subject="Following up",
+        draft_body="Just checking in on my last note.",
+    )
     Lead.objects.filter(pk=lead.pk).update(status=Lead.Status.CONVERTED)
     # when the send task runs, nothing is emailed
     assert outreach_send(outreach_id=nudge.pk) == State.CANCELLED

@@ -42,8 +42,13 @@ def _post(
 
 
 def _reply(lead: Lead, **overrides: Any) -> dict[str, Any]:
-    return {"lead_email": lead.email, "message_id": "<reply-1@prospect.example>", "subject": "Re: hello",
-            "body": "Sounds good, call me.", **overrides}  # fmt: skip
+    return {
+        "lead_email": lead.email,
+        "message_id": "<reply-1@prospect.example>",
+        "subject": "Re: hello",
+        "body": "Sounds good, call me.",
+        **overrides,
+    }
 
 
 @pytest.fixture
@@ -53,9 +58,13 @@ def lead(db: None) -> Lead:
     now = timezone.now()
     make_outreach(lead=lead, state=State.SENT, sent_at=now - timedelta(days=3), message_id="<intro@us>")
     make_outreach(
-        lead=lead, kind=Outreach.Kind.NUDGE, step=1, state=State.SENT, sent_at=now - timedelta(hours=1),
+        lead=lead,
+        kind=Outreach.Kind.NUDGE,
+        step=1,
+        state=State.SENT,
+        sent_at=now - timedelta(hours=1),
         message_id="<nudge-1@us>",
-    )  # fmt: skip
+    )
     make_outreach(lead=lead, kind=Outreach.Kind.NUDGE, step=2, not_before=now + timedelta(days=4))
     return lead
 

@@ -112,8 +112,11 @@ def test_without_the_providers_processing_time_the_round_trip_bounds_the_spread(
 def test_the_margin_never_exceeds_its_cap(make_budget):
     # given a real LLM's multi-second answers and no processing time: the bound is useless
     clock = FakeClock()
-    budget = make_budget(limits=Limits(rpm=10, tpm=100_000, strict=False, margin_ms=700), clock=clock,
-                         spread=Spread(min_samples=1))  # fmt: skip
+    budget = make_budget(
+        limits=Limits(rpm=10, tpm=100_000, strict=False, margin_ms=700),
+        clock=clock,
+        spread=Spread(min_samples=1),
+    )
     answer(budget, clock, round_trip_ms=8_000, processing_ms=None)
     # then the margin stays at the cap (LLM_BUDGET_MARGIN_MS): never worse than a fixed one
     assert margin(budget) == 700
@@ -121,16 +124,22 @@ def test_the_margin_never_exceeds_its_cap(make_budget):
 
 def test_a_floor_at_the_cap_fixes_the_margin(make_budget):
     clock = FakeClock()
-    budget = make_budget(limits=Limits(rpm=10, tpm=100_000, strict=False, margin_ms=1_000, margin_floor_ms=1_000),
-                         clock=clock, spread=Spread(min_samples=1))  # fmt: skip
+    budget = make_budget(
+        limits=Limits(rpm=10, tpm=100_000, strict=False, margin_ms=1_000, margin_floor_ms=1_000),
+        clock=clock,
+        spread=Spread(min_samples=1),
+    )
     answer(budget, clock, round_trip_ms=300, processing_ms=299)
     assert margin(budget) == 1_000
 
 
 def test_an_old_outlier_leaves_the_window_of_samples(make_budget):
     clock = FakeClock()
-    budget = make_budget(limits=Limits(rpm=1_000, tpm=10**6, strict=False), clock=clock,
-                         spread=Spread(samples=4, min_samples=1))  # fmt: skip
+    budget = make_budget(
+        limits=Limits(rpm=1_000, tpm=10**6, strict=False),
+        clock=clock,
+        spread=Spread(samples=4, min_samples=1),
+    )
     answer(budget, clock, round_trip_ms=900, processing_ms=300)  # a call held up 600 ms
     assert margin(budget) == 950
     for _ in range(4):

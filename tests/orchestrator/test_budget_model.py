@@ -113,9 +113,12 @@ def test_limits_defaults_are_the_settings_defaults() -> None:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LLM_BUDGET_")}
     done = subprocess.run(
         [sys.executable, "-c", f"import django; django.setup(); {script}"],
-        cwd=ROOT, env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     # when Limits is built with its own defaults
     limits = Limits(rpm=300, tpm=300_000)

@@ -215,10 +215,18 @@ def test_selection_queries_use_the_partial_indexes() -> None:
     lead = make_lead(owner=owner)
     now = timezone.now()
     Outreach.objects.bulk_create(
-        Outreach(lead=lead, owner=owner, kind="intro", tier=Tier.INTRO, state=State.SENT if i % 10 else State.QUEUED,
-                 not_before=now, idempotency_key=f"explain:{i}", state_changed_at=now)
+        Outreach(
+            lead=lead,
+            owner=owner,
+            kind="intro",
+            tier=Tier.INTRO,
+            state=State.SENT if i % 10 else State.QUEUED,
+            not_before=now,
+            idempotency_key=f"explain:{i}",
+            state_changed_at=now,
+        )
         for i in range(20_000)
-    )  # fmt: skip
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE outreach_outreach")
     from orchestrator.dispatch.reads import explain_selection_queries

@@ -156,9 +156,11 @@ def test_a_fresh_dispatcher_refunds_a_stuck_capped_reservation(
     org = make_org(llm_rpm=30)
     held = _capped_reservation(budget, org.pk)
     stuck = make_outreach(
-        lead=make_lead(owner=make_owner(organization=org)), state=State.GENERATING, reservation_id=held,
+        lead=make_lead(owner=make_owner(organization=org)),
+        state=State.GENERATING,
+        reservation_id=held,
         state_changed_at=timezone.now() - timedelta(hours=1),
-    )  # fmt: skip
+    )
     # when a dispatcher process runs its first cycle (recovery comes before anything else)
     dispatcher = _fresh(budget)
     with django_capture_on_commit_callbacks(execute=True):

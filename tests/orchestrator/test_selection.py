@@ -724,9 +724,13 @@ def test_select_batch_rejects_bad_groups(groups: dict[int, str], group_slots: di
 
 
 @given(
-    candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps, groups=budget_groups(),
+    candidates=workloads(),
+    slots=slot_counts,
+    cursor=cursors(),
+    weights=weight_maps,
+    groups=budget_groups(),
     guard=st.none() | guards(),
-)  # fmt: skip
+)
 def test_groups_never_exceed_their_slots_and_the_others_take_the_rest(
     candidates: Candidates,
     slots: int,
@@ -737,9 +741,14 @@ def test_groups_never_exceed_their_slots_and_the_others_take_the_rest(
 ) -> None:
     of, group_slots = groups
     selection = select_batch(
-        candidates, slots=slots, cursor=cursor, weights=weights, starvation_guard=guard,
-        groups=of, group_slots=group_slots,
-    )  # fmt: skip
+        candidates,
+        slots=slots,
+        cursor=cursor,
+        weights=weights,
+        starvation_guard=guard,
+        groups=of,
+        group_slots=group_slots,
+    )
     offered = {r.outreach_id: r for by_owner in candidates.values() for rs in by_owner.values() for r in rs}
     # never more picks for a group than its slots ...
     per_group = Counter(of[p.owner_id] for p in selection.picks if p.owner_id in of)
@@ -814,9 +823,13 @@ def test_with_groups_weighted_shares_hold_among_owners_outside_groups(
 
 
 @given(
-    candidates=workloads(), slots=slot_counts, cursor=cursors(), weights=weight_maps, groups=budget_groups(),
+    candidates=workloads(),
+    slots=slot_counts,
+    cursor=cursors(),
+    weights=weight_maps,
+    groups=budget_groups(),
     guard=st.none() | guards(),
-)  # fmt: skip
+)
 def test_with_groups_truncating_to_rows_to_load_changes_nothing(
     candidates: Candidates,
     slots: int,
@@ -830,20 +843,35 @@ def test_with_groups_truncating_to_rows_to_load_changes_nothing(
     truncated = {}
     for tier, by_owner in candidates.items():
         k = rows_to_load(
-            owners_with_work=[o for o, rs in by_owner.items() if rs], slots=slots, weights=weights,
-            groups=of, group_slots=group_slots,
-        )  # fmt: skip
+            owners_with_work=[o for o, rs in by_owner.items() if rs],
+            slots=slots,
+            weights=weights,
+            groups=of,
+            group_slots=group_slots,
+        )
         truncated[tier] = {o: list(rs[: k.get(o, 0)]) for o, rs in by_owner.items()}
     # then selecting from them is the same as selecting from the whole queue
-    kwargs = {"slots": slots, "cursor": cursor, "weights": weights, "starvation_guard": guard,
-              "groups": of, "group_slots": group_slots}  # fmt: skip
+    kwargs = {
+        "slots": slots,
+        "cursor": cursor,
+        "weights": weights,
+        "starvation_guard": guard,
+        "groups": of,
+        "group_slots": group_slots,
+    }
     assert select_batch(truncated, **kwargs) == select_batch(candidates, **kwargs)  # type: ignore[arg-type]
 
 
 def simulate_groups(
-    *, free: Sequence[int], members: Sequence[int], slots: int, group_slots: int, cycles: int,
-    cursor: Cursor, weights: Mapping[int, int] | None = None,
-) -> list[list[int]]:  # fmt: skip
+    *,
+    free: Sequence[int],
+    members: Sequence[int],
+    slots: int,
+    group_slots: int,
+    cycles: int,
+    cursor: Cursor,
+    weights: Mapping[int, int] | None = None,
+) -> list[list[int]]:
     """Deep reply backlogs; `members` share one group's `group_slots` a cycle; the shell's loading and
     the cursor persisted between cycles. Owners served, per cycle."""
     weights = weights or {}
@@ -852,14 +880,30 @@ def simulate_groups(
     history: list[list[int]] = []
     for _ in range(cycles):
         owners = [*free, *members]
-        k = rows_to_load(owners_with_work=owners, slots=slots, weights=weights, groups=groups,
-                         group_slots={"org:1": group_slots})  # fmt: skip
+        k = rows_to_load(
+            owners_with_work=owners,
+            slots=slots,
+            weights=weights,
+            groups=groups,
+            group_slots={"org:1": group_slots},
+        )
         candidates = {
-            REPLY: {o: [Candidate(outreach_id=o * 10_000 + served[o] + i, owner_id=o, tier=REPLY)
-                        for i in range(k[o])] for o in owners}
-        }  # fmt: skip
-        selection = select_batch(candidates, slots=slots, cursor=cursor, weights=weights, groups=groups,
-                                 group_slots={"org:1": group_slots})  # fmt: skip
+            REPLY: {
+                o: [
+                    Candidate(outreach_id=o * 10_000 + served[o] + i, owner_id=o, tier=REPLY)
+                    for i in range(k[o])
+                ]
+                for o in owners
+            }
+        }
+        selection = select_batch(
+            candidates,
+            slots=slots,
+            cursor=cursor,
+            weights=weights,
+            groups=groups,
+            group_slots={"org:1": group_slots},
+        )
         cursor = Cursor.from_json(selection.cursor.to_json())
         served.update(p.owner_id for p in selection.picks)
         history.append([p.owner_id for p in selection.picks])
@@ -892,8 +936,9 @@ def test_every_owner_of_a_group_gets_its_turn_across_cycles(
     # when the tier's round has passed every place (its owners' and the group's) as often as the
     # group has owners: that many rounds, each within ceil(places / slots) cycles
     rounds = len(members) * math.ceil((len(free) + len(members)) / slots)
-    history = simulate_groups(free=free, members=members, slots=slots, group_slots=group_slots,
-                              cycles=rounds, cursor=cursor)  # fmt: skip
+    history = simulate_groups(
+        free=free, members=members, slots=slots, group_slots=group_slots, cycles=rounds, cursor=cursor
+    )
     # then every owner of the group was served, and no cycle gave the group more than its slots
     assert {o for cycle in history for o in cycle} >= set(members)
     assert all(sum(1 for o in cycle if o in members) <= group_slots for cycle in history)
@@ -901,12 +946,13 @@ def test_every_owner_of_a_group_gets_its_turn_across_cycles(
 
 @settings(deadline=None)
 @given(
-    weights=st.dictionaries(st.integers(min_value=1, max_value=30), st.integers(min_value=1, max_value=4),
-                            min_size=2, max_size=8),
+    weights=st.dictionaries(
+        st.integers(min_value=1, max_value=30), st.integers(min_value=1, max_value=4), min_size=2, max_size=8
+    ),
     slots=st.integers(min_value=1, max_value=6),
     group_slots=st.integers(min_value=1, max_value=3),
     cursor=cursors(),
-)  # fmt: skip
+)
 def test_weighted_owners_of_a_group_all_get_their_turn(
     weights: dict[int, int], slots: int, group_slots: int, cursor: Cursor
 ) -> None:
@@ -915,7 +961,14 @@ def test_weighted_owners_of_a_group_all_get_their_turn(
     free = [100 + o for o in members]
     # when the group has had at least one full round of its own (sum of its weights picks)
     cycles = sum(weights.values()) * math.ceil(2 * len(members) / slots)
-    history = simulate_groups(free=free, members=members, slots=slots, group_slots=group_slots,
-                              cycles=cycles, cursor=cursor, weights=weights)  # fmt: skip
+    history = simulate_groups(
+        free=free,
+        members=members,
+        slots=slots,
+        group_slots=group_slots,
+        cycles=cycles,
+        cursor=cursor,
+        weights=weights,
+    )
     # then every owner of the group was served
     assert {o for cycle in history for o in cycle} >= set(members)

@@ -177,8 +177,13 @@ def _one_of_each(org: Organization, tag: str) -> dict[str, Any]:
     owner = make_owner(organization=org, name=f"owner-{tag}")
     lead = make_lead(owner=owner, email=f"{tag}@lead.example")
     outreach = make_outreach(lead=lead, state=State.GENERATING)
-    letter = dead_letter(outreach=outreach, from_=State.GENERATING, failure_class=ErrorClass.PERMANENT,
-                         reason=f"HTTP 400 for {tag}", job_type="generation")  # fmt: skip
+    letter = dead_letter(
+        outreach=outreach,
+        from_=State.GENERATING,
+        failure_class=ErrorClass.PERMANENT,
+        reason=f"HTTP 400 for {tag}",
+        job_type="generation",
+    )
     return {"organization": org, "owner": owner, "lead": lead, "outreach": outreach, "deadletter": letter}
 
 

@@ -48,9 +48,17 @@ def test_the_hand_written_table_names_every_pair_of_states() -> None:
 
 def test_every_state_the_issue_names_exists() -> None:
     names = {
-        "QUEUED", "DISPATCHED", "GENERATING", "AWAITING_APPROVAL", "APPROVED",
-        "SENDING", "SENT", "REJECTED", "CANCELLED", "DEAD",
-    }  # fmt: skip
+        "QUEUED",
+        "DISPATCHED",
+        "GENERATING",
+        "AWAITING_APPROVAL",
+        "APPROVED",
+        "SENDING",
+        "SENT",
+        "REJECTED",
+        "CANCELLED",
+        "DEAD",
+    }
     assert names <= {s.name for s in State}
 
 

@@ -164,9 +164,16 @@ OWNER_ADD = "admin:outreach_owner_add"
 def _owner_data(client: Client, org: Organization, **changes: object) -> dict[str, object]:
     data = form_values(client, reverse(OWNER_ADD))
     data.update(
-        organization=org.pk, name="Ada", kind="agent", daily_limit=40, hours_start="09:00", hours_end="17:00",
-        timezone="Europe/Berlin", working_days="12345", weight=1,
-    )  # fmt: skip
+        organization=org.pk,
+        name="Ada",
+        kind="agent",
+        daily_limit=40,
+        hours_start="09:00",
+        hours_end="17:00",
+        timezone="Europe/Berlin",
+        working_days="12345",
+        weight=1,
+    )
     data.update(changes)
     return data
 
@@ -257,8 +264,16 @@ def test_organization_form_bad_input_is_a_form_error(
 def test_lead_form_bad_input_is_a_form_error(changes: dict[str, object], field: str, message: str) -> None:
     client, owner = superuser_client(), make_owner()
     url = reverse("admin:outreach_lead_add")
-    data = form_values(client, url) | {"organization": owner.organization_id, "owner": owner.pk,
-                                       "email": "pat@prospect.example", "timezone": "UTC"} | changes  # fmt: skip
+    data = (
+        form_values(client, url)
+        | {
+            "organization": owner.organization_id,
+            "owner": owner.pk,
+            "email": "pat@prospect.example",
+            "timezone": "UTC",
+        }
+        | changes
+    )
     errors = form_errors(client.post(url, data))
     assert any(message in m for m in errors.get(field, [])), errors
 
@@ -266,7 +281,11 @@ def test_lead_form_bad_input_is_a_form_error(changes: dict[str, object], field: 
 def test_lead_form_duplicate_email_in_the_organization_is_a_form_error() -> None:
     client, lead = superuser_client(), make_lead()
     url = reverse("admin:outreach_lead_add")
-    data = form_values(client, url) | {"organization": lead.organization_id, "owner": lead.owner_id,
-                                       "email": lead.email, "timezone": "UTC"}  # fmt: skip
+    data = form_values(client, url) | {
+        "organization": lead.organization_id,
+        "owner": lead.owner_id,
+        "email": lead.email,
+        "timezone": "UTC",
+    }
     errors = form_errors(client.post(url, data))
     assert "already exists" in " ".join(errors.get("__all__", [])), errors

@@ -144,10 +144,15 @@ def test_assign_leads_non_positive_or_endless_timeout_is_refused_before_loading(
 def letter() -> DeadLetter:
     outreach = make_outreach(state=State.DEAD)
     return DeadLetter.objects.create(
-        outreach=outreach, job_type="generation", failure_class=ErrorClass.PERMANENT, reason="400",
-        suggested_action="fix", lead_id_ref=outreach.lead_id, owner_id_ref=outreach.owner_id,
+        outreach=outreach,
+        job_type="generation",
+        failure_class=ErrorClass.PERMANENT,
+        reason="400",
+        suggested_action="fix",
+        lead_id_ref=outreach.lead_id,
+        owner_id_ref=outreach.owner_id,
         organization_id_ref=outreach.lead.organization_id,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(

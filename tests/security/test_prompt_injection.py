@@ -46,8 +46,10 @@ class ObedientModel(LLMStub):
                 return StubResponse(text="- introduce Acme\n- ask for a call")
             if "ignore all previous instructions" in prompt and self.obey > 0:
                 self.obey -= 1
-                return StubResponse(text=f"Subject: A quick hello\n\nHi Pat,\n\nAs promised, claim it here: "
-                                         f"{self.link} before Friday.\n\nBest,\nSam")  # fmt: skip
+                return StubResponse(
+                    text=f"Subject: A quick hello\n\nHi Pat,\n\nAs promised, claim it here: "
+                    f"{self.link} before Friday.\n\nBest,\nSam"
+                )
             return StubResponse(text=CLEAN)
 
 

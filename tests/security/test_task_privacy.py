@@ -88,8 +88,16 @@ def test_assign_leads_fan_out_publishes_ids_only(
     )
     # when the command fans out (and stops waiting after a moment)
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(CommandError, match="Timed out"):
-        call_command("assign_leads", str(path), "--no-progress", "--fan-out", "--timeout", "0.2",
-                     stdout=StringIO(), stderr=StringIO())  # fmt: skip
+        call_command(
+            "assign_leads",
+            str(path),
+            "--no-progress",
+            "--fan-out",
+            "--timeout",
+            "0.2",
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
     # then the chunk tasks on the orchestrator queue carry the batch and row ids, no lead data
     batch = AssignmentBatch.objects.get()
     assert redis_client.llen("orchestrator") >= 1

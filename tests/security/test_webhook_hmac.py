@@ -73,8 +73,14 @@ def test_a_captured_request_replayed_inside_the_window_changes_nothing(client: C
     settings.WEBHOOK_SECRET = SECRET
     lead = make_lead()
     make_outreach(lead=lead, state=State.SENT, message_id="<intro@us>")
-    body = json.dumps({"lead_email": lead.email, "message_id": "<r1@prospect.example>", "subject": "Re: hi",
-                       "body": "Yes please."}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "lead_email": lead.email,
+            "message_id": "<r1@prospect.example>",
+            "subject": "Re: hi",
+            "body": "Yes please.",
+        }
+    ).encode()
     headers = {"X-Signature": signature_header(body=body, secret=SECRET, timestamp=int(time.time()))}
     # when it is delivered, then replayed twice within the window
     codes = [

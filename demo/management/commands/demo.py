@@ -64,10 +64,15 @@ class Command(BaseCommand):
         # SIGTERM (e.g. from a supervisor) stops the demo as cleanly as Ctrl-C.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         options = DemoOptions(
-            seconds=opts["seconds"], leads=opts["leads"], web_port=opts["web_port"], flower_port=opts["flower_port"],
-            sim_port=opts["sim_port"], smtp_port=opts["smtp_port"], auto_approve_after_s=opts["auto_approve_after"],
+            seconds=opts["seconds"],
+            leads=opts["leads"],
+            web_port=opts["web_port"],
+            flower_port=opts["flower_port"],
+            sim_port=opts["sim_port"],
+            smtp_port=opts["smtp_port"],
+            auto_approve_after_s=opts["auto_approve_after"],
             report_dir=opts["report_dir"],
-        )  # fmt: skip
+        )
         try:
             figures = run(opts=options, console=Console())
         except RuntimeError as exc:
