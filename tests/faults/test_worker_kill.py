@@ -120,7 +120,7 @@ def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(
 
 
 def test_generation_worker_killed_with_many_jobs_in_flight_requeues_them_within_a_minute(
-    make_stack: StackFactory, stub: TimedLLMStub, sink: SMTPSink, figures: dict[str, object]
+    make_stack: StackFactory, stub: TimedLLMStub, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:
     # given many outreach in flight at once on one threads-pool generation worker, a provider
     # slow enough that every job is mid-call at the kill, and the production timings: stuck
@@ -159,8 +159,8 @@ def test_generation_worker_killed_with_many_jobs_in_flight_requeues_them_within_
     stub.default = StubResponse(delay_s=0.1)
     stack.start("worker-generation-2", celery_worker(Queue.GENERATION, concurrency=count, name="generation2"))
     wait_until(all_in(ids, State.SENT), timeout_s=pick(90, 180), what="every outreach SENT", group=stack)
-    sink.wait_for(count)
-    seen = delivery(sink, ids)
+    smtp_sink.wait_for(count)
+    seen = delivery(smtp_sink, ids)
     assert seen.received == seen.unique_ids == count
     assert seen.copies == 0
     assert set(sent_events(ids).values()) == {1}
