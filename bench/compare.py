@@ -233,13 +233,10 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     database_url = scratch_database(name="outreach_bench_compare")
     started_at = datetime.now(UTC)
     sim = start_sim(rpm=rpm, tpm=tpm)
-    from aiosmtpd.controller import Controller
-    from aiosmtpd.handlers import Sink
+    from devtools.processes import stack_env
+    from devtools.smtp_sink import SMTPSink
 
-    from devtools.processes import free_port, stack_env
-
-    smtp = Controller(Sink(), hostname="127.0.0.1", port=free_port())
-    smtp.start()
+    smtp = SMTPSink(keep_messages=False).start()
     env = stack_env(
         llm_base_url=sim.base_url,
         smtp_port=smtp.port,
@@ -252,11 +249,10 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> Ar
     )
     django_start(env=env)
     owners = _seed_product()
-    from config.queues import Queue
     from devtools.processes import ProcessGroup, start_pipeline
 
     group = ProcessGroup(log_dir=OUT / "product-logs", env=env)
-    start_pipeline(group, concurrency={Queue.GENERATION: 8, Queue.SEND: 2})
+    start_pipeline(group)  # the Procfile's recipe (config.workers)
     try:
         _drive(seconds=seconds, sim=sim, reply_every=reply_every, send_reply=lambda k: _reply(owners, k))
         steady_util, minutes = sim._steady.utilization(rpm=rpm)

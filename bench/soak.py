@@ -30,18 +30,17 @@ import logging
 import os
 import re
 import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from email.parser import BytesHeaderParser
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
 from bench.stack import OUT, django_start, process_trees, scratch_database
+from devtools.smtp_sink import SMTPSink, normalise_message_id
 from orchestrator.metrics.figures import percentile, retry_rate
 
 LOG_DIR = OUT / "soak-logs"
@@ -54,35 +53,6 @@ CYCLE_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO orchestrator\.dispatch\.cycle dispatch cycle .*?\bms=([\d.]+)"
 )
 POISON = ("SIM:POLICY_FAIL", "SIM:FAIL_400", "SIM:FAIL_500")  # devtools.llm_sim markers
-
-
-# --- the SMTP sink: counts messages per Message-ID ---------------------------------------------
-
-
-class CountingHandler:
-    """aiosmtpd handler: one count per received message, keyed by its Message-ID header."""
-
-    def __init__(self) -> None:
-        self.by_message_id: Counter[str] = Counter()
-        self.messages = 0
-        self._lock = threading.Lock()
-        self._parser = BytesHeaderParser()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        headers = self._parser.parsebytes(envelope.original_content)
-        message_id = normalise_message_id(str(headers.get("Message-ID", "")))
-        with self._lock:
-            self.messages += 1
-            self.by_message_id[message_id] += 1
-        return "250 Message accepted"
-
-    def snapshot(self) -> tuple[int, Counter[str]]:
-        with self._lock:
-            return self.messages, Counter(self.by_message_id)
-
-
-def normalise_message_id(value: str) -> str:
-    return value.strip().strip("<>").lower()
 
 
 # --- sampling: dispatcher cycle times and RSS ----------------------------------------------------
@@ -256,8 +226,6 @@ def done(states: dict[str, int], *, attended_waiting: int) -> bool:
 
 
 def run(args: argparse.Namespace) -> Figures:
-    from aiosmtpd.controller import Controller
-
     from devtools.llm_sim import LLMSim
 
     database_url = scratch_database(name=DB_NAME)
@@ -270,23 +238,17 @@ def run(args: argparse.Namespace) -> Figures:
         seed=args.seed,
     )
     sim.start()
-    handler = CountingHandler()
-    from devtools.processes import free_port
-
-    smtp = Controller(handler, hostname="127.0.0.1", port=free_port())
-    smtp.start()
+    smtp = SMTPSink(keep_messages=False).start()  # counts per Message-ID: 20,000 messages
     env = environment(sim_url=sim.base_url, smtp_port=smtp.port, database_url=database_url, args=args)
     os.environ.update(env)
     try:
-        return _run_stack(args=args, env=env, sim=sim, handler=handler)
+        return _run_stack(args=args, env=env, sim=sim, handler=smtp)
     finally:
         sim.stop()
         smtp.stop()
 
 
-def _run_stack(
-    *, args: argparse.Namespace, env: dict[str, str], sim: Any, handler: CountingHandler
-) -> Figures:
+def _run_stack(*, args: argparse.Namespace, env: dict[str, str], sim: Any, handler: SMTPSink) -> Figures:
     django_start(env=env)  # the scratch database and Redis database 11
     # This process only seeds, approves and reads: its own INFO lines (every approval, every SMTP
     # command of the sink) would bury the progress. The workers keep INFO (the cycle-time samples).
@@ -348,7 +310,7 @@ def _loop(
     reviewer: Any,
     started: float,
     samples: list[Sample],
-    handler: CountingHandler,
+    handler: SMTPSink,
 ) -> bool:
     from outreach.models import Outreach, State
     from outreach.services import drafts_approve
@@ -401,7 +363,7 @@ def _collect(
     figures: Figures,
     seeded: Seeded,
     samples: list[Sample],
-    handler: CountingHandler,
+    handler: SMTPSink,
     sim: Any,
     started_wall: float,
 ) -> None:
@@ -452,7 +414,7 @@ def _collect(
     )
 
 
-def _check_sink(*, figures: Figures, mine: Any, handler: CountingHandler) -> None:
+def _check_sink(*, figures: Figures, mine: Any, handler: SMTPSink) -> None:
     from outreach.models import State
 
     figures.messages, received = handler.snapshot()

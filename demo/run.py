@@ -79,7 +79,7 @@ def start_all(group: ProcessGroup, opts: DemoOptions) -> None:
     )
     group.start(
         "smtp",
-        [py, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{opts.smtp_port}", "-c", "aiosmtpd.handlers.Sink"],
+        [py, "-m", "devtools.smtp_sink", "--port", str(opts.smtp_port)],
     )
     group.start("web", web(port=opts.web_port))
     start_pipeline(group)  # the production recipe (config.workers)
