@@ -103,10 +103,10 @@ def workload() -> list[tuple[int, int]]:
     return [(0, BIG_OWNER_LEADS)] + [(o, SMALL_OWNER_LEADS) for o in range(1, SMALL_OWNERS + 1)]
 
 
-def start_sim(*, rpm: int, tpm: int) -> Any:
+def start_sim(*, rpm: int, tpm: int, latency_ms: int) -> Any:
     from devtools.llm_sim import LLMSim
 
-    sim = LLMSim(rpm=rpm, tpm=tpm, latency_ms=400, mode="window", seed=1)
+    sim = LLMSim(rpm=rpm, tpm=tpm, latency_ms=latency_ms, mode="window", seed=1)
     sim.start()
     return sim
 
@@ -128,14 +128,14 @@ class Steady:
 
 
 def run_naive(
-    *, seconds: float, rpm: int, tpm: int, workers: int, reply_every: float, rate_limit: str
+    *, seconds: float, rpm: int, tpm: int, workers: int, reply_every: float, rate_limit: str, latency_ms: int
 ) -> ArmResult:
     import redis
 
     broker = "redis://127.0.0.1:6379/13"
     results = redis.Redis.from_url(broker)
     results.flushdb()
-    sim = start_sim(rpm=rpm, tpm=tpm)
+    sim = start_sim(rpm=rpm, tpm=tpm, latency_ms=latency_ms)
     env = {
         **os.environ,
         "NAIVE_BROKER": broker,
@@ -229,10 +229,10 @@ def _drive(*, seconds: float, sim: Any, reply_every: float, send_reply: Any) -> 
     print(f"  ran {seconds:.0f}s; live window now {sim.stats()['window']}", flush=True)
 
 
-def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float) -> ArmResult:
+def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float, latency_ms: int) -> ArmResult:
     database_url = scratch_database(name="outreach_bench_compare")
     started_at = datetime.now(UTC)
-    sim = start_sim(rpm=rpm, tpm=tpm)
+    sim = start_sim(rpm=rpm, tpm=tpm, latency_ms=latency_ms)
     from devtools.processes import stack_env
     from devtools.smtp_sink import SMTPSink
 
@@ -434,6 +434,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--reply-every", type=float, default=4.0)
     parser.add_argument("--arms", default="naive,product")
+    parser.add_argument(
+        "--latency-ms", type=int, default=400, help="The simulated model's latency (default 400)."
+    )
     args = parser.parse_args()
     if args.seconds < 90:
         parser.error("--seconds: at least 90 (the first minute is a ramp, excluded from steady figures)")
@@ -452,11 +455,18 @@ def main() -> None:
                     workers=args.workers,
                     reply_every=args.reply_every,
                     rate_limit=per_worker,
+                    latency_ms=args.latency_ms,
                 )
             )
         elif arm == "product":
             results.append(
-                run_product(seconds=args.seconds, rpm=args.rpm, tpm=args.tpm, reply_every=args.reply_every)
+                run_product(
+                    seconds=args.seconds,
+                    rpm=args.rpm,
+                    tpm=args.tpm,
+                    reply_every=args.reply_every,
+                    latency_ms=args.latency_ms,
+                )
             )
         else:
             parser.error(f"--arms: unknown arm {arm!r}; use naive and/or product")

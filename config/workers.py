@@ -68,10 +68,12 @@ WORKERS: dict[Queue, WorkerRecipe] = {
     Queue.ORCHESTRATOR: WorkerRecipe(Queue.ORCHESTRATOR, pool="prefork", concurrency=1),
     # Waits on the LLM for seconds per call: threads, sized by the module docstring's rule.
     Queue.GENERATION: WorkerRecipe(Queue.GENERATION, pool="threads", concurrency=200),
-    # SMTP: the mail provider's rate, not ours, is the limit; a few processes keep up with it.
     # Replies' own lane (docs/dispatch.md): the same LLM work as generation, never queued behind
     # intros; replies are a small share of the work, bursts included.
     Queue.REPLY: WorkerRecipe(Queue.REPLY, pool="threads", concurrency=32),
-    Queue.SEND: WorkerRecipe(Queue.SEND, pool="prefork", concurrency=4),
+    # SMTP and two short database writes per email: waiting on I/O, so threads as well. At 3,000
+    # requests/min the tier sends ~17 emails/s; 4 prefork processes at ~0.2-0.6 s per send (the
+    # SMTP dialogue, SENDING and SENT) topped out at ~7/s in bench/latency.py and cost 535 MB.
+    Queue.SEND: WorkerRecipe(Queue.SEND, pool="threads", concurrency=16),
     Queue.DEAD_LETTER: WorkerRecipe(Queue.DEAD_LETTER, pool="prefork", concurrency=1),
 }
