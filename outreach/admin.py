@@ -383,6 +383,13 @@ class TenantUserAdmin(OrganizationScopedAdmin, UserAdmin):
         readonly = tuple(super().get_readonly_fields(request, obj))
         return readonly if request.user.is_superuser else (*readonly, *self.escalation_fields)
 
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not change and not request.user.is_superuser:
+            # A user a tenant adds is their colleague: a member of their organizations (without
+            # it the new user would vanish from the tenant's own user list at once).
+            obj.organizations.add(*request.user.organizations.all())
+
 
 if admin.site.is_registered(User):
     admin.site.unregister(User)
