@@ -25,7 +25,7 @@ from django.utils.html import format_html
 
 from outreach import services
 from outreach.draft_policy import check_draft
-from outreach.models import DraftForApproval, Outreach, OutreachEvent, Owner, State
+from outreach.models import DraftForApproval, Organization, Outreach, OutreachEvent, Owner, State
 from outreach.transitions import TransitionLost
 
 APPROVE_PERMISSION = "outreach.approve_outreach"
@@ -388,7 +388,7 @@ class TenantUserAdmin(OrganizationScopedAdmin, UserAdmin):
         if not change and not request.user.is_superuser:
             # A user a tenant adds is their colleague: a member of their organizations (without
             # it the new user would vanish from the tenant's own user list at once).
-            obj.organizations.add(*request.user.organizations.all())
+            obj.organizations.add(*Organization.objects.filter(members=request.user.pk))
 
 
 if admin.site.is_registered(User):
