@@ -82,6 +82,13 @@ class OrganizationAdmin(OrganizationScopedAdmin):
         readonly = tuple(super().get_readonly_fields(request, obj))
         return readonly if request.user.has_perm(SETTINGS_PERMISSION) else (*readonly, *self.settings_fields)
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # A new tenant (and its uncapped share of the LLM budget) is the platform's decision.
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
 
 @admin.register(VerifiedDomain)
 class VerifiedDomainAdmin(OrganizationScopedAdmin):

@@ -394,3 +394,43 @@ class TenantUserAdmin(OrganizationScopedAdmin, UserAdmin):
 if admin.site.is_registered(User):
     admin.site.unregister(User)
 admin.site.register(User, TenantUserAdmin)
+
+
+class SuperuserOnlyAdmin(admin.ModelAdmin):
+    """A platform's records, no tenant's: permission groups (a group grants permissions in
+    every organization) and the beat schedule (it drives every tenant's work)."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return request.user.is_superuser
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+
+PLATFORM_APPS = ("auth", "django_celery_beat")
+
+
+def platform_admins_for_superusers_only() -> None:
+    """Wrap each admin of PLATFORM_APPS (registered before ours: INSTALLED_APPS order) so that
+    only superusers reach it, keeping its own lists and forms. Users are not platform records:
+    TenantUserAdmin scopes them."""
+    for model, model_admin in list(admin.site._registry.items()):
+        if model._meta.app_label not in PLATFORM_APPS or isinstance(model_admin, OrganizationScopedAdmin):
+            continue
+        wrapped = type(
+            f"SuperuserOnly{type(model_admin).__name__}", (SuperuserOnlyAdmin, type(model_admin)), {}
+        )
+        admin.site.unregister(model)
+        admin.site.register(model, wrapped)
+
+
+platform_admins_for_superusers_only()

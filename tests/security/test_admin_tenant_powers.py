@@ -1,7 +1,8 @@
 """What a tenant's staff may do beyond seeing their organization (tests/security/test_tenancy_walk.py):
 actions need the permission they declare; organization-wide settings need
 outreach.change_organization_settings; a sender address needs a domain a superuser verified;
-no tenant can make themselves a superuser. And `queue_stats --org` names one organization only.
+no tenant can make themselves a superuser, nor touch groups, the beat schedule or new
+organizations. And `queue_stats --org` names one organization only.
 """
 
 from __future__ import annotations
@@ -216,3 +217,24 @@ def test_queue_stats_for_one_organization_names_only_its_owners(redis_client: An
 def test_queue_stats_refuses_an_unknown_organization() -> None:
     with pytest.raises(CommandError, match="no organization named 'Nope'"):
         call_command("queue_stats", "--org", "Nope", stdout=io.StringIO())
+
+
+# --- platform records ------------------------------------------------------------------------
+
+
+def test_platform_records_are_for_superusers_only() -> None:
+    # given a tenant holding every model permission
+    tenant, client = _tenant(make_org())
+    tenant.user_permissions.add(*Permission.objects.all())
+    # when they open groups, the beat schedule, or add an organization
+    urls = [
+        reverse("admin:auth_group_changelist"),
+        reverse("admin:auth_group_add"),
+        reverse("admin:django_celery_beat_periodictask_changelist"),
+        reverse("admin:django_celery_beat_crontabschedule_changelist"),
+        reverse("admin:outreach_organization_add"),
+    ]
+    # then each is refused; a superuser still reaches them
+    assert [client.get(url).status_code for url in urls] == [403] * len(urls)
+    root = superuser_client()
+    assert [root.get(url).status_code for url in urls] == [200] * len(urls)
