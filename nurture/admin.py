@@ -40,7 +40,9 @@ class LeadAdmin(OrganizationScopedAdmin):
     raw_id_fields = ("owner",)
     actions = ("mark_converted",)
 
-    @admin.action(description="Mark converted (stops their sequence)")
+    # "change": marking converted changes the lead and cancels its pending emails; without the
+    # declaration Django offers (and runs) it for anyone who may merely view the list.
+    @admin.action(description="Mark converted (stops their sequence)", permissions=["change"])
     def mark_converted(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
         cancelled = sum(len(lead_mark_converted(lead=lead)) for lead in queryset)
         self.message_user(
@@ -48,8 +50,9 @@ class LeadAdmin(OrganizationScopedAdmin):
         )
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Written only by assign_leads and its workers; admin shows progress, nobody edits it."""
+class ReadOnlyAdmin(OrganizationScopedAdmin):
+    """Written only by assign_leads and its workers; admin shows progress (of the user's
+    organizations, like every admin), nobody edits it."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -94,6 +97,7 @@ class AssignmentBatchAdmin(ReadOnlyAdmin):
 
 @admin.register(AssignmentItem)
 class AssignmentItemAdmin(ReadOnlyAdmin):
+    organization_path = "batch__organization"
     list_display = ("batch", "line", "email", "owner", "status", "outcome", "lead", "done_at")
     list_filter = ("status", "outcome")
     search_fields = ("email",)

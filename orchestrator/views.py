@@ -1,7 +1,9 @@
 """The queue-health dashboard (inside the admin) and the Prometheus endpoint.
 
-Both show every organization's owners and the whole budget, so a session needs
-orchestrator.view_queue_health (superusers have it); organization members do not by default.
+A session needs orchestrator.view_queue_health (superusers have it; organization members do
+not by default). The dashboard names only the owners (and dead-letter samples) of the user's
+organizations, unless a superuser; its totals and the shared budget are system-wide. /metrics
+is for the operators' scraper and shows every owner.
 
 Thin: both read `orchestrator.metrics.queue_health()`, the one source of the figures.
 """
@@ -21,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from orchestrator.metrics import queue_health
 from orchestrator.metrics.dashboard import dashboard_context
 from orchestrator.metrics.prometheus import metrics_registry
+from outreach.models import Organization
 
 REGISTRY = metrics_registry()
 
@@ -37,9 +40,17 @@ def queue_health_page(request: HttpRequest) -> HttpResponse:
     context = {
         **admin.site.each_context(request),
         "title": "Queue health",
-        **dashboard_context(health=queue_health()),
+        **dashboard_context(health=queue_health(organization_ids=_organizations_of(request))),
     }
     return TemplateResponse(request, "admin/orchestrator/queue_health.html", context)
+
+
+def _organizations_of(request: HttpRequest) -> list[int] | None:
+    """None (everything) for a superuser; otherwise the organizations the user is a member of,
+    as in every admin page (outreach.admin.OrganizationScopedAdmin)."""
+    if request.user.is_superuser:
+        return None
+    return list(Organization.objects.filter(members=request.user.pk).values_list("pk", flat=True))
 
 
 @require_GET

@@ -65,8 +65,36 @@ class Organization(models.Model):
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="organizations")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        permissions = [
+            (
+                "change_organization_settings",
+                "Can change organization-wide settings (LLM caps, link domains, sender, owner weight)",
+            )
+        ]
+
     def __str__(self) -> str:
         return self.name
+
+
+class VerifiedDomain(models.Model):
+    """A mail domain an organization proved it owns: its sender_email must be on one of these.
+
+    Kept by superusers only (orchestrator.admin.VerifiedDomainAdmin), so one tenant cannot send
+    as another by typing the other's address into its own sender field.
+    """
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="verified_domains")
+    domain = models.CharField(max_length=253, help_text="e.g. example.com (lower case, no @).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "domain"], name="verified_domain_unique_per_org")
+        ]
+
+    def __str__(self) -> str:
+        return self.domain
 
 
 class Owner(models.Model):

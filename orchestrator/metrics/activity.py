@@ -16,6 +16,7 @@ costs the window's events, and each joins its outreach by primary key. Definitio
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -144,13 +145,20 @@ def time_to_approval(*, events: QuerySet[OutreachEvent]) -> Quantiles:
     return found.get(State.AWAITING_APPROVAL, EMPTY)
 
 
-def owner_share(*, now: datetime) -> list[OwnerShare]:
+def owner_share(*, now: datetime, organization_ids: Collection[int] | None = None) -> list[OwnerShare]:
     """Sent and dispatched per owner over the last hour and day: every active owner (zeros show
-    who is starved) plus inactive ones that still had activity. O(owners + the day's events)."""
+    who is starved) plus inactive ones that still had activity. O(owners + the day's events).
+
+    With `organization_ids`, only those organizations' owners (a tenant's dashboard: another
+    organization's owner names are theirs); shares are then of those owners' sends."""
     hour = Q(at__gte=now - timedelta(hours=1))
+    events = window_events(since=now - timedelta(days=1))
+    owners = Owner.objects.all()
+    if organization_ids is not None:
+        events = events.filter(outreach__owner__organization_id__in=organization_ids)
+        owners = owners.filter(organization_id__in=organization_ids)
     rows = (
-        window_events(since=now - timedelta(days=1))
-        .filter(Q(to_state=State.SENT) | CLAIMED)
+        events.filter(Q(to_state=State.SENT) | CLAIMED)
         .values("outreach__owner_id")
         .annotate(
             sent_1h=Count("id", filter=Q(to_state=State.SENT) & hour),
@@ -160,7 +168,7 @@ def owner_share(*, now: datetime) -> list[OwnerShare]:
         )
     )
     counts = {r.pop("outreach__owner_id"): r for r in rows}
-    owners = Owner.objects.filter(Q(active=True) | Q(id__in=list(counts))).order_by("name", "id")
+    owners = owners.filter(Q(active=True) | Q(id__in=list(counts))).order_by("name", "id")
     zero = dict.fromkeys(("sent_1h", "sent_24h", "dispatched_1h", "dispatched_24h"), 0)
     sent_day = sum(c["sent_24h"] for c in counts.values())
     result = []

@@ -6,6 +6,7 @@ are an index-only scan of it, and each sample is a LIMIT 3 on the same index.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -38,21 +39,29 @@ class FailureClass:
     samples: list[FailedInput] = field(default_factory=list)
 
 
-def dead_letter_classes() -> list[FailureClass]:
-    """Every class seen, most open first; samples are the newest open letters of the class."""
+def dead_letter_classes(*, organization_ids: Collection[int] | None = None) -> list[FailureClass]:
+    """Every class seen, most open first; samples are the newest open letters of the class
+    (with `organization_ids`, only those organizations' letters: a reason can name a lead)."""
     rows = (
         DeadLetter.objects.values("failure_class")
         .annotate(total=Count("id"), open=Count("id", filter=Q(status__in=ACTIONABLE)))
         .order_by("-open", "-total", "failure_class")
     )
     return [
-        FailureClass(r["failure_class"], r["total"], r["open"], _samples(failure_class=r["failure_class"]))
+        FailureClass(
+            r["failure_class"],
+            r["total"],
+            r["open"],
+            _samples(failure_class=r["failure_class"], organization_ids=organization_ids),
+        )
         for r in rows
     ]
 
 
-def _samples(*, failure_class: str) -> list[FailedInput]:
+def _samples(*, failure_class: str, organization_ids: Collection[int] | None) -> list[FailedInput]:
     letters = DeadLetter.objects.filter(failure_class=failure_class, status__in=ACTIONABLE).order_by("-id")
+    if organization_ids is not None:
+        letters = letters.filter(organization_id_ref__in=organization_ids)
     fields = (
         "id",
         "outreach_id",

@@ -3,6 +3,7 @@ computed once per call (see the package docstring for what is read and what it c
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -112,7 +113,14 @@ class QueueHealth:
         )
 
 
-def queue_health(*, now: datetime | None = None, budget: Budget | None = None) -> QueueHealth:
+def queue_health(
+    *,
+    now: datetime | None = None,
+    budget: Budget | None = None,
+    organization_ids: Collection[int] | None = None,
+) -> QueueHealth:
+    """`organization_ids` scopes what names an organization's people (owners, dead-letter
+    samples) to those organizations; totals, tiers and the shared budget stay system-wide."""
     now = now or timezone.now()
     window_s = int(getattr(settings, "METRICS_WINDOW_S", DEFAULT_WINDOW_S))
     return QueueHealth(
@@ -120,9 +128,9 @@ def queue_health(*, now: datetime | None = None, budget: Budget | None = None) -
         window_s=window_s,
         depth=queue_depth(now=now),
         activity=recent_activity(since=now - timedelta(seconds=window_s)),
-        owners=owner_share(now=now),
+        owners=owner_share(now=now, organization_ids=organization_ids),
         deferred=deferred_work(),
-        failures=dead_letter_classes(),
+        failures=dead_letter_classes(organization_ids=organization_ids),
         dead_letters=DeadLetter.objects.count(),
         replay_success_rate=replay_success_rate(),
         cost_per_1k_tokens=float(getattr(settings, "LLM_COST_PER_1K_TOKENS", 0.0)),

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.dispatch.inflight import call_latency_record
 from orchestrator.metrics import budget_sample_record
-from outreach.models import ErrorClass, Outreach, State
+from outreach.models import ErrorClass, Organization, Outreach, State
 from tests.factories import logged_in, make_lead, make_outreach, make_owner, make_user
 from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
 
@@ -28,9 +28,12 @@ CHARTS = ("chart-budget-requests", "chart-budget-tokens", "chart-latency", "char
 
 
 def _client(*, staff: bool, may_view: bool = True) -> Client:
-    """A session of a user with the dashboard permission (unless may_view=False)."""
+    """A session of a user with the dashboard permission (unless may_view=False), a member of
+    every organization there is (a member sees only their organizations' owners' names)."""
     permissions = ["view_queue_health"] if may_view else []
-    return logged_in(make_user(f"user-{staff}-{may_view}", staff=staff, permissions=permissions))
+    user = make_user(f"user-{staff}-{may_view}", staff=staff, permissions=permissions)
+    user.organizations.add(*Organization.objects.all())
+    return logged_in(user)
 
 
 @pytest.fixture

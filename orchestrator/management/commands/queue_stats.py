@@ -1,4 +1,6 @@
-"""python manage.py queue_stats [--json]: the queue-health figures of the admin dashboard and /metrics."""
+"""python manage.py queue_stats [--json] [--org NAME]: the queue-health figures of the admin
+dashboard and /metrics. Unscoped for shell operators; --org names only that organization's
+owners and dead-letter samples, as its members' dashboard does."""
 
 from __future__ import annotations
 
@@ -6,12 +8,13 @@ import io
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.console import Console
 from rich.table import Table
 
 from orchestrator.metrics import QueueHealth, queue_health
 from orchestrator.metrics.dashboard import duration, number, percent, seconds
+from outreach.models import Organization
 
 
 class Command(BaseCommand):
@@ -23,9 +26,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", dest="as_json", help="Print JSON (for scripts).")
+        parser.add_argument(
+            "--org", metavar="NAME", help="Only this organization's owners and dead-letter samples."
+        )
 
-    def handle(self, *args: Any, as_json: bool, **options: Any) -> None:
-        health = queue_health()
+    def handle(self, *args: Any, as_json: bool, org: str | None = None, **options: Any) -> None:
+        health = queue_health(organization_ids=None if org is None else [_organization_id(org)])
         if as_json:
             self.stdout.write(json.dumps(health.as_json(), indent=2, sort_keys=False))
             return
@@ -34,6 +40,13 @@ class Command(BaseCommand):
         for table in _tables(health):
             console.print(table)
         self.stdout.write(buffer.getvalue(), ending="")
+
+
+def _organization_id(name: str) -> int:
+    found = Organization.objects.filter(name=name).values_list("pk", flat=True).first()
+    if found is None:
+        raise CommandError(f"--org: no organization named {name!r}")
+    return found
 
 
 def _tables(h: QueueHealth) -> list[Table]:

@@ -1,0 +1,235 @@
+"""One walk over every registered admin page as a tenant: nothing of another organization shows.
+
+The tenant is a staff member of one organization holding EVERY model permission (not a
+superuser): the strongest non-superuser there is. For each model in admin.site._registry the
+walk opens the changelist, the changelist under each choice of each filter, a search, the add
+page, the change page of the tenant's own row (its form widgets list organizations, owners and
+users), the autocomplete endpoint of every relation, and posts every action against the other
+organization's row. It also opens the other organization's row (change, history, delete): each
+must be 404, 403 or a redirect. No page may contain the other organization's identifying strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import Permission, User
+from django.db import models
+from django.forms.models import model_to_dict
+from django.test import Client
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from orchestrator.dead_letters import dead_letter
+from orchestrator.models import DeadLetter
+from outreach.admin import OrganizationScopedAdmin
+from outreach.models import (
+    AssignmentBatch,
+    AssignmentItem,
+    DraftForApproval,
+    ErrorClass,
+    Lead,
+    Organization,
+    Outreach,
+    Owner,
+    State,
+    VerifiedDomain,
+)
+from tests.factories import logged_in, make_draft, make_lead, make_org, make_outreach, make_owner, make_user
+
+pytestmark = pytest.mark.django_db
+
+# Every string that identifies the other organization (compared lower-case): its name, its
+# owners' names, its leads' emails (and its domain), its members' and sellers' user names.
+THEIRS = ("zephyrine", "quillon", "zqmember", "zqseller")
+OUR_APPS = ("outreach", "nurture", "orchestrator")
+
+
+def _world(tag: str, *, org_name: str, owner_name: str, member: str, seller: str) -> dict[type, Any]:
+    """One row of every organization-bound model in a new organization, keyed by admin model."""
+    org = make_org(name=org_name)
+    member_user = make_user(member, staff=False, organizations=[org])
+    seller_user = make_user(seller, staff=False)
+    owner = make_owner(organization=org, name=owner_name, user=seller_user, review_required=True)
+    lead = make_lead(owner=owner, email=f"{tag}-lead@{tag}.example", first_name=tag, last_name=tag)
+    draft = make_draft(lead=lead, draft_subject=f"{tag} subject")
+    failed = make_outreach(
+        lead=make_lead(owner=owner, email=f"{tag}-dead@{tag}.example"), state=State.SENDING
+    )
+    letter = dead_letter(
+        outreach=failed,
+        from_=State.SENDING,
+        failure_class=ErrorClass.PERMANENT,
+        reason=f"recipient refused: {tag}-dead@{tag}.example",
+        job_type="send",
+    )
+    batch = AssignmentBatch.objects.create(
+        organization=org,
+        file_name=f"{tag}.csv",
+        file_sha256="0" * 64,
+        rows=1,
+        children_total=1,
+        created_at=timezone.now(),
+    )
+    item = AssignmentItem.objects.create(
+        batch=batch, line=2, email=f"{tag}-item@{tag}.example", timezone="UTC", owner=owner, lead=lead
+    )
+    domain = VerifiedDomain.objects.create(organization=org, domain=f"{tag}.example")
+    return {
+        Organization: org,
+        Owner: owner,
+        Lead: lead,
+        Outreach: draft,
+        DraftForApproval: DraftForApproval.objects.get(pk=draft.pk),
+        DeadLetter: letter,
+        AssignmentBatch: batch,
+        AssignmentItem: item,
+        VerifiedDomain: domain,
+        User: member_user,
+    }
+
+
+def _url(model: type[models.Model], view: str, *args: Any) -> str | None:
+    try:
+        return reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_{view}", args=args)
+    except NoReverseMatch:
+        return None
+
+
+def _leaks(response: Any) -> list[str]:
+    text = response.content.decode(errors="replace").lower()
+    return [s for s in THEIRS if s in text]
+
+
+class Walk:
+    def __init__(self, client: Client) -> None:
+        self.client, self.pages = client, 0
+        self.leaks: list[str] = []
+
+    def get(self, url: str, data: dict[str, Any] | None = None) -> Any:
+        response = self.client.get(url, data or {})
+        self.pages += 1
+        assert response.status_code < 500, f"{url} {data}: {response.status_code}"
+        self.leaks += [f"{url} {data or ''}: {s}" for s in _leaks(response)]
+        return response
+
+    def post(self, url: str, data: dict[str, Any]) -> Any:
+        response = self.client.post(url, data)
+        self.pages += 1
+        assert response.status_code < 500, f"POST {url} {data}: {response.status_code}"
+        self.leaks += [f"POST {url} {data}: {s}" for s in _leaks(response)]
+        return response
+
+
+def _changelist(walk: Walk, model: type[models.Model]) -> None:
+    url = _url(model, "changelist")
+    assert url
+    response = walk.get(url)
+    if response.status_code != 200:
+        return
+    cl = response.context["cl"]
+    for spec in cl.filter_specs:
+        for choice in spec.choices(cl):
+            walk.get(url + choice["query_string"])
+    walk.get(url, {"q": "e"})
+    # A search for their name finds nothing (the page echoes the term, so count, not text).
+    found = walk.client.get(url, {"q": THEIRS[0]})
+    if found.status_code == 200 and found.context["cl"].result_count:
+        walk.leaks.append(f"{url}?q={THEIRS[0]} finds their rows")
+
+
+def _autocomplete(walk: Walk, model: type[models.Model]) -> None:
+    for field in model._meta.get_fields():
+        related = getattr(field, "related_model", None)
+        if not field.concrete or not field.is_relation or related not in admin.site._registry:
+            continue
+        for term in ("", "e", THEIRS[0], THEIRS[1]):
+            params = {
+                "app_label": model._meta.app_label,
+                "model_name": model._meta.model_name,
+                "field_name": field.name,
+                "term": term,
+            }
+            walk.get(reverse("admin:autocomplete"), params)
+
+
+def _actions(walk: Walk, model: type[models.Model], theirs: models.Model) -> None:
+    model_admin = admin.site._registry[model]
+    url = _url(model, "changelist")
+    assert url
+    before = model_to_dict(theirs)
+    for name in _declared_actions(model_admin):
+        walk.post(url, {"action": name, "_selected_action": [theirs.pk]})
+    fresh = model._default_manager.filter(pk=theirs.pk).first()
+    if fresh is None or model_to_dict(fresh) != before:
+        walk.leaks.append(f"an action on {model.__name__} changed their row")
+
+
+def _declared_actions(model_admin: admin.ModelAdmin) -> dict[str, Any]:
+    """Every action of the admin by name, the site-wide ones (delete_selected) included."""
+    found: dict[str, Any] = dict(admin.site.actions)
+    for action in model_admin.actions or ():
+        func = getattr(model_admin, action) if isinstance(action, str) else action
+        found[getattr(func, "__name__", str(action))] = func
+    return found
+
+
+def test_a_tenant_with_every_permission_sees_nothing_of_another_organization(redis_client: Any) -> None:
+    # given two organizations with a row of every kind, and a staff member of the first holding
+    # every model permission
+    ours = _world(
+        "harbor", org_name="Harbor Alpha", owner_name="Marlo Fenn", member="hamember", seller="haseller"
+    )
+    theirs = _world(
+        "zephyrine",
+        org_name="Zephyrine Quarry",
+        owner_name="Quillon Thrace",
+        member="zqmember",
+        seller="zqseller",
+    )
+    tenant = make_user("tenant", organizations=[ours[Organization]])
+    tenant.user_permissions.add(*Permission.objects.all())
+    walk = Walk(logged_in(tenant))
+    scoped = [m for m, a in admin.site._registry.items() if isinstance(a, OrganizationScopedAdmin)]
+    assert set(scoped) <= set(theirs), f"the walk has no row of {set(scoped) - set(theirs)}"
+
+    # when they walk every registered admin page
+    for model in admin.site._registry:
+        _changelist(walk, model)
+        if add := _url(model, "add"):
+            walk.get(add)
+        _autocomplete(walk, model)
+        if model in ours:
+            walk.get(_url(model, "change", ours[model].pk) or "")
+        if model not in theirs:
+            continue
+        row = theirs[model]
+        for view in ("change", "history", "delete"):
+            url = _url(model, view, row.pk)
+            if url:
+                status = walk.get(url).status_code
+                # then another organization's row is not there for them
+                if status not in (302, 403, 404):
+                    walk.leaks.append(f"{url}: {status}, their row is reachable")
+        _actions(walk, model, row)
+    walk.get(reverse("orchestrator:queue-health"))
+
+    # then no page showed anything of the other organization
+    assert walk.pages > 100
+    assert walk.leaks == [], "\n".join(walk.leaks)
+
+
+def test_every_action_declares_the_permission_it_needs() -> None:
+    # Django runs an action without `permissions` for anyone who may view the list. Our admins
+    # only: django_celery_beat's are the platform operators' (and a tenant is not given them).
+    ours = [a for a in admin.site._registry.values() if type(a).__module__.split(".")[0] in OUR_APPS]
+    assert len(ours) >= 9
+    undeclared = [
+        f"{type(model_admin).__name__}.{name}"
+        for model_admin in ours
+        for name, func in _declared_actions(model_admin).items()
+        if not getattr(func, "allowed_permissions", ())
+    ]
+    assert undeclared == []
