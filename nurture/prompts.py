@@ -187,6 +187,10 @@ _SUBJECT_PREFIX = re.compile(
     re.I,
 )
 _SUBJECT_TAG_END = re.compile(r"\s*\[[^\[\]]{0,40}\]$")  # "Pricing [EXTERNAL]"
+# What the policy accepts and the column stores, whichever is less.
+_REPLY_SUBJECT_CHARS = min(
+    SUBJECT_CHARS[1], Outreach._meta.get_field("draft_subject").max_length or SUBJECT_CHARS[1]
+)
 _INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn"}  # controls, zero-width and bidi marks, unassigned
 
 
@@ -226,7 +230,7 @@ def reply_subject(thread_subject: str) -> str:
     core = _subject_core(thread_subject)
     if not core:
         return fallback
-    subject = _cut_at_word(f"Re: {core}", SUBJECT_CHARS[1])
+    subject = _cut_at_word(f"Re: {core}", _REPLY_SUBJECT_CHARS)
     return fallback if check_subject(subject=subject, allowed_domains=()) else subject
 
 
