@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from nurture.generation import outreach_generate
 from nurture.prompts import draft_parse, reply_subject
 from orchestrator.budget import Budget, Reservation
-from outreach.draft_policy import SUBJECT_CHARS, check_draft
+from outreach.draft_policy import SUBJECT_CHARS, check_draft, check_subject
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
@@ -62,6 +64,15 @@ def test_parsed_reply_subject_passes_the_policy(inbound: str) -> None:
     draft = draft_parse(text=DRAFT, kind="reply", thread_subject=inbound)
 
     assert check_draft(subject=draft.subject, body=draft.body, allowed_domains="") == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    inbound=st.text(max_size=400)
+    | st.from_regex(r"(\[[A-Z ]{1,12}\] |(Re|RE|Fwd|AW): ){0,6}[\w ?!.,]{0,300}")
+)
+def test_any_inbound_subject_gives_a_subject_the_policy_accepts(inbound: str) -> None:
+    assert check_subject(subject=reply_subject(inbound), allowed_domains=()) == []
 
 
 class CleanModel(LLMStub):
