@@ -160,7 +160,8 @@ def _write(
     call = partial(_call, budget, usage=usage)
     plan = call(prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS, step="plan")
     notes = call(prompts.context_prompt(facts=facts, plan=plan), CONTEXT_MAX_TOKENS, step="context")
-    allowed = outreach.lead.organization.allowed_link_domains
+    organization = outreach.lead.organization
+    allowed, phones = organization.allowed_link_domains, organization.allow_phone_numbers
     thread_subject = (facts.inbound or {}).get("subject", "")
     feedback: list[str] = []
     for _ in range(2):  # the first draft, and one regeneration told what was wrong
@@ -170,7 +171,9 @@ def _write(
             step="message",
         )
         draft = prompts.draft_parse(text=text, kind=outreach.kind, thread_subject=thread_subject)
-        feedback = check_draft(subject=draft.subject, body=draft.body, allowed_domains=allowed)
+        feedback = check_draft(
+            subject=draft.subject, body=draft.body, allowed_domains=allowed, allow_phone_numbers=phones
+        )
         if not feedback:
             return draft.subject, draft.body
     raise PolicyViolation("draft failed the policy check twice: " + "; ".join(feedback), violations=feedback)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nurture.llm import ChatMessage
+from outreach.draft_policy import SUBJECT_CHARS, check_subject
 from outreach.models import Outreach, State
 
 THREAD_EMAILS = 6  # the earlier emails shown to the model: the recent ones matter
@@ -177,6 +179,19 @@ _FENCE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n\s*```\s*$", re.S)
 # "Subject: x", "**Subject:** x", "## Subject: x" are all seen from real models.
 _SUBJECT_LINE = re.compile(r"^[\s*_#>]*subject[\s*_]*:[\s*_]*(?P<subject>.*?)[\s*_]*$", re.I)
 _BODY_LABEL = re.compile(r"^[\s*_#>]*body[\s*_]*:[\s*_]*", re.I)
+# A reply subject's leading noise: gateway tags ("[EXTERNAL]", "***SPAM***") and reply/forward
+# prefixes in the languages mail clients write them ("Re[2]:", "AW:", "WG:", "SV:", "TR:").
+_SUBJECT_PREFIX = re.compile(
+    r"^(?:\[[^\[\]]{0,40}\]|\*{2,}[^*]{0,30}\*{2,}|"
+    r"(?:re|fwd?|fw|aw|wg|sv|vs|antw|tr|rif|r)\s*(?:\[\d+\]|\(\d+\))?\s*[:\uff1a])\s*",
+    re.I,
+)
+_SUBJECT_TAG_END = re.compile(r"\s*\[[^\[\]]{0,40}\]$")  # "Pricing [EXTERNAL]"
+# What the policy accepts and the column stores, whichever is less.
+_REPLY_SUBJECT_CHARS = min(
+    SUBJECT_CHARS[1], Outreach._meta.get_field("draft_subject").max_length or SUBJECT_CHARS[1]
+)
+_INVISIBLE = {"Cc", "Cf", "Cs", "Co", "Cn"}  # controls, zero-width and bidi marks, unassigned
 
 
 def draft_parse(*, text: str, kind: str, thread_subject: str = "") -> ParsedDraft:
@@ -202,8 +217,37 @@ def draft_parse(*, text: str, kind: str, thread_subject: str = "") -> ParsedDraf
 
 
 def reply_subject(thread_subject: str) -> str:
-    subject = _one_line(thread_subject)
-    return subject if subject.lower().startswith("re:") else f"Re: {subject}"
+    """ "Re: <the prospect's subject>", cleaned so the policy never refuses it.
+
+    The subject is the prospect's (or their mail gateway's) text: "[EXTERNAL]" tags, "Re: Fwd:"
+    chains, control characters, 200 characters. Left as is, check_draft refuses it and the
+    reply dies after its paid LLM calls. So: tags and reply/forward prefixes go, invisible and
+    control characters go, the length is cut at a word to what the policy allows, and a subject
+    that still fails the policy (a link, a placeholder, a phone number in the prospect's words)
+    becomes the fallback. Threading does not suffer: clients thread on In-Reply-To/References.
+    """
+    fallback = FALLBACK_SUBJECTS["reply"]
+    core = _subject_core(thread_subject)
+    if not core:
+        return fallback
+    subject = _cut_at_word(f"Re: {core}", _REPLY_SUBJECT_CHARS)
+    return fallback if check_subject(subject=subject, allowed_domains=()) else subject
+
+
+def _subject_core(subject: str) -> str:
+    text = _one_line("".join(ch for ch in _one_line(subject) if unicodedata.category(ch) not in _INVISIBLE))
+    while True:  # "[EXT] RE: [SPAM] Fwd: x": peel tags and prefixes in any order
+        stripped = _SUBJECT_TAG_END.sub("", _SUBJECT_PREFIX.sub("", text)).strip()
+        if stripped == text:
+            return text
+        text = stripped
+
+
+def _cut_at_word(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[: limit + 1].rsplit(" ", 1)[0]
+    return (cut if len(cut) > len("Re: ") else text[:limit]).rstrip(" ,;:-")
 
 
 def _unfenced(text: str) -> str:

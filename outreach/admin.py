@@ -241,6 +241,7 @@ class DraftForm(forms.ModelForm):
             subject=data.get("draft_subject") or "",
             body=data.get("draft_body") or "",
             allowed_domains=self.instance.lead.organization.allowed_link_domains,
+            allow_phone_numbers=self.instance.lead.organization.allow_phone_numbers,
         ):
             part, _, reason = violation.partition(": ")
             self.add_error(f"draft_{part}" if f"draft_{part}" in self.fields else None, reason)

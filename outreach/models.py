@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import connection, models
 from django.db.models import Q
+from django.db.models.functions import Lower, Trim
 
 from outreach.tiers import Tier
 
@@ -29,6 +30,22 @@ def validate_timezone(value: str) -> None:
 working_days_validator = RegexValidator(
     r"^[1-7]{1,7}$", "Working days are ISO weekday digits, Monday=1 .. Sunday=7, e.g. 12345."
 )
+
+
+class LeadEmailField(models.EmailField):
+    """An email address as a lead's identity: trimmed and lower-cased on the way in.
+
+    to_python also serves get_prep_value, so every ORM write *and* lookup
+    (`filter(email=...)`, `email__in`) normalises its value: "Pat@Acme.com " finds
+    "pat@acme.com" without each caller remembering. Raw SQL does not pass through here; the
+    `lead_email_normalised` check constraint refuses what it did not normalise.
+    (The local part is case-sensitive by RFC 5321; no real mailbox provider treats it so, and
+    two leads differing only in case are one person.)
+    """
+
+    def to_python(self, value: object) -> str | None:
+        text = super().to_python(value)
+        return text.strip().lower() if isinstance(text, str) else text
 
 
 MAX_NUDGES = 10
@@ -55,6 +72,10 @@ class Organization(models.Model):
         max_length=500, blank=True, help_text="Comma-separated domains links in emails may point to."
     )
     sender_email = models.EmailField(blank=True)
+    # The prompt forbids phone numbers; outreach.draft_policy refuses them unless this is set.
+    allow_phone_numbers = models.BooleanField(
+        default=False, db_default=False, help_text="Drafts may contain phone numbers."
+    )
     # The nurture cadence: nudges after these business days (lead's time zone); owners may override.
     # db_default too: rows inserted by raw SQL (bench/dispatch.py) get the same cadence.
     nudge_days = models.CharField(
@@ -152,7 +173,7 @@ class Lead(models.Model):
 
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="leads")
     owner = models.ForeignKey(Owner, on_delete=models.PROTECT, related_name="leads")
-    email = models.EmailField()
+    email = LeadEmailField()
     first_name = models.CharField(max_length=100, blank=True)
     last_name = models.CharField(max_length=100, blank=True)
     company = models.CharField(max_length=200, blank=True)
@@ -163,7 +184,13 @@ class Lead(models.Model):
 
     class Meta:
         constraints = [
+            # With lead_email_normalised below, unique whatever the case an address was typed in.
             models.UniqueConstraint(fields=["organization", "email"], name="lead_unique_email_per_org"),
+            models.CheckConstraint(
+                condition=Q(email=Lower(Trim("email"))),
+                name="lead_email_normalised",
+                violation_error_message="A lead's email is stored trimmed and lower-case.",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -115,6 +115,7 @@ def draft_approve(
             subject=edits.get("draft_subject", outreach.draft_subject),
             body=edits.get("draft_body", outreach.draft_body),
             allowed_domains=outreach.lead.organization.allowed_link_domains,
+            allow_phone_numbers=outreach.lead.organization.allow_phone_numbers,
         )
         if violations:
             raise ValidationError(violations)

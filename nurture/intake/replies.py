@@ -169,7 +169,8 @@ def _lead_for(*, email: str) -> Lead:
     being answered. Never emailed anywhere: the most recently created lead.
     """
     lead = (
-        Lead.objects.filter(email__in={email, email.lower()})
+        # Case-insensitive: Lead.email (LeadEmailField) normalises the value looked up too.
+        Lead.objects.filter(email=email)
         .annotate(last_sent=Max("outreach__sent_at", filter=Q(outreach__state=State.SENT)))
         .order_by(F("last_sent").desc(nulls_last=True), "-created_at", "-id")
         .first()

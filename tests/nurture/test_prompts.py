@@ -163,7 +163,7 @@ def test_empty_subject_line_falls_back() -> None:
 
 @pytest.mark.parametrize(
     ("thread_subject", "expected"),
-    [("Pricing?", "Re: Pricing?"), ("RE: Pricing?", "RE: Pricing?"), ("a\nb", "Re: a b")],
+    [("Pricing?", "Re: Pricing?"), ("RE: Pricing?", "Re: Pricing?"), ("a\nb", "Re: a b")],
 )
 def test_reply_keeps_thread_subject(thread_subject: str, expected: str) -> None:
     draft = draft_parse(text="Subject: Something else\n\nHi", kind="reply", thread_subject=thread_subject)

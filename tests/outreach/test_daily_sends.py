@@ -12,6 +12,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from outreach.models import Outreach, OwnerDailySends, State
+from outreach.tiers import Tier
 from outreach.transitions import IllegalTransition, TransitionLost, transition, transition_many
 from tests.factories import make_lead, make_outreach, make_owner
 
@@ -102,12 +103,29 @@ def test_daily_limit_counts_sent_today_and_emails_on_their_way_out() -> None:
 def test_migration_fills_the_counts_from_recent_sent_rows() -> None:
     # given a database before the counts existed, with emails sent today and long ago
     executor = MigrationExecutor(connection)
-    executor.migrate([("outreach", "0003_organization_members")])
-    owner = make_owner(timezone="Asia/Tokyo")
+    before = [("outreach", "0003_organization_members")]
+    executor.migrate(before)
+    # The rows are written with that state's models: today's models have fields added later.
+    old = executor.loader.project_state(before).apps
+    org = old.get_model("outreach", "Organization").objects.create(name="Before the counts")
+    owner = old.get_model("outreach", "Owner").objects.create(
+        organization=org, name="Sam", kind="agent", timezone="Asia/Tokyo"
+    )
     now = timezone.now()
-    for sent_at in (now, now, now - timedelta(days=30)):
-        Outreach.objects.filter(pk=make_outreach(lead=make_lead(owner=owner)).pk).update(
-            state=State.SENT, sent_at=sent_at
+    for n, sent_at in enumerate((now, now, now - timedelta(days=30))):
+        lead = old.get_model("outreach", "Lead").objects.create(
+            organization=org, owner=owner, email=f"lead{n}@prospect.example"
+        )
+        old.get_model("outreach", "Outreach").objects.create(
+            lead=lead,
+            owner=owner,
+            kind="intro",
+            tier=Tier.INTRO,
+            state=State.SENT,
+            sent_at=sent_at,
+            not_before=now,
+            state_changed_at=now,
+            idempotency_key=f"old:{n}",
         )
     # when the migration runs
     executor = MigrationExecutor(connection)
@@ -115,4 +133,4 @@ def test_migration_fills_the_counts_from_recent_sent_rows() -> None:
     executor.migrate(executor.loader.graph.leaf_nodes("outreach"))
     # then today's count is there (the month-old email's day is never read again)
     today = timezone.localtime(now, ZoneInfo("Asia/Tokyo")).date()
-    assert OwnerDailySends.objects.get(owner=owner, day=today).sent == 2
+    assert OwnerDailySends.objects.get(owner_id=owner.pk, day=today).sent == 2

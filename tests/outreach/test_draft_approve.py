@@ -58,3 +58,23 @@ def test_an_edited_subject_must_be_one_nonempty_line(subject: str, expected: str
     with pytest.raises(ValidationError) as refused:
         draft_approve(outreach=draft, by=make_reviewer(), subject=subject)
     assert expected in refused.value.messages
+
+
+def test_an_edit_with_a_phone_number_is_refused_by_default() -> None:
+    # given a draft of an organization that has not allowed phone numbers
+    draft = make_draft(lead=make_lead(owner=make_owner(organization=make_org())))
+    # when a reviewer's edit adds one, then the policy refuses it
+    with pytest.raises(ValidationError) as refused:
+        draft_approve(outreach=draft, by=make_reviewer(), body=EDITED_BODY + " Call me at (415) 555-0132.")
+    assert refused.value.messages == [
+        "body: phone number '(415) 555-0132' (not allowed for this organization)"
+    ]
+
+
+def test_an_edit_with_a_phone_number_is_approved_where_the_organization_allows_them() -> None:
+    draft = make_draft(lead=make_lead(owner=make_owner(organization=make_org(allow_phone_numbers=True))))
+
+    draft_approve(outreach=draft, by=make_reviewer(), body=EDITED_BODY + " Call me at (415) 555-0132.")
+
+    draft.refresh_from_db()
+    assert draft.state == State.APPROVED

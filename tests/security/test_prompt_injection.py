@@ -61,9 +61,11 @@ def _model(settings: Any, *, link: str = LINK, obey: int) -> ObedientModel:
     return model
 
 
-def _injected_outreach(budget: Budget, *, link: str = LINK, review_required: bool = False) -> Outreach:
+def _injected_outreach(
+    budget: Budget, *, link: str = LINK, review_required: bool = False, phones: bool = False
+) -> Outreach:
     """A dispatched intro (holding its reservation) to a lead whose title carries the injection."""
-    org = make_org(allowed_link_domains="acme.example")
+    org = make_org(allowed_link_domains="acme.example", allow_phone_numbers=phones)
     owner = make_owner(organization=org, name="Sam", review_required=review_required)
     lead = make_lead(owner=owner, title=INJECTION.format(link=link)[:200])
     reservation = budget.reserve(requests=4, tokens=2400)
@@ -87,6 +89,10 @@ def _no_mail_with(sink: SMTPSink, needle: str) -> None:
         "https://acme.example.evil.example/x",  # the allowed domain as a prefix of another
         "http://127.0.0.1:8000/x",
         "HXXPS://EVIL.EXAMPLE",
+        "https://evil.example\\@acme.example/",  # a browser reads the backslash as "/"
+        "https://acme.example/r?u=https%3A%2F%2Fevil.example",  # a redirect inside an allowed link
+        "https:evil.example",  # no slashes: browsers still open evil.example
+        "call (415) 555-0132",  # a phone number, and the organization does not allow them
     ],
 )
 def test_model_obeying_the_injection_twice_ends_dead_with_class_policy_and_sends_nothing(
@@ -165,3 +171,19 @@ def test_the_injection_reaches_the_model_only_inside_the_untrusted_data_block(
         instructions, _, data = user.partition("<<<DATA")
         assert "ignore all previous instructions" not in instructions
         assert "ignore all previous instructions" in data.partition("DATA>>>")[0]
+
+
+def test_phone_number_is_sent_when_the_organization_allows_them(
+    budget: Budget, settings: Any, smtp_sink: SMTPSink
+) -> None:
+    # given an organization that allows phone numbers, and a model that always adds one
+    model = _model(settings, link="call (415) 555-0132", obey=2)
+    outreach = _injected_outreach(budget, link="call (415) 555-0132", phones=True)
+    try:
+        state = outreach_generate(outreach_id=outreach.pk, budget=budget)
+    finally:
+        model.stop()
+    # then the first draft passed the policy
+    assert state == State.DISPATCHED
+    outreach.refresh_from_db()
+    assert "(415) 555-0132" in outreach.draft_body
