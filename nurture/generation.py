@@ -30,6 +30,7 @@ from django.db import connection
 from django.utils import timezone
 
 from config.logging import outreach_log_context
+from config.queues import Queue
 from nurture import llm, prompts
 from nurture.errors import OptedOut, PolicyViolation, RateLimited
 from nurture.intake.sequence import Gate, sequence_gate
@@ -41,6 +42,7 @@ from orchestrator.dispatch.reads import job_scopes
 from orchestrator.job_leases import job_leases
 from outreach.draft_policy import check_draft
 from outreach.models import Lead, Outreach, State
+from outreach.tiers import Tier
 from outreach.transitions import TransitionLost, transition, transition_durably
 
 log = logging.getLogger(__name__)
@@ -254,13 +256,15 @@ def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: Usage) 
         from_=State.GENERATING,
         to=State.DISPATCHED,
         note="autonomous: send",
-        then=lambda: enqueue_send(outreach_id=outreach.pk),
+        then=lambda: enqueue_send(outreach_id=outreach.pk, reply=outreach.tier == Tier.REPLY),
         **fields,
     )
     return State.DISPATCHED
 
 
-def enqueue_send(*, outreach_id: int) -> None:
+def enqueue_send(*, outreach_id: int, reply: bool = False) -> None:
+    """A reply's email goes out from the reply lane too (its worker runs every task), so it does
+    not wait behind a backlog of intro sends any more than its generation waited behind theirs."""
     from config.celery import app
 
-    app.send_task("nurture.send", args=[outreach_id])
+    app.send_task("nurture.send", args=[outreach_id], queue=Queue.REPLY.value if reply else None)

@@ -232,3 +232,21 @@ def test_written_nudge_is_not_sent_after_the_lead_converted(smtp_sink: SMTPSink)
     # when the send task runs, nothing is emailed
     assert outreach_send(outreach_id=nudge.pk) == State.CANCELLED
     assert smtp_sink.messages == []
+
+
+def test_a_replys_email_is_sent_from_the_reply_lane_not_behind_intro_sends(
+    budget: Budget, llm_stub: LLMStub, redis_client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an autonomous owner's dispatched reply and intro
+    reply = _dispatched(budget, kind=Outreach.Kind.REPLY)
+    intro = _dispatched(budget)
+    # when both are written
+    with django_capture_on_commit_callbacks(execute=True):
+        outreach_generate(outreach_id=reply.pk, budget=budget)
+        outreach_generate(outreach_id=intro.pk, budget=budget)
+    # then the reply's send task waits on the reply lane, the intro's on the send queue
+    on_reply_lane = [str(raw) for raw in redis_client.lrange("reply", 0, -1)]
+    on_send_queue = [str(raw) for raw in redis_client.lrange("send", 0, -1)]
+    assert (len(on_reply_lane), len(on_send_queue)) == (1, 1)
+    assert f"[{reply.pk}]" in on_reply_lane[0]
+    assert f"[{intro.pk}]" in on_send_queue[0]

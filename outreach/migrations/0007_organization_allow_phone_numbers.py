@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("outreach", "0005_deadletter_moved_to_orchestrator"),
+        ("outreach", "0006_organization_settings_verified_domains"),
     ]
 
     operations = [

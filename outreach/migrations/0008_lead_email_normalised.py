@@ -66,7 +66,7 @@ def _refusal(groups: list[tuple[int, str, list[int]]]) -> str:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("outreach", "0006_organization_allow_phone_numbers"),
+        ("outreach", "0007_organization_allow_phone_numbers"),
     ]
 
     operations = [
