@@ -159,7 +159,7 @@ LLM_BUDGET_STRICT = env_bool("LLM_BUDGET_STRICT", False)
 # LLM_BUDGET_MARGIN_FLOOR_MS, at most LLM_BUDGET_MARGIN_MS (also the margin until measured).
 # Set the floor to the cap for a fixed margin.
 LLM_BUDGET_MARGIN_MS = env_int("LLM_BUDGET_MARGIN_MS", 1000, minimum=0)
-LLM_BUDGET_MARGIN_FLOOR_MS = env_int("LLM_BUDGET_MARGIN_FLOOR_MS", 50, minimum=0)
+LLM_BUDGET_MARGIN_FLOOR_MS = env_int("LLM_BUDGET_MARGIN_FLOOR_MS", 100, minimum=0)
 # Redis unreachable: "open" lets work run unmetered (the limiter protects the provider, not
 # our users), "closed" stops dispatching LLM work until Redis is back. See README.
 BUDGET_FAILURE_POLICY = env_choice("BUDGET_FAILURE_POLICY", ["open", "closed"], "open")

@@ -91,7 +91,7 @@ def limits_from_settings(*, rpm: int, tpm: int) -> Limits:
 
     strict = bool(settings.LLM_BUDGET_STRICT)
     margin_ms = int(settings.LLM_BUDGET_MARGIN_MS)
-    floor_ms = int(getattr(settings, "LLM_BUDGET_MARGIN_FLOOR_MS", 50))
+    floor_ms = int(getattr(settings, "LLM_BUDGET_MARGIN_FLOOR_MS", 100))
     calls, per_call = settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL
     interval_ms = int(settings.DISPATCH_INTERVAL * 1000)
     burst_ms = max(
