@@ -252,10 +252,9 @@ if RETENTION_EVENTS_DAYS * 86_400 < METRICS_WINDOW_S:
         f"RETENTION_EVENTS_DAYS={RETENTION_EVENTS_DAYS:g}: must cover METRICS_WINDOW_S "
         f"({METRICS_WINDOW_S} s = {METRICS_WINDOW_S / 86_400:g} days): the dashboard reads that window."
     )
-RETENTION_DEAD_LETTERS_DAYS = env_float(
-    "RETENTION_DEAD_LETTERS_DAYS", 30.0, minimum=0.0
-)  # replayed/cancelled
-RETENTION_ASSIGNMENT_ITEMS_DAYS = env_float("RETENTION_ASSIGNMENT_ITEMS_DAYS", 30.0, minimum=0.0)  # completed
+# Dead letters an operator resolved (replayed, cancelled); items of completed assignments.
+RETENTION_DEAD_LETTERS_DAYS = env_float("RETENTION_DEAD_LETTERS_DAYS", 30.0, minimum=0.0)
+RETENTION_ASSIGNMENT_ITEMS_DAYS = env_float("RETENTION_ASSIGNMENT_ITEMS_DAYS", 30.0, minimum=0.0)
 # Rows per DELETE statement, each its own transaction: short locks, bounded WAL per commit.
 RETENTION_BATCH_ROWS = env_int("RETENTION_BATCH_ROWS", 5000, minimum=1)
 RETENTION_PRUNE_INTERVAL_S = env_int("RETENTION_PRUNE_INTERVAL_S", 86_400, minimum=1)  # daily

@@ -20,9 +20,9 @@ def dispatch() -> None:
 
 @shared_task(name="orchestrator.prune", ignore_result=True, acks_late=False)
 def prune() -> None:
-    # acks_late off: a run lost with its worker leaves rows for the next run, which deletes them.
     """Retention (orchestrator.retention). A run deletes for about one dispatch interval; while
-    rows remain it queues the next run behind the dispatch cycles already waiting."""
+    rows remain it queues the next run, so dispatch cycles get the worker in between."""
+    # acks_late off: a run lost with its worker leaves rows for the next run, which deletes them.
     from orchestrator.retention import retention_prune
 
     report = retention_prune()
