@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.contrib.sessions.models import Session
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -138,7 +139,7 @@ def test_a_run_stops_at_its_time_budget_and_says_rows_remain(settings: Any) -> N
     settings.RETENTION_BATCH_ROWS = 2
     outreach = make_outreach(state=State.DISPATCHED)
     _events(outreach, *[20 * DAY + i * timedelta(minutes=1) for i in range(5)])
-    ticks = iter([0.0, 0.0, 100.0])
+    ticks = iter([0.0, 100.0])  # the start, then the check before the second statement
     # when the prune runs with that clock
     report = retention_prune(now=NOW, clock=lambda: next(ticks, 100.0), budget_s=1.0)
     # then it stopped after the first batch and says it is not finished; a second run goes on
@@ -153,6 +154,20 @@ def test_the_task_prunes(settings: Any) -> None:
     _events(outreach, 20 * DAY, timedelta(minutes=1))
     prune()
     assert OutreachEvent.objects.count() == 1
+
+
+def test_the_task_queues_its_continuation_on_the_orchestrator_queue_while_rows_remain(
+    settings: Any, redis_client: redis.Redis
+) -> None:
+    # given a backlog larger than one statement and a run budget spent by the first one
+    settings.RETENTION_BATCH_ROWS, settings.DISPATCH_INTERVAL = 2, 0
+    outreach = make_outreach(state=State.DISPATCHED)
+    _events(outreach, *[20 * DAY + i * timedelta(minutes=1) for i in range(5)])
+    # when the task runs
+    prune()
+    # then it made progress (one statement) and queued the next run rather than hold the worker
+    assert OutreachEvent.objects.count() == 3
+    assert redis_client.llen("orchestrator") == 1
 
 
 def test_table_sizes_count_the_pruned_tables() -> None:
