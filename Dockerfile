@@ -8,7 +8,8 @@ COPY . .
 # The admin's static files, collected at build time under hashed names (whitenoise serves them).
 # Settings refuse to load without production secrets; these placeholders exist only for this step.
 RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only LLM_API_KEY=unused WEBHOOK_SECRET=unused \
-    FLOWER_BASIC_AUTH=unused:unused python manage.py collectstatic --noinput
+    FLOWER_BASIC_AUTH=unused:unused PUBLIC_BASE_URL=https://unused.invalid \
+    DEFAULT_FROM_EMAIL=unused@unused.invalid METRICS_TOKEN=unused python manage.py collectstatic --noinput
 RUN useradd --create-home app && chown -R app /app
 USER app
 EXPOSE 8000

@@ -139,6 +139,9 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
         LLM_API_KEY="sk-bench",
         WEBHOOK_SECRET=secrets.token_hex(16),
         FLOWER_BASIC_AUTH=f"bench:{secrets.token_hex(8)}",
+        PUBLIC_BASE_URL="http://127.0.0.1:8000",
+        DEFAULT_FROM_EMAIL="outreach@bench.example",
+        METRICS_TOKEN=secrets.token_hex(16),
         **dict(setting.split("=", 1) for setting in args.set),
     )
     provider, workers = ProcessGroup(log_dir=logs, env=env), ProcessGroup(log_dir=logs, env=env)

@@ -18,7 +18,11 @@ AWAITING_APPROVAL. A few "poison" leads make the simulator fail on purpose (a dr
 the policy twice, a 400, a 500 on every try), so the dead-letter path runs under load too.
 
 Every ~10 s it samples the dispatcher's cycle time (the orchestrator worker's "dispatch cycle"
-log lines carry `ms=`) and the RSS of every process and its pool children (/proc). At the end it
+log lines carry `ms=`), the RSS of every process and its pool children (/proc), and the row
+counts of the tables retention prunes (orchestrator.retention.table_sizes). Beat runs the prune
+(orchestrator.prune) as in production; to see it keep the tables flat within a run, set short
+ages in the environment, e.g. RETENTION_EVENTS_DAYS=0.001 METRICS_WINDOW_S=60
+RETENTION_PRUNE_INTERVAL_S=20. At the end it
 checks the invariants, prints a table, writes var/bench/soak.json and exits 1 if any failed.
 """
 
@@ -65,6 +69,7 @@ class Sample:
     children: dict[str, int]  # process name -> how many descendants
     cpu_s: dict[str, float]  # process name -> CPU seconds used so far by it and its descendants
     states: dict[str, int]
+    tables: dict[str, int] = field(default_factory=dict)  # rows of the tables retention bounds
 
 
 @dataclass
@@ -92,6 +97,9 @@ class Figures:
     rss_mb_last: dict[str, float] = field(default_factory=dict)
     rss_mb_peak: dict[str, float] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)
+    table_rows_first: dict[str, int] = field(default_factory=dict)
+    table_rows_last: dict[str, int] = field(default_factory=dict)
+    table_rows_peak: dict[str, int] = field(default_factory=dict)
     sim: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
@@ -312,6 +320,7 @@ def _loop(
     samples: list[Sample],
     handler: SMTPSink,
 ) -> bool:
+    from orchestrator.retention import table_sizes
     from outreach.models import Outreach, State
     from outreach.services import drafts_approve
 
@@ -328,7 +337,9 @@ def _loop(
         if time.monotonic() >= next_sample:
             next_sample += SAMPLE_EVERY_S
             states = state_counts(ids)
-            sample = Sample(t_s=round(elapsed, 1), rss_kb={}, children={}, cpu_s={}, states=states)
+            sample = Sample(
+                t_s=round(elapsed, 1), rss_kb={}, children={}, cpu_s={}, states=states, tables=table_sizes()
+            )
             for name in PROCESSES:
                 tree = process_trees({name: procs[name].pid})[name]
                 sample.rss_kb[name], sample.children[name], sample.cpu_s[name] = (
@@ -400,6 +411,7 @@ def _collect(
     _check_sink(figures=figures, mine=mine, handler=handler)
     _cycle_figures(figures=figures, started_wall=started_wall)
     _rss_figures(figures=figures, samples=samples)
+    _table_figures(figures=figures, samples=samples)
     stats = sim.stats()
     figures.sim = {
         k: stats[k]
@@ -465,6 +477,18 @@ def _rss_figures(*, figures: Figures, samples: list[Sample]) -> None:
         figures.rss_mb_last[name] = round(percentile(values=last or [series[-1][1]], fraction=0.5) or 0.0, 1)
         figures.rss_mb_peak[name] = round(max(v for _, v in series), 1)
         figures.cpu_s[name] = round(samples[-1].cpu_s[name], 1)
+
+
+def _table_figures(*, figures: Figures, samples: list[Sample]) -> None:
+    # Reported, not judged: the rows stay flat only when the retention ages (RETENTION_*, set in
+    # the environment) are shorter than the run, e.g. RETENTION_EVENTS_DAYS=0.001 (86 s) with
+    # METRICS_WINDOW_S=60 and RETENTION_PRUNE_INTERVAL_S=20.
+    if not samples:
+        return
+    figures.table_rows_first, figures.table_rows_last = dict(samples[0].tables), dict(samples[-1].tables)
+    figures.table_rows_peak = {
+        name: max(s.tables.get(name, 0) for s in samples) for name in samples[0].tables
+    }
 
 
 def _judge(*, figures: Figures, seeded: Seeded, unexpected: Any) -> None:
@@ -567,6 +591,13 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
                 f"RSS MB {name} (+pool), first -> last quarter (peak)",
                 f"{f.rss_mb_first.get(name, 0):.0f} -> {f.rss_mb_last.get(name, 0):.0f} "
                 f"({f.rss_mb_peak.get(name, 0):.0f})",
+            )
+        )
+    for name, first in f.table_rows_first.items():
+        rows.append(
+            (
+                f"rows {name}, first -> last sample (peak)",
+                f"{first:,} -> {f.table_rows_last.get(name, 0):,} ({f.table_rows_peak.get(name, 0):,})",
             )
         )
     width = max(len(label) for label, _ in rows)

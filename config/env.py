@@ -7,6 +7,7 @@ value fails at start-up with an error that names the variable and says what was 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -76,6 +77,12 @@ def env_bool(name: str, default: object = REQUIRED) -> bool:
     raise ImproperlyConfigured(f"{name}={value!r}: expected one of true/false, 1/0, yes/no, on/off.")
 
 
+def env_bool_if_set(name: str) -> bool | None:
+    """A bool when the variable is set, None when it is not: for settings whose default
+    depends on others (EMAIL_USE_TLS defaults on when there is an SMTP login to protect)."""
+    return None if _raw(name, None) is None else env_bool(name)
+
+
 def env_choice(name: str, choices: Sequence[str], default: object = REQUIRED) -> str:
     value = env_str(name, default)
     if value not in choices:
@@ -88,15 +95,40 @@ def env_list(name: str, default: object = REQUIRED) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+# The password in a URL's user info (`//user:password@`) and in libpq's query form
+# (`?password=...`): greedy up to the last `@` of the authority, as urlsplit reads it.
+_URL_PASSWORD = re.compile(r"(//[^/?#@:]*:)[^/?#]*(@)")
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+
+
+def url_redacted(url: str) -> str:
+    """`url` with its passwords as `***`: what an error message or a log line may show."""
+    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\2", url))
+
+
+def _bad_url(name: str, url: str, problem: str) -> ImproperlyConfigured:
+    # Start-up errors land in logs and CI output: never with the database's or Redis's password.
+    return ImproperlyConfigured(f"{name}={url_redacted(url)!r}: {problem}")
+
+
+def env_redis_url(name: str, default: object = REQUIRED) -> str:
+    url = env_str(name, default)
+    if urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
+        raise _bad_url(name, url, "expected a redis://, rediss:// or unix:// URL.")
+    return url
+
+
 def database_from_url(name: str, url: str) -> dict[str, object]:
     """Turn `postgres://user:pass@host:port/db` or `sqlite:///path` into a DATABASES entry."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # a port that is not a number, a broken [IPv6] host
+        raise _bad_url(name, url, f"not a valid URL ({exc}).") from None
     if parts.scheme == "sqlite":
         path = unquote(parts.path[1:] if parts.path.startswith("//") else parts.path.lstrip("/") or "")
         if not path:
-            raise ImproperlyConfigured(
-                f"{name}={url!r}: a SQLite URL needs a file path, e.g. sqlite:///db.sqlite3."
-            )
+            raise _bad_url(name, url, "a SQLite URL needs a file path, e.g. sqlite:///db.sqlite3.")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return {
             "ENGINE": "django.db.backends.sqlite3",
@@ -112,9 +144,7 @@ def database_from_url(name: str, url: str) -> dict[str, object]:
         }
     if parts.scheme in {"postgres", "postgresql", "pgsql"}:
         if not parts.path.strip("/"):
-            raise ImproperlyConfigured(
-                f"{name}={url!r}: the URL names no database, e.g. postgres://user@host:5432/outreach."
-            )
+            raise _bad_url(name, url, "the URL names no database, e.g. postgres://user@host:5432/outreach.")
         options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
         # The dispatcher's queries are short index walks; JIT compilation would cost more than
         # it saves on every cycle (tens of ms), so it is off unless the URL asks otherwise.
@@ -125,12 +155,12 @@ def database_from_url(name: str, url: str) -> dict[str, object]:
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
+            "PORT": str(port or ""),
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
         }
-    raise ImproperlyConfigured(f"{name}={url!r}: expected a postgres:// or sqlite:/// URL.")
+    raise _bad_url(name, url, "expected a postgres:// or sqlite:/// URL.")
 
 
 def env_shares(name: str, *, keys: Sequence[str], default: str = "") -> dict[str, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 from kombu import Queue as KombuQueue
 
@@ -16,10 +17,12 @@ from config.env import (
     REQUIRED,
     database_from_url,
     env_bool,
+    env_bool_if_set,
     env_choice,
     env_float,
     env_int,
     env_list,
+    env_redis_url,
     env_shares,
     env_str,
 )
@@ -35,6 +38,10 @@ load_dotenv(os.environ.get("DJANGO_ENV_FILE") or BASE_DIR / ".env", override=Fal
 DEBUG = env_bool("DJANGO_DEBUG", False)
 # Production secrets have no default: only a debug (demo/dev) process may run on a throwaway key.
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "dev-insecure-key-for-demo-only" if DEBUG else REQUIRED)
+# Key rotation: the previous keys, comma-separated. Nothing is signed with them, but what they
+# signed still verifies (Django's Signer tries SECRET_KEY, then these): unsubscribe links in
+# emails already sent keep working, sessions survive. Drop an old key once its links may go.
+SECRET_KEY_FALLBACKS = env_list("DJANGO_SECRET_KEY_FALLBACKS", "")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
 
 INSTALLED_APPS = [
@@ -137,7 +144,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
 # --- Redis: the LLM budget, the dispatcher lock, and the Celery broker by default -----------
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = env_redis_url("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 # --- LLM provider (any OpenAI-compatible chat-completions endpoint) -------------------------
 LLM_BASE_URL = env_str("LLM_BASE_URL", "http://127.0.0.1:8900/v1")
@@ -170,11 +177,28 @@ EMAIL_HOST = env_str("EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = env_int("EMAIL_PORT", 1025, minimum=1)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# An SMTP login never goes out in clear by default: with a user and password set, STARTTLS is
+# on unless EMAIL_USE_TLS or EMAIL_USE_SSL (implicit TLS, port 465) says otherwise. Turning both
+# off with a login needs EMAIL_ALLOW_PLAINTEXT_AUTH=1, and every start then warns (orchestrator.W002).
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+_EMAIL_LOGIN = bool(EMAIL_HOST_USER and EMAIL_HOST_PASSWORD)  # Django's backend logs in only with both
+_email_use_tls = env_bool_if_set("EMAIL_USE_TLS")
+EMAIL_USE_TLS = (_EMAIL_LOGIN and not EMAIL_USE_SSL) if _email_use_tls is None else _email_use_tls
+EMAIL_ALLOW_PLAINTEXT_AUTH = env_bool("EMAIL_ALLOW_PLAINTEXT_AUTH", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured(
+        "EMAIL_USE_TLS and EMAIL_USE_SSL are both on: choose STARTTLS or implicit TLS."
+    )
+if _EMAIL_LOGIN and not (EMAIL_USE_TLS or EMAIL_USE_SSL or EMAIL_ALLOW_PLAINTEXT_AUTH):
+    raise ImproperlyConfigured(
+        "EMAIL_USE_TLS=0 with EMAIL_HOST_USER/EMAIL_HOST_PASSWORD set would send the SMTP password "
+        "in clear: use EMAIL_USE_TLS=1 or EMAIL_USE_SSL=1, or set EMAIL_ALLOW_PLAINTEXT_AUTH=1 to accept it."
+    )
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 20, minimum=1)
-DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "outreach@example.com")
+# No production defaults: a demo sender or a localhost unsubscribe link would reach real people.
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "outreach@example.com" if DEBUG else REQUIRED)
 # Where recipients reach us (List-Unsubscribe links): the public address of the web service.
-PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000" if DEBUG else REQUIRED)
 
 # --- Dispatcher -----------------------------------------------------------------------------
 # Whole seconds between cycles: django-celery-beat stores intervals in whole seconds, so 0.5
@@ -212,10 +236,28 @@ RETRY_BACKOFF_BASE_S = env_float("RETRY_BACKOFF_BASE_S", 15.0, minimum=0.0)
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
 
 # --- Metrics and dashboard -----------------------------------------------------------------
-METRICS_TOKEN = env_str("METRICS_TOKEN", "")  # empty: /metrics open (internal port); else Bearer token
+# /metrics shows every organization's owners and the whole budget: outside debug a scrape
+# needs `Authorization: Bearer <METRICS_TOKEN>`. Debug (demo, development): empty = open.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "" if DEBUG else REQUIRED)
 METRICS_WINDOW_S = env_int("METRICS_WINDOW_S", 86_400, minimum=60)  # window of latency/rate figures
 LLM_COST_PER_1K_TOKENS = env_float("LLM_COST_PER_1K_TOKENS", 0.0, minimum=0.0)  # for cost per outreach
 BUDGET_SAMPLE_RETENTION_DAYS = env_int("BUDGET_SAMPLE_RETENTION_DAYS", 7, minimum=1)
+
+# --- Retention (orchestrator.retention: a scheduled prune in bounded batches) ----------------
+# Days of history kept (fractions allowed: a soak prunes minutes-old rows). The dashboard's window
+# figures read the transition history, so it is kept for at least METRICS_WINDOW_S.
+RETENTION_EVENTS_DAYS = env_float("RETENTION_EVENTS_DAYS", 90.0, minimum=0.0)
+if RETENTION_EVENTS_DAYS * 86_400 < METRICS_WINDOW_S:
+    raise ImproperlyConfigured(
+        f"RETENTION_EVENTS_DAYS={RETENTION_EVENTS_DAYS:g}: must cover METRICS_WINDOW_S "
+        f"({METRICS_WINDOW_S} s = {METRICS_WINDOW_S / 86_400:g} days): the dashboard reads that window."
+    )
+# Dead letters an operator resolved (replayed, cancelled); items of completed assignments.
+RETENTION_DEAD_LETTERS_DAYS = env_float("RETENTION_DEAD_LETTERS_DAYS", 30.0, minimum=0.0)
+RETENTION_ASSIGNMENT_ITEMS_DAYS = env_float("RETENTION_ASSIGNMENT_ITEMS_DAYS", 30.0, minimum=0.0)
+# Rows per DELETE statement, each its own transaction: short locks, bounded WAL per commit.
+RETENTION_BATCH_ROWS = env_int("RETENTION_BATCH_ROWS", 5000, minimum=1)
+RETENTION_PRUNE_INTERVAL_S = env_int("RETENTION_PRUNE_INTERVAL_S", 86_400, minimum=1)  # daily
 
 # --- Flower ---------------------------------------------------------------------------------
 FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "admin:admin" if DEBUG else REQUIRED)
@@ -272,7 +314,14 @@ CELERY_BEAT_SCHEDULE = {
         # expire rather than pile up behind a stopped orchestrator worker. `expire_seconds`, not
         # `expires`: django-celery-beat copies only the former into its table.
         "options": {"queue": Queue.ORCHESTRATOR.value, "expire_seconds": DISPATCH_INTERVAL},
-    }
+    },
+    # Retention (orchestrator.retention): the orchestrator queue is for short work, so one run
+    # deletes for about one dispatch interval and queues its own continuation if rows remain.
+    "retention-prune": {
+        "task": "orchestrator.prune",
+        "schedule": RETENTION_PRUNE_INTERVAL_S,
+        "options": {"queue": Queue.ORCHESTRATOR.value, "expire_seconds": RETENTION_PRUNE_INTERVAL_S},
+    },
 }
 
 # Structured logs: JSON lines in production, key=value in debug; every line about an outreach

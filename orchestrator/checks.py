@@ -23,3 +23,23 @@ def stuck_timeout_outlives_tasks(**_: Any) -> list[CheckMessage]:
             id="orchestrator.W001",
         )
     ]
+
+
+@register()
+def smtp_login_over_tls(**_: Any) -> list[CheckMessage]:
+    # The opt-out from TLS for an SMTP login (settings refuse it otherwise) must stay visible:
+    # every process start and every `check --deploy` says the password travels in clear.
+    if not getattr(settings, "EMAIL_ALLOW_PLAINTEXT_AUTH", False):
+        return []
+    if not (settings.EMAIL_HOST_USER and settings.EMAIL_HOST_PASSWORD):
+        return []
+    if settings.EMAIL_USE_TLS or settings.EMAIL_USE_SSL:
+        return []
+    return [
+        Warning(
+            f"The SMTP password for {settings.EMAIL_HOST_USER!r} is sent in clear to {settings.EMAIL_HOST} "
+            "(EMAIL_ALLOW_PLAINTEXT_AUTH=1, EMAIL_USE_TLS and EMAIL_USE_SSL off).",
+            hint="Use EMAIL_USE_TLS=1 (STARTTLS) or EMAIL_USE_SSL=1 unless the mail relay is on a trusted network.",
+            id="orchestrator.W002",
+        )
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from orchestrator.dispatch.cycle import dispatch_cycle
 
@@ -15,6 +16,19 @@ log = logging.getLogger(__name__)
 def dispatch() -> None:
     # acks_late off: a lost cycle is simply the next beat's cycle; redelivering it is pointless.
     dispatch_cycle()
+
+
+@shared_task(name="orchestrator.prune", ignore_result=True, acks_late=False)
+def prune() -> None:
+    """Retention (orchestrator.retention). A run deletes for about one dispatch interval; while
+    rows remain it queues the next run, so dispatch cycles get the worker in between."""
+    # acks_late off: a run lost with its worker leaves rows for the next run, which deletes them.
+    from orchestrator.retention import retention_prune
+
+    report = retention_prune()
+    log.info("retention prune: %s", report.deleted, extra={"finished": report.finished})
+    if not report.finished:
+        prune.apply_async(countdown=settings.DISPATCH_INTERVAL)
 
 
 @shared_task(name="dead_letter.alert", ignore_result=True)

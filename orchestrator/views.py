@@ -55,9 +55,9 @@ def _organizations_of(request: HttpRequest) -> list[int] | None:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format. Open by default (scraped on the internal port, like any exporter);
-    with METRICS_TOKEN set, a scrape needs `Authorization: Bearer <token>` (or a session allowed
-    to see the dashboard)."""
+    """Prometheus text format. A scrape needs `Authorization: Bearer <METRICS_TOKEN>` (or a
+    session allowed to see the dashboard): settings require the token outside debug, so only
+    a debug process (the demo, development) with no token set answers anyone."""
     if not _may_scrape(request):
         return HttpResponse(
             "metrics need a bearer token\n", status=401, headers={"WWW-Authenticate": "Bearer"}

@@ -41,3 +41,11 @@ def test_beat_liveness_says_why_it_is_not_alive(tmp_path: Path) -> None:
     assert "has not ticked yet" in str(beat_alive(heartbeat_file=heartbeat, now=time.time()))
     heartbeat.touch()
     assert "last tick was 120 s ago" in str(beat_alive(heartbeat_file=heartbeat, now=time.time() + 120))
+
+
+def test_retention_prune_is_scheduled_daily_on_the_orchestrator_queue(settings: Any) -> None:
+    scheduler = HeartbeatScheduler(app=app, lazy=False)
+    stored = PeriodicTask.objects.get(name="retention-prune")
+    assert stored.task == "orchestrator.prune"
+    assert stored.interval.every == settings.RETENTION_PRUNE_INTERVAL_S == 86_400
+    assert scheduler.schedule["retention-prune"].options["queue"] == "orchestrator"

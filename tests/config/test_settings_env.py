@@ -20,11 +20,26 @@ PRODUCTION_ENV = {
     "WEBHOOK_SECRET": "whsec",
     "FLOWER_BASIC_AUTH": "ops:secret",
     "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/outreach",
+    "PUBLIC_BASE_URL": "https://outreach.example.com",
+    "DEFAULT_FROM_EMAIL": "outreach@outreach.example.com",
+    "METRICS_TOKEN": "scrape-token",
 }
+# Variables a test's own environment must not leak into a settings subprocess.
+SETTINGS_PREFIXES = (
+    "DJANGO",
+    "LLM",
+    "WEBHOOK",
+    "FLOWER",
+    "PUBLIC_BASE_URL",
+    "DEFAULT_FROM_EMAIL",
+    "METRICS_",
+    "EMAIL_",
+    "RETENTION_",
+)
 
 
 def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO", "LLM", "WEBHOOK", "FLOWER"))}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(SETTINGS_PREFIXES)}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
@@ -92,9 +107,20 @@ def test_min_share_parsing_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
             env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])
 
 
-@pytest.mark.parametrize(
-    "secret", ["DJANGO_SECRET_KEY", "LLM_API_KEY", "WEBHOOK_SECRET", "FLOWER_BASIC_AUTH"]
-)
+REQUIRED_IN_PRODUCTION = [
+    "DJANGO_SECRET_KEY",
+    "LLM_API_KEY",
+    "WEBHOOK_SECRET",
+    "FLOWER_BASIC_AUTH",
+    # a demo address in List-Unsubscribe links or From: headers would reach real recipients
+    "PUBLIC_BASE_URL",
+    "DEFAULT_FROM_EMAIL",
+    # an open /metrics shows every organization's owners and the whole budget
+    "METRICS_TOKEN",
+]
+
+
+@pytest.mark.parametrize("secret", REQUIRED_IN_PRODUCTION)
 @pytest.mark.parametrize("how", ["unset", "empty"])
 def test_production_without_a_secret_stops_with_an_error_naming_it(secret: str, how: str) -> None:
     # given the production environment (DJANGO_DEBUG=0) with one secret missing or empty
@@ -193,3 +219,163 @@ def test_webhook_and_metrics_over_plain_http_are_answered_not_redirected() -> No
     assert webhook == "401"  # answered (unsigned), not 301
     assert metrics == "401"  # answered (no token), not 301
     assert admin == "301"  # the rest still goes to HTTPS
+
+
+def _settings_line(*names: str, env: dict[str, str]) -> list[str]:
+    script = f"from django.conf import settings as s; print(*[getattr(s, n) for n in {list(names)!r}])"
+    result = _manage("shell", "-v", "0", "-c", script, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_dockerfile_collectstatic_placeholders_cover_every_required_secret() -> None:
+    # given the environment the image build gives collectstatic (the Dockerfile's RUN line)
+    dockerfile = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    line = next(row for row in dockerfile.splitlines() if "collectstatic" in row)
+    build_env = dict(word.split("=", 1) for word in line.removeprefix("RUN").split() if "=" in word)
+    # then it names every production secret, and settings load with exactly those
+    assert set(REQUIRED_IN_PRODUCTION) <= set(build_env)
+    result = _manage(
+        "shell", "-v", "0", "-c", "from django.conf import settings; settings.SECRET_KEY", env=build_env
+    )
+    assert result.returncode == 0, result.stderr
+
+
+SMTP_LOGIN = {"EMAIL_HOST_USER": "mailer", "EMAIL_HOST_PASSWORD": "smtp-password"}
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, ["False", "False"]),  # no login (a local relay or sink): nothing to protect
+        (SMTP_LOGIN, ["True", "False"]),  # a login and no choice made: STARTTLS
+        ({**SMTP_LOGIN, "EMAIL_USE_SSL": "1"}, ["False", "True"]),  # implicit TLS chosen instead
+        ({**SMTP_LOGIN, "EMAIL_USE_TLS": "1"}, ["True", "False"]),
+        ({**SMTP_LOGIN, "EMAIL_USE_TLS": "0", "EMAIL_ALLOW_PLAINTEXT_AUTH": "1"}, ["False", "False"]),
+    ],
+)
+def test_smtp_credentials_go_over_tls_unless_plaintext_is_explicitly_allowed(
+    given: dict[str, str], expected: list[str]
+) -> None:
+    assert _settings_line("EMAIL_USE_TLS", "EMAIL_USE_SSL", env={**PRODUCTION_ENV, **given}) == expected
+
+
+def test_smtp_login_with_tls_turned_off_refuses_to_start_without_the_opt_out() -> None:
+    # given SMTP credentials and TLS turned off, without EMAIL_ALLOW_PLAINTEXT_AUTH
+    result = _manage("check", env={**PRODUCTION_ENV, **SMTP_LOGIN, "EMAIL_USE_TLS": "0"})
+    # then the process stops, naming the variables, rather than send the password in clear
+    assert result.returncode != 0
+    assert "EMAIL_USE_TLS=0 with EMAIL_HOST_USER/EMAIL_HOST_PASSWORD set" in result.stderr
+    assert "EMAIL_ALLOW_PLAINTEXT_AUTH=1" in result.stderr
+
+
+def test_plaintext_smtp_login_opt_out_is_loud() -> None:
+    # given the documented opt-out, every process start says so (a system check warning)
+    env = {**PRODUCTION_ENV, **SMTP_LOGIN, "EMAIL_USE_TLS": "0", "EMAIL_ALLOW_PLAINTEXT_AUTH": "1"}
+    result = _manage("check", env=env)
+    assert "orchestrator.W002" in result.stderr + result.stdout
+    assert "in clear" in result.stderr + result.stdout
+
+
+def test_tls_and_ssl_together_are_refused() -> None:
+    result = _manage("check", env={**PRODUCTION_ENV, "EMAIL_USE_TLS": "1", "EMAIL_USE_SSL": "1"})
+    assert result.returncode != 0
+    assert "EMAIL_USE_TLS and EMAIL_USE_SSL are both on" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://app:hunter2-secret@db:5432/",  # names no database
+        "mysql://app:hunter2-secret@db/outreach",  # wrong scheme
+        "postgres://app:hunter2-secret@db:port/outreach",  # a port that is not a number
+        "postgres://db/?password=hunter2-secret",  # libpq's query form, no database
+    ],
+)
+def test_bad_database_url_error_names_the_variable_and_hides_the_password(url: str) -> None:
+    with pytest.raises(ImproperlyConfigured) as error:
+        database_from_url("DATABASE_URL", url)
+    assert str(error.value).startswith("DATABASE_URL=")
+    assert "hunter2-secret" not in str(error.value)
+    assert "***" in str(error.value)
+
+
+def test_bad_redis_url_stops_the_process_without_printing_the_password() -> None:
+    result = _manage("check", env={**PRODUCTION_ENV, "REDIS_URL": "http://:hunter2-secret@cache:6379/0"})
+    assert result.returncode != 0
+    assert (
+        "REDIS_URL='http://:***@cache:6379/0': expected a redis://, rediss:// or unix:// URL."
+        in result.stderr
+    )
+    assert "hunter2-secret" not in result.stderr + result.stdout
+
+
+def test_unsubscribe_links_signed_before_a_key_rotation_keep_working_with_the_old_key_as_fallback() -> None:
+    # given a link signed by a process running on the old key
+    old = {**PRODUCTION_ENV, "DJANGO_SECRET_KEY": "old-" + "k" * 60}
+    sign = "from nurture.mail import unsubscribe_token; print(unsubscribe_token(lead_id=7))"
+    token = _manage("shell", "-v", "0", "-c", sign, env=old).stdout.strip()
+    # when the key is rotated: a new DJANGO_SECRET_KEY, the old one in DJANGO_SECRET_KEY_FALLBACKS
+    read = (
+        "from django.core.signing import BadSignature; from nurture.mail import lead_id_from_token\n"
+        f"try: print(lead_id_from_token(token={token!r}))\n"
+        "except BadSignature: print('refused')"
+    )
+    new = {**PRODUCTION_ENV, "DJANGO_SECRET_KEY": "new-" + "k" * 60}
+    rotated = _manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        read,
+        env={**new, "DJANGO_SECRET_KEY_FALLBACKS": "older-one, " + old["DJANGO_SECRET_KEY"]},
+    )
+    # then the old link still opens, and only while the old key is among the fallbacks
+    assert rotated.stdout.strip() == "7", rotated.stderr
+    assert _manage("shell", "-v", "0", "-c", read, env=new).stdout.strip() == "refused"
+
+
+@pytest.mark.django_db
+def test_metrics_outside_debug_need_the_bearer_token() -> None:
+    # given a production process on the (migrated) test database
+    from django.db import connection
+
+    from config.env import database_url
+
+    env = {
+        **PRODUCTION_ENV,
+        "DJANGO_ALLOWED_HOSTS": "testserver",
+        "DJANGO_SECURE_SSL_REDIRECT": "0",
+        "DATABASE_URL": database_url(connection.settings_dict),
+    }
+    script = (
+        "from django.test import Client; c = Client(); "
+        "print(c.get('/metrics').status_code, "
+        "c.get('/metrics', HTTP_AUTHORIZATION='Bearer wrong').status_code, "
+        "c.get('/metrics', HTTP_AUTHORIZATION='Bearer scrape-token').status_code)"
+    )
+    # when Prometheus scrapes without, with a wrong and with the configured token
+    result = _manage("shell", "-v", "0", "-c", script, env=env)
+    # then only the scrape with the token gets the figures
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["401", "401", "200"]
+
+
+def test_event_retention_shorter_than_the_metrics_window_is_refused() -> None:
+    # the dashboard's window figures read OutreachEvent: pruning inside the window would falsify them
+    env = {**PRODUCTION_ENV, "METRICS_WINDOW_S": "172800", "RETENTION_EVENTS_DAYS": "1"}
+    result = _manage("check", env=env)
+    assert result.returncode != 0
+    assert "RETENTION_EVENTS_DAYS=1: must cover METRICS_WINDOW_S (172800 s = 2 days)" in result.stderr
+
+
+def test_retention_settings_defaults_and_validation() -> None:
+    names = ("RETENTION_EVENTS_DAYS", "RETENTION_DEAD_LETTERS_DAYS", "RETENTION_ASSIGNMENT_ITEMS_DAYS")
+    assert _settings_line(*names, "RETENTION_BATCH_ROWS", env=PRODUCTION_ENV) == [
+        "90.0",
+        "30.0",
+        "30.0",
+        "5000",
+    ]
+    result = _manage("check", env={**PRODUCTION_ENV, "RETENTION_BATCH_ROWS": "0"})
+    assert "RETENTION_BATCH_ROWS='0': must be at least 1." in result.stderr

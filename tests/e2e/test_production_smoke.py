@@ -66,6 +66,8 @@ def _production_env(
         "WEBHOOK_SECRET": "whsec-smoke",
         "FLOWER_BASIC_AUTH": "ops:smoke",
         "PUBLIC_BASE_URL": f"https://127.0.0.1:{port}",
+        "DEFAULT_FROM_EMAIL": "outreach@smoke.example",
+        "METRICS_TOKEN": "metrics-smoke",
         "DISPATCH_INTERVAL": "1",
         "BEAT_HEARTBEAT_FILE": str(tmp / "beat.heartbeat"),
         "WEB_CONCURRENCY": "1",

@@ -3,6 +3,8 @@ and the RFC 8058 one-click POST mail providers send; a tampered token is a 400 p
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -142,3 +144,20 @@ def test_opt_out_is_per_organization(lead: Lead) -> None:
     # then only that sender's lead is opted out
     other.refresh_from_db()
     assert other.status == Lead.Status.ACTIVE
+
+
+@pytest.mark.parametrize(("fallbacks", "status"), [(["old-key-" + "k" * 50], 200), ([], 400)])
+def test_a_link_from_before_a_key_rotation_opts_out_while_the_old_key_is_a_fallback(
+    lead: Lead, settings: Any, fallbacks: list[str], status: int
+) -> None:
+    # given a link in an email sent before the key rotation (Django's Signer reads both
+    # SECRET_KEY and SECRET_KEY_FALLBACKS when built: nurture.mail builds one per call)
+    settings.SECRET_KEY = "old-key-" + "k" * 50
+    url = _url(lead.pk)
+    # when the key is rotated, with or without the old key among the fallbacks
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "new-key-" + "k" * 50, fallbacks
+    response = Client().post(url, ONE_CLICK, content_type="application/x-www-form-urlencoded")
+    # then the one-click opt-out works only while the old key is a fallback
+    assert response.status_code == status
+    lead.refresh_from_db()
+    assert (lead.status == Lead.Status.OPTED_OUT) == (status == 200)
