@@ -3,7 +3,9 @@
 Tests can make it refuse recipients with a chosen reply (e.g. "550 5.1.1 no such user" or
 "451 4.3.0 try later") to exercise the SMTP error classification, and make it slow to answer
 DATA (`data_delay_s`): the message is stored, delivered as far as the recipient is concerned,
-before the "250", so a sender that dies or loses its database in that gap cannot know.
+before the "250", so a sender that dies or loses its database in that gap cannot know; or
+drop the connection instead of answering DATA at all (`drop_after_data`): the message is
+stored and the sender sees a disconnect, the "possibly sent" case.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class _Handler:
         parsed = email.message_from_bytes(envelope.original_content, policy=email.policy.default)
         self.sink.add(ReceivedMessage(envelope.mail_from, list(envelope.rcpt_tos), parsed))
         await asyncio.sleep(self.sink.data_delay_s)
+        if self.sink.drop_after_data:
+            server.transport.abort()  # no "250": the sender cannot know the message arrived
+            return "421 closing"  # never reaches the sender: the transport is gone
         return "250 Message accepted"
 
 
@@ -54,6 +59,7 @@ class SMTPSink:
     def __init__(self) -> None:
         self.refusals: dict[str, str] = {}  # recipient address -> SMTP reply to RCPT
         self.data_delay_s = 0.0  # wait this long after storing a message before answering "250"
+        self.drop_after_data = False  # store the message, then drop the connection unanswered
         self.received_at: list[float] = []  # time.time() of each stored message
         self._received: list[ReceivedMessage] = []
         self._lock = threading.Lock()

@@ -16,7 +16,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass
-from tests.factories import make_outreach
+from tests.historical import historical_outreach
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +50,7 @@ def before_the_move() -> Iterator[Apps]:
 
 
 def _old_dead_letter(apps: Apps) -> Any:
-    outreach = make_outreach()  # the outreach tables are the same before and after
+    outreach = historical_outreach(apps)
     return apps.get_model("outreach", "DeadLetter").objects.create(
         outreach_id=outreach.pk,
         job_type="send",
@@ -109,11 +109,11 @@ def test_rows_and_granted_permissions_survive_the_move(before_the_move: Apps) ->
 
 def test_the_move_migrates_back_with_its_content_type(before_the_move: Apps) -> None:
     # given the moved state, with a dead letter and the orchestrator's content type
-    _migrate(AFTER)
+    after = _migrate(AFTER)
     ContentType.objects.clear_cache()
     content_type = ContentType.objects.get_for_model(DeadLetter)
     letter = DeadLetter.objects.create(
-        outreach=make_outreach(),
+        outreach_id=historical_outreach(after).pk,
         job_type="generation",
         failure_class=ErrorClass.PERMANENT,
         reason="HTTP 400",

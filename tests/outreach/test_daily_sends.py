@@ -14,6 +14,7 @@ from django.utils import timezone
 from outreach.models import Outreach, OwnerDailySends, State
 from outreach.transitions import IllegalTransition, TransitionLost, transition, transition_many
 from tests.factories import make_lead, make_outreach, make_owner
+from tests.historical import historical_outreach
 
 pytestmark = pytest.mark.django_db
 
@@ -102,17 +103,18 @@ def test_daily_limit_counts_sent_today_and_emails_on_their_way_out() -> None:
 def test_migration_fills_the_counts_from_recent_sent_rows() -> None:
     # given a database before the counts existed, with emails sent today and long ago
     executor = MigrationExecutor(connection)
-    executor.migrate([("outreach", "0003_organization_members")])
-    owner = make_owner(timezone="Asia/Tokyo")
+    before = [("outreach", "0003_organization_members")]
+    executor.migrate(before)
+    apps = executor.loader.project_state(before).apps
+    owner = historical_outreach(apps, timezone="Asia/Tokyo").owner
     now = timezone.now()
     for sent_at in (now, now, now - timedelta(days=30)):
-        Outreach.objects.filter(pk=make_outreach(lead=make_lead(owner=owner)).pk).update(
-            state=State.SENT, sent_at=sent_at
-        )
+        row = historical_outreach(apps)
+        Outreach.objects.filter(pk=row.pk).update(owner_id=owner.pk, state=State.SENT, sent_at=sent_at)
     # when the migration runs
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes("outreach"))
     # then today's count is there (the month-old email's day is never read again)
     today = timezone.localtime(now, ZoneInfo("Asia/Tokyo")).date()
-    assert OwnerDailySends.objects.get(owner=owner, day=today).sent == 2
+    assert OwnerDailySends.objects.get(owner_id=owner.pk, day=today).sent == 2
