@@ -10,8 +10,9 @@ Two ways to be stuck:
   wedged while its process lives.
 Each recovered row costs an attempt, so a job that kills its worker every time ends DEAD at
 the cap instead of looping. A SENDING row may have reached the mail server: it is resent at
-most once (same Message-ID), then it is a POSSIBLY_SENT dead letter (`send_unconfirmed`). Taking a row back is a guarded transition: a job that turns out
-to be alive loses its own final transition and sends nothing.
+most once (same Message-ID), then it is a POSSIBLY_SENT dead letter (`send_unconfirmed`).
+Taking a row back is a guarded transition: a job that turns out to be alive loses its own
+final transition and sends nothing.
 """
 
 from __future__ import annotations

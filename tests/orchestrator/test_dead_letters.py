@@ -375,6 +375,36 @@ def test_command_with_org_replays_only_that_organizations_letters() -> None:
     assert DeadLetter.objects.get(pk=theirs.pk).status == DeadLetter.Status.OPEN
 
 
+def _possibly_sent() -> DeadLetter:
+    outreach = make_outreach(
+        state=State.SENDING, draft_subject="Hi", draft_body="A note.", message_id=MESSAGE_ID, send_attempts=2
+    )
+    return dead_letter(
+        outreach=outreach,
+        from_=State.SENDING,
+        failure_class=ErrorClass.POSSIBLY_SENT,
+        reason="may have been sent 2 times",
+        job_type="send",
+    )
+
+
+def test_command_with_all_leaves_possibly_sent_letters_to_a_person() -> None:
+    # given a possibly-sent letter (a person must confirm the prospect did not get it)
+    unconfirmed, other = _possibly_sent(), _send_failure()
+    # when replaying --all
+    out = _command("--all")
+    # then it is skipped, saying how to replay it once confirmed; the other one is replayed
+    assert "possibly sent: confirm the prospect did not get it" in out
+    assert DeadLetter.objects.get(pk=unconfirmed.pk).status == DeadLetter.Status.OPEN
+    assert DeadLetter.objects.get(pk=other.pk).status == DeadLetter.Status.REPLAYED
+    # and naming it (by id, or by its class) replays it
+    _command("--id", str(unconfirmed.pk))
+    assert DeadLetter.objects.get(pk=unconfirmed.pk).status == DeadLetter.Status.REPLAYED
+    again = _possibly_sent()
+    _command("--all", "--reason", "possibly_sent")
+    assert DeadLetter.objects.get(pk=again.pk).status == DeadLetter.Status.REPLAYED
+
+
 def test_command_refuses_an_unknown_org_and_all_with_org() -> None:
     _generation_failure()
     with pytest.raises(CommandError, match="--org 'Nope': there is no organization"):

@@ -3,7 +3,9 @@
 A replay sends email and spends the LLM budget, so the command needs a scope stated on purpose:
 --all (every open letter), --org NAME (that organization's), or --id N (one letter, explicit
 enough on its own). --reason narrows a scope, it is not one. Without a scope it refuses, exits
-non-zero and writes nothing.
+non-zero and writes nothing. A "possibly sent" letter waits for a person to confirm the
+prospect did not get the email: --all and --org skip it unless --reason possibly_sent names
+the class (or --id the letter).
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ class Command(BaseCommand):
         replayed, skipped = 0, []
         for letter in letters:
             try:
-                target = self._replay_one(letter=letter, reason=reason, dry_run=dry_run)
+                target = self._replay_one(
+                    letter=letter, reason=reason, dry_run=dry_run, named=letter_id is not None
+                )
             except DeadLetterNotActionable as exc:
                 skipped.append(f"#{letter.pk}: {exc}")
                 continue
@@ -95,7 +99,15 @@ class Command(BaseCommand):
         letters = letters.filter(status=DeadLetter.Status.OPEN)
         return list(letters.filter(failure_class=reason) if reason else letters)
 
-    def _replay_one(self, *, letter: DeadLetter, reason: str | None, dry_run: bool) -> State:
+    def _replay_one(self, *, letter: DeadLetter, reason: str | None, dry_run: bool, named: bool) -> State:
+        unconfirmed = letter.failure_class == ErrorClass.POSSIBLY_SENT
+        if unconfirmed and not named and reason != ErrorClass.POSSIBLY_SENT:
+            raise DeadLetterNotActionable(
+                "possibly sent: confirm the prospect did not get it, then replay it with --id "
+                "or --reason possibly_sent",
+                dead_letter_id=letter.pk,
+                status=letter.status,
+            )
         if reason and letter.failure_class != reason:
             raise DeadLetterNotActionable(
                 f"its failure class is {letter.failure_class}, not {reason}",
