@@ -231,6 +231,10 @@ GENERATION_DB_CONNECTIONS = env_int("GENERATION_DB_CONNECTIONS", 8, minimum=1)
 RETRY_MAX_ATTEMPTS = env_int("RETRY_MAX_ATTEMPTS", 5, minimum=1)
 # Transient failures wait base * 2^(attempt-1) seconds (x U(0.5, 1) jitter), capped at 15 min.
 RETRY_BACKOFF_BASE_S = env_float("RETRY_BACKOFF_BASE_S", 15.0, minimum=0.0)
+# Re-queues of one job after the provider's 429 before the next 429 dead-letters it ("the
+# provider kept refusing"). Each waits Retry-After and the budget holds every call meanwhile,
+# so one job sees a 429 only when it is the probe: 100 is an outage of hours, not a busy minute.
+RETRY_MAX_RATE_LIMITED = env_int("RETRY_MAX_RATE_LIMITED", 100, minimum=1)
 
 # --- Inbound webhook ------------------------------------------------------------------------
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)

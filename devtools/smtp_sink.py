@@ -5,7 +5,9 @@ compose "sim" profile all use it (`python -m devtools.smtp_sink --port 1025` run
 Tests can make it refuse recipients with a chosen reply (e.g. "550 5.1.1 no such user" or
 "451 4.3.0 try later") to exercise the SMTP error classification, and make it slow to answer
 DATA (`data_delay_s`): the message is stored, delivered as far as the recipient is concerned,
-before the "250", so a sender that dies or loses its database in that gap cannot know.
+before the "250", so a sender that dies or loses its database in that gap cannot know; or
+drop the connection instead of answering DATA at all (`drop_after_data`): the message is
+stored and the sender sees a disconnect, the "possibly sent" case.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class _Handler:
             mail_from=envelope.mail_from, rcpt_tos=list(envelope.rcpt_tos), raw=envelope.original_content
         )
         await asyncio.sleep(self.sink.data_delay_s)
+        if self.sink.drop_after_data:
+            server.transport.abort()  # no "250": the sender cannot know the message arrived
+            return "421 closing"  # never reaches the sender: the transport is gone
         return "250 Message accepted"
 
 
@@ -67,6 +72,7 @@ class SMTPSink:
     def __init__(self, *, keep_messages: bool = True, host: str = "127.0.0.1", port: int = 0) -> None:
         self.refusals: dict[str, str] = {}  # recipient address -> SMTP reply to RCPT
         self.data_delay_s = 0.0  # wait this long after storing a message before answering "250"
+        self.drop_after_data = False  # store the message, then drop the connection unanswered
         self.received_at: list[float] = []  # time.time() of each stored message
         self.keep_messages, self.host, self.port = keep_messages, host, port
         self._received: list[ReceivedMessage] = []

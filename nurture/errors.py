@@ -106,3 +106,13 @@ class OptedOut(PermanentError):
     """
 
     suggested_action = "cancel: the lead opted out"
+
+
+class PossiblySent(PipelineError):
+    """The mail server may have accepted the email: the connection died or timed out after the
+    DATA command, before its answer. Neither a success nor a plain transient failure: resending
+    may email the prospect twice, so it is resent at most once and then left to a person
+    (orchestrator.dispatch.recovery.send_unconfirmed)."""
+
+    error_class = "possibly_sent"
+    suggested_action = "confirm whether the prospect got it before replaying"

@@ -13,14 +13,16 @@ import hashlib
 import logging
 import re
 import smtplib
+from collections.abc import Callable
 from email.utils import formataddr, parseaddr
+from typing import Any
 
 from django.conf import settings
 from django.core import signing
 from django.core.mail import BadHeaderError, EmailMessage, get_connection
 from django.core.mail.backends.base import BaseEmailBackend
 
-from nurture.errors import OptedOut, PermanentError, PipelineError, TransientError
+from nurture.errors import OptedOut, PermanentError, PipelineError, PossiblySent, TransientError
 from outreach.models import Lead, Outreach
 
 log = logging.getLogger(__name__)
@@ -100,7 +102,8 @@ def unsubscribe_url(*, lead_id: int) -> str:
 
 
 def classify_smtp_error(exc: Exception) -> PipelineError:
-    """SMTP failures to the taxonomy: no connection or 4xx -> transient, 5xx refusal -> permanent."""
+    """SMTP failures to the taxonomy: no connection or 4xx -> transient, 5xx refusal -> permanent.
+    (A connection lost after DATA is PossiblySent: `_deliver` tells that case apart first.)"""
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         codes = [code for code, _ in exc.recipients.values()]
         permanent = bool(codes) and all(code >= 500 for code in codes)
@@ -118,16 +121,40 @@ def classify_smtp_error(exc: Exception) -> PipelineError:
 
 def _deliver(message: EmailMessage) -> None:
     connection = get_connection(fail_silently=False)
+    data_sent: Callable[[], bool] = lambda: False  # noqa: E731
     try:
         connection.open()
+        data_sent = _watch_data(connection)
         sent = connection.send_messages([message])
     except (smtplib.SMTPException, OSError) as exc:
         _close_quietly(connection)
+        # After DATA, a lost connection or a timeout is not a refusal: the server may have the
+        # email (a refusal is an answer: SMTPResponseException). Resending blindly mails twice.
+        if data_sent() and not isinstance(exc, smtplib.SMTPResponseException):
+            raise PossiblySent(f"mail server gave no answer after DATA: {exc!r}") from exc
         raise classify_smtp_error(exc) from exc
     # Accepted by the server: a failing QUIT from here on must not turn into a resend.
     _close_quietly(connection)
     if sent != 1:
         raise TransientError("mail server did not accept the message")
+
+
+def _watch_data(connection: BaseEmailBackend) -> Callable[[], bool]:
+    """Note when the DATA command goes out on Django's SMTP connection; a backend that is not
+    SMTP (console, locmem) has no DATA, so nothing is ever "possibly sent" there."""
+    smtp = getattr(connection, "connection", None)
+    if not isinstance(smtp, smtplib.SMTP):
+        return lambda: False
+    started = False
+    data = smtp.data
+
+    def watched(msg: Any) -> tuple[int, bytes]:
+        nonlocal started
+        started = True
+        return data(msg)
+
+    smtp.data = watched  # type: ignore[method-assign]
+    return lambda: started
 
 
 def _close_quietly(connection: BaseEmailBackend) -> None:

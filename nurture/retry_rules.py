@@ -2,6 +2,10 @@
 
 - RateLimited (the provider said 429) or Paced (our own pacer says the window is full): back
   to the queue with `not_before` = the wait; not a failed attempt. Never slept off in a worker.
+  A provider that keeps refusing is not waited on for ever: after RETRY_MAX_RATE_LIMITED
+  re-queues for 429 (since the last replay) the next 429 is a dead letter saying so.
+- PossiblySent (no answer from the mail server after DATA): it may have the email. Resent once
+  with the same Message-ID, then a POSSIBLY_SENT dead letter (recovery.send_unconfirmed).
 - TransientError (5xx, timeouts, connection errors, anything unclassified): attempts + 1 and
   back to the queue with exponential backoff and jitter, until RETRY_MAX_ATTEMPTS; then DEAD.
 - PermanentError (400/401/403/404/422, policy, SMTP recipient refused): DEAD at once.
@@ -14,13 +18,24 @@ from __future__ import annotations
 import logging
 import random
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.db.models import F
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from config.logging import outreach_log_context
-from nurture.errors import PermanentError, PipelineError, PolicyViolation, RateLimited, TransientError
+from nurture.errors import (
+    PermanentError,
+    PipelineError,
+    PolicyViolation,
+    PossiblySent,
+    RateLimited,
+    TransientError,
+)
 from orchestrator.dead_letters import dead_letter
+from orchestrator.dispatch.recovery import send_unconfirmed
 from outreach.models import ErrorClass, Outreach, State
 from outreach.transitions import transition
 
@@ -49,8 +64,24 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
     """Apply the rule for `exc` to an outreach in `from_`; return the state it ended in."""
     retry_to = State.APPROVED if outreach.draft_body else State.QUEUED
     now = timezone.now()
+    if isinstance(exc, RateLimited) and outreach.rate_limited >= settings.RETRY_MAX_RATE_LIMITED:
+        reason = (
+            f"the provider kept refusing: 429 {outreach.rate_limited + 1} times "
+            f"(cap RETRY_MAX_RATE_LIMITED={settings.RETRY_MAX_RATE_LIMITED}); last: {_reason(exc)}"
+        )
+        dead_letter(
+            outreach=outreach,
+            from_=from_,
+            failure_class=ErrorClass.RATE_LIMITED,
+            reason=reason,
+            job_type=job_type,
+        )
+        return State.DEAD
     if isinstance(exc, RateLimited | Paced):
         wait = exc.retry_after_s if isinstance(exc, RateLimited) else exc.wait_s
+        counted: dict[str, Any] = (
+            {"rate_limited": F("rate_limited") + 1} if isinstance(exc, RateLimited) else {}
+        )
         transition(
             outreach_id=outreach.pk,
             from_=from_,
@@ -59,8 +90,18 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
             error_class=exc.error_class,
             not_before=now + timedelta(seconds=wait),
             reservation_id="",
+            **counted,
         )
         return retry_to
+    if isinstance(exc, PossiblySent) and from_ == State.SENDING:
+        return send_unconfirmed(
+            outreach=outreach,
+            why=_reason(exc),
+            error_class=ErrorClass.POSSIBLY_SENT,
+            attempts=outreach.attempts + 1,
+            last_error=_reason(exc),
+            not_before=now + timedelta(seconds=backoff_s(attempt=outreach.attempts + 1)),
+        )
     if isinstance(exc, PermanentError):
         failure = ErrorClass.POLICY if isinstance(exc, PolicyViolation) else ErrorClass.PERMANENT
         dead_letter(
@@ -79,6 +120,12 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
         )
         return State.DEAD
     delay = backoff_s(attempt=attempts)
+    # The server refused or was never reached: this try certainly did not send, so it does not
+    # count towards the resend-once rule (send_attempts counts tries that may have arrived).
+    # (Greatest: a row put in SENDING by hand, never claimed, has nothing to give back.)
+    uncounted: dict[str, Any] = (
+        {"send_attempts": Greatest(F("send_attempts") - 1, 0)} if from_ == State.SENDING else {}
+    )
     transition(
         outreach_id=outreach.pk,
         from_=from_,
@@ -89,6 +136,7 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
         last_error=_reason(exc),
         not_before=now + timedelta(seconds=delay),
         reservation_id="",
+        **uncounted,
     )
     if not isinstance(exc, TransientError):
         log.error(

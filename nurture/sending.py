@@ -1,14 +1,18 @@
 """Sending one written email: intent recorded before SMTP, outcome after, SENT recorded once.
 
 DISPATCHED -> SENDING is the claim: a second delivery of the same task loses it and sends
-nothing. A worker that dies between the SMTP call and recording SENT leaves the row SENDING;
-recovery moves it to APPROVED and it is sent again with the same Message-ID (the
-at-least-once boundary: the receiving side can drop the copy by Message-ID).
+nothing, and it counts the try (`send_attempts`). A try whose outcome is unknown (the worker
+died between the SMTP call and recording SENT; no answer after DATA; SENT could not be written
+through a database outage) is resent once with the same Message-ID, then left to a person as
+a "possibly sent" dead letter (orchestrator.dispatch.recovery.send_unconfirmed): at most two
+copies, and the receiving side can drop the second by Message-ID.
 """
 
 from __future__ import annotations
 
 import logging
+
+from django.db.models import F
 
 from config.logging import outreach_log_context
 from nurture.errors import OptedOut
@@ -27,7 +31,7 @@ def outreach_send(*, outreach_id: int) -> State | None:
     outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
     message_id = outreach.message_id or outreach_message_id(outreach=outreach)
     try:
-        transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.SENDING, message_id=message_id)
+        sending_claim(outreach_id=outreach_id, message_id=message_id)
     except TransitionLost:
         log.info("send skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
@@ -48,3 +52,15 @@ def outreach_send(*, outreach_id: int) -> State | None:
     transition_durably(outreach_id=outreach_id, from_=State.SENDING, to=State.SENT, last_error="")
     replay_outcome_success(outreach_id=outreach_id)  # a replayed job that got this far succeeded
     return State.SENT
+
+
+def sending_claim(*, outreach_id: int, message_id: str) -> None:
+    """DISPATCHED -> SENDING with the Message-ID recorded before SMTP, counting the try (read by
+    the resend-once rule). Raises TransitionLost if another delivery claimed it first."""
+    transition(
+        outreach_id=outreach_id,
+        from_=State.DISPATCHED,
+        to=State.SENDING,
+        message_id=message_id,
+        send_attempts=F("send_attempts") + 1,
+    )

@@ -35,7 +35,14 @@ SUGGESTED_ACTION = {
     ErrorClass.EXHAUSTED: "Check the provider/SMTP status; replay once it is healthy.",
     ErrorClass.STUCK: "A worker died on this job repeatedly; check worker logs before replaying.",
     ErrorClass.TRANSIENT: "Replay once the dependency is healthy.",
-    ErrorClass.RATE_LIMITED: "Replay; the budget should prevent this (check other users of the key).",
+    ErrorClass.RATE_LIMITED: (
+        "The provider kept refusing (429): check the key's quota and other users of the key, then replay."
+    ),
+    # Fits suggested_action (200 characters).
+    ErrorClass.POSSIBLY_SENT: (
+        "May be delivered already, maybe twice (same Message-ID). Confirm whether the prospect got it "
+        "(mail log, CRM): if so cancel; if not replay (one more try)."
+    ),
 }
 
 ACTIONABLE = (DeadLetter.Status.OPEN, DeadLetter.Status.ESCALATED)
@@ -113,8 +120,11 @@ def dead_letter_replay(*, dead_letter: DeadLetter, by_id: int | None = None) -> 
         letter = _lock_actionable(dead_letter_id=dead_letter.pk, verb="replay")
         outreach = letter.outreach
         to = replay_target(outreach=outreach, failure_class=letter.failure_class)
+        # A fresh retry and 429 allowance; send_attempts is kept: a resend of a possibly-sent
+        # email that dies again comes straight back to a person.
         fields: dict[str, Any] = {
             "attempts": 0,
+            "rate_limited": 0,
             "not_before": timezone.now(),
             "last_error": "",
             "blocked_reason": "",

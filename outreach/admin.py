@@ -168,11 +168,26 @@ class OwnerAdmin(OrganizationScopedAdmin):
     )
     list_filter = ("kind", "review_required", "active", "organization")
     search_fields = ("name",)
+    REVIEW_AUDIT = ("review_disabled_by", "review_disabled_at", "review_disabled_via")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Turning review off lets drafts go out unread: only an approver may. Without the
+        # permission the box is read-only while it is ticked (ticking it stays open to all).
         # An owner's weight is its share of the shared LLM budget: an organization-wide setting.
-        readonly = tuple(super().get_readonly_fields(request, obj))
-        return readonly if request.user.has_perm(SETTINGS_PERMISSION) else (*readonly, "weight")
+        locked = obj is not None and obj.review_required and not request.user.has_perm(APPROVE_PERMISSION)
+        return (
+            *super().get_readonly_fields(request, obj),
+            *self.REVIEW_AUDIT,
+            *(("review_required",) if locked else ()),
+            *(() if request.user.has_perm(SETTINGS_PERMISSION) else ("weight",)),
+        )
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        was_required = change and Owner.objects.filter(pk=obj.pk, review_required=True).exists()
+        services.owner_review_record(
+            owner=obj, was_required=was_required, by=admin_user(request), via="admin"
+        )
+        super().save_model(request, obj, form, change)
 
 
 class OutreachEventInline(admin.TabularInline):

@@ -137,6 +137,14 @@ class Owner(models.Model):
     working_days = models.CharField(max_length=7, default="12345", validators=[working_days_validator])
     timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
     review_required = models.BooleanField(default=False)
+    # The last time review was turned off (True -> False): it lets drafts go out unread, so it
+    # takes the approve permission and is recorded. `by` is NULL when no person did it (the
+    # add_owner shell command); `via` then says what did.
+    review_disabled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    review_disabled_at = models.DateTimeField(null=True, blank=True)
+    review_disabled_via = models.CharField(max_length=100, blank=True, default="")
     weight = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
     active = models.BooleanField(default=True)
     # Empty = the organization's cadence (a blank string, not NULL: one "unset" value, DJ001).
@@ -217,6 +225,8 @@ class ErrorClass(models.TextChoices):
     POLICY = "policy", "Policy check failed"
     EXHAUSTED = "exhausted", "Retries exhausted"
     STUCK = "stuck", "Stuck (recovered)"
+    # The mail server may have accepted the email, twice: a person has to find out.
+    POSSIBLY_SENT = "possibly_sent", "Possibly sent (unconfirmed)"
 
 
 class Outreach(models.Model):
@@ -241,6 +251,12 @@ class Outreach(models.Model):
         default=dict, blank=True, help_text="Kind-specific input, e.g. the inbound reply."
     )
     attempts = models.PositiveSmallIntegerField(default=0)
+    # Tries that may have reached the mail server: +1 on every DISPATCHED -> SENDING, -1 when the
+    # server certainly refused. Recovery resends an unconfirmed send once, never twice
+    # (nurture.retry_rules.send_unconfirmed). Replay does not reset it.
+    send_attempts = models.PositiveSmallIntegerField(default=0)
+    # Re-queues after the provider's 429, since the last replay: capped by RETRY_MAX_RATE_LIMITED.
+    rate_limited = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
     error_class = models.CharField(max_length=16, choices=ErrorClass.choices, blank=True)
     blocked_reason = models.CharField(max_length=200, blank=True, help_text="Why queued work is waiting.")

@@ -9,8 +9,10 @@ Two ways to be stuck:
   DISPATCHED message lost with Redis or with its worker's prefetch, SENDING) and for a job
   wedged while its process lives.
 Each recovered row costs an attempt, so a job that kills its worker every time ends DEAD at
-the cap instead of looping. Taking a row back is a guarded transition: a job that turns out
-to be alive loses its own final transition and sends nothing.
+the cap instead of looping. A SENDING row may have reached the mail server: it is resent at
+most once (same Message-ID), then it is a POSSIBLY_SENT dead letter (`send_unconfirmed`).
+Taking a row back is a guarded transition: a job that turns out to be alive loses its own
+final transition and sends nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -34,11 +37,47 @@ IN_FLIGHT = (State.DISPATCHED, State.GENERATING, State.SENDING)
 BATCH = 500  # per cycle: recovery never makes a cycle O(queue depth)
 
 
+# "Resent at most once": the first try and one resend may reach the prospect; a third try of
+# an email whose fate is unknown never goes out without a person confirming.
+UNCONFIRMED_SENDS_MAX = 2
+
+
 def _target(row: Outreach) -> State:
     # A written draft is never regenerated (that would spend the LLM budget twice): it goes
-    # back to the approved-send path. SENDING may or may not have reached SMTP: resending keeps
-    # the same Message-ID, so the receiving side can drop a copy (at-least-once boundary).
+    # back to the approved-send path.
     return State.APPROVED if row.draft_body else State.QUEUED
+
+
+def send_unconfirmed(*, outreach: Outreach, why: str, error_class: ErrorClass, **fields: Any) -> State:
+    """A SENDING row whose outcome is unknown (its worker died; no answer after DATA; SENT could
+    not be recorded): the server may have the email. Back to APPROVED for a resend with the same
+    Message-ID while `send_attempts` is under UNCONFIRMED_SENDS_MAX, else a POSSIBLY_SENT dead
+    letter for a person. Returns the state it ended in; raises TransitionLost like transition().
+    """
+    # Fresh from the database: the caller's row predates the claim that counted this try.
+    sends = Outreach.objects.values_list("send_attempts", flat=True).get(pk=outreach.pk)
+    if sends >= UNCONFIRMED_SENDS_MAX:
+        reason = (
+            f"{why}: the email may have been sent {sends} times (Message-ID {outreach.message_id}); "
+            "not sent again without a person"
+        )
+        dead_letter(
+            outreach=outreach,
+            from_=State.SENDING,
+            failure_class=ErrorClass.POSSIBLY_SENT,
+            reason=reason,
+            job_type="send",
+        )
+        return State.DEAD
+    transition(
+        outreach_id=outreach.pk,
+        from_=State.SENDING,
+        to=State.APPROVED,
+        note=f"{why}: resending once with the same Message-ID",
+        error_class=error_class,
+        **fields,
+    )
+    return State.APPROVED
 
 
 def recover_stuck(
@@ -92,7 +131,12 @@ def _lease_lost(*, now: datetime, cutoff: datetime, client: redis.Redis | None, 
 def _recover_one(row: Outreach, *, why: str) -> None:
     attempts = row.attempts + 1
     note = f"{why}: recovered"
-    if attempts >= settings.RETRY_MAX_ATTEMPTS and row.state != State.SENDING:
+    if row.state == State.SENDING:
+        send_unconfirmed(
+            outreach=row, why=note, error_class=ErrorClass.STUCK, attempts=attempts, reservation_id=""
+        )
+        return
+    if attempts >= settings.RETRY_MAX_ATTEMPTS:
         reason = f"{note}; attempt {attempts} reached the cap {settings.RETRY_MAX_ATTEMPTS}"
         dead_letter(
             outreach=row,

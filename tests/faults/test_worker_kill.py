@@ -7,6 +7,7 @@ counted over several outreach.
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 
@@ -16,7 +17,8 @@ from config.queues import Queue
 from devtools.llm_stub import StubResponse
 from devtools.processes import celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
-from outreach.models import OutreachEvent, State
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, OutreachEvent, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
@@ -76,6 +78,40 @@ def test_send_worker_killed_after_the_server_took_the_message_resends_with_the_s
         copies=seen.copies,
         recovered_from_sending=recovered,
     )
+
+
+def test_send_worker_killed_twice_on_one_email_stops_at_two_copies_as_possibly_sent(
+    make_stack: StackFactory, smtp_sink: SMTPSink, figures: dict[str, object]
+) -> None:
+    # given one outreach and a mail server that stores each message, then waits 3 s to say 250
+    ids = _autonomous_outreach(1)
+    smtp_sink.data_delay_s = 3.0
+    stack = make_stack()
+    start_pipeline(stack)
+    # when its send worker is SIGKILLed while the server holds the message, twice: the first
+    # try and the one resend recovery makes (DISPATCH_STUCK_AFTER_S=4)
+    for kill, name in enumerate(("worker-send", "worker-send-2"), start=1):
+        wait_until(
+            functools.partial(lambda n: len(smtp_sink.messages) >= n, kill),
+            timeout_s=30,
+            what=f"copy {kill} at the server",
+            group=stack,
+        )
+        stack.kill(name, signal.SIGKILL)
+        stack.procs.pop(name).wait(10)
+        stack.start(
+            f"worker-send-{kill + 1}", celery_worker(Queue.SEND, concurrency=2, name=f"send{kill + 1}")
+        )
+    smtp_sink.data_delay_s = 0.0
+    # then it is a "possibly sent" dead letter, not a loop: two copies, one Message-ID
+    wait_until(all_in(ids, State.DEAD), timeout_s=30, what="the outreach DEAD", group=stack)
+    time.sleep(6)  # longer than the stuck timeout plus a dispatch interval: nothing more goes out
+    letter = DeadLetter.objects.get(outreach_id=ids[0])
+    assert letter.failure_class == ErrorClass.POSSIBLY_SENT
+    seen = delivery(smtp_sink, ids)
+    assert (seen.received, seen.unique_ids, seen.ids_match_db) == (2, 1, True)
+    assert states(ids)[State.DEAD] == 1
+    figures.update(outreach=1, kills=2, received=seen.received, copies=seen.copies, state="dead")
 
 
 def test_generation_worker_killed_mid_call_sends_each_of_several_outreach_once(

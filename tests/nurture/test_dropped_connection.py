@@ -16,6 +16,7 @@ import psycopg
 import pytest
 import redis
 from django.db import connection
+from django.utils import timezone
 
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.smtp_sink import SMTPSink
@@ -140,3 +141,80 @@ def test_durable_move_after_a_dead_connection_runs_then_once(kill_my_backend: An
     assert outreach.state == State.DISPATCHED
     assert ran == ["then"]
     assert OutreachEvent.objects.filter(outreach=outreach, to_state=State.DISPATCHED).count() == 1
+
+
+@pytest.fixture
+def db_outage() -> Iterator[Any]:
+    """outage(after_s, for_s): from `after_s` on, this test database refuses new connections and
+    this test's backend is terminated; `for_s` later it accepts them again (also at teardown)."""
+    dbname = connection.get_connection_params()["dbname"]
+    admin_dsn = _dsn().replace(f"dbname={dbname}", "dbname=postgres")
+    threads: list[threading.Thread] = []
+
+    def allow(flag: bool) -> None:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{dbname}" WITH ALLOW_CONNECTIONS {str(flag).lower()}')
+
+    def outage(*, after_s: float, for_s: float) -> None:
+        connection.ensure_connection()
+        pid = connection.connection.info.backend_pid
+
+        def run() -> None:
+            threading.Event().wait(after_s)
+            allow(False)
+            with psycopg.connect(admin_dsn, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            threading.Event().wait(for_s)
+            allow(True)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    yield outage
+    for thread in threads:
+        thread.join(15)
+    allow(True)
+
+
+def test_sent_unrecordable_through_a_long_outage_is_resent_once_then_possibly_sent(
+    smtp_sink: SMTPSink, db_outage: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from django.db import InterfaceError, OperationalError
+
+    from orchestrator.dispatch.recovery import recover_stuck
+    from orchestrator.models import DeadLetter
+    from outreach import transitions
+    from outreach.models import ErrorClass
+
+    # given a written draft, a server slow to say "250", and a database outage (1.5 s) longer
+    # than the retries of the SENT record (0.1 s + 0.2 s here)
+    monkeypatch.setattr(transitions, "DURABLE_RETRY_PAUSES_S", (0.1, 0.2))
+    settings.DISPATCH_STUCK_AFTER_S = 1
+    outreach = make_outreach(state=State.DISPATCHED, draft_subject="Hi", draft_body="Hello there")
+    smtp_sink.data_delay_s = 0.6
+
+    def send_through_an_outage() -> None:
+        db_outage(after_s=0.3, for_s=1.5)
+        with pytest.raises((OperationalError, InterfaceError)):
+            outreach_send(outreach_id=outreach.pk)
+        threading.Event().wait(1.6)  # the outage is over, and the row is past the stuck timeout
+        connection.close()
+
+    # when SENT cannot be written, then the row stays SENDING and recovery resends it once
+    send_through_an_outage()
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.send_attempts) == (State.SENDING, 1)
+    recover_stuck(now=timezone.now(), refund=lambda _: None)
+    outreach.refresh_from_db()
+    assert outreach.state == State.APPROVED
+    # and when the resend's SENT cannot be written either, it is left to a person
+    Outreach.objects.filter(pk=outreach.pk).update(state=State.DISPATCHED)
+    send_through_an_outage()
+    recover_stuck(now=timezone.now(), refund=lambda _: None)
+    outreach.refresh_from_db()
+    assert outreach.state == State.DEAD
+    assert DeadLetter.objects.get(outreach=outreach).failure_class == ErrorClass.POSSIBLY_SENT
+    # two copies at most, one Message-ID
+    assert len(smtp_sink.messages) == 2
+    assert {m.message["Message-ID"] for m in smtp_sink.messages} == {outreach.message_id}

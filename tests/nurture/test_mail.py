@@ -10,10 +10,12 @@ import pytest
 from django.core import signing
 
 from devtools.smtp_sink import SMTPSink, free_port
-from nurture.errors import OptedOut, PermanentError, TransientError
+from nurture.errors import OptedOut, PermanentError, PossiblySent, TransientError
 from nurture.mail import lead_id_from_token, send_outreach_email, unsubscribe_token
+from nurture.sending import outreach_send
+from orchestrator.models import DeadLetter
 from outreach.idempotency import intro_key
-from outreach.models import Lead, Outreach
+from outreach.models import ErrorClass, Lead, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db
@@ -160,6 +162,51 @@ def test_timeout_is_transient(settings: Any, outreach: Outreach, silent_server: 
 
     with pytest.raises(TransientError):
         send_outreach_email(outreach=outreach)
+
+
+def test_connection_dropped_after_data_is_possibly_sent_not_transient(
+    smtp_sink: SMTPSink, outreach: Outreach
+) -> None:
+    # given a mail server that stores the message, then drops the connection instead of "250"
+    smtp_sink.drop_after_data = True
+    # when we send, then the outcome is unknown, and says so: not a plain transient failure
+    with pytest.raises(PossiblySent, match="after DATA"):
+        send_outreach_email(outreach=outreach)
+    assert len(smtp_sink.wait_for(1)) == 1  # the server does have it
+
+
+def test_timeout_waiting_for_the_answer_to_data_is_possibly_sent(
+    settings: Any, smtp_sink: SMTPSink, outreach: Outreach
+) -> None:
+    # given a server that takes longer to answer DATA than we wait
+    smtp_sink.data_delay_s, settings.EMAIL_TIMEOUT = 1.5, 0.3
+    with pytest.raises(PossiblySent):
+        send_outreach_email(outreach=outreach)
+
+
+def test_refusal_before_data_is_still_transient(smtp_sink: SMTPSink, outreach: Outreach) -> None:
+    smtp_sink.refusals["pat@prospect.example"] = "451 4.3.0 try later"
+    with pytest.raises(TransientError) as caught:
+        send_outreach_email(outreach=outreach)
+    assert not isinstance(caught.value, PossiblySent)
+
+
+def test_send_dropped_after_data_is_resent_once_then_dead_lettered_possibly_sent(
+    smtp_sink: SMTPSink, outreach: Outreach
+) -> None:
+    # given a server that keeps dropping the connection once it has the message
+    smtp_sink.drop_after_data = True
+    outreach.state = State.DISPATCHED
+    outreach.save()
+    # when the send runs, is put back, and runs again
+    assert outreach_send(outreach_id=outreach.pk) == State.APPROVED
+    Outreach.objects.filter(pk=outreach.pk).update(state=State.DISPATCHED)
+    assert outreach_send(outreach_id=outreach.pk) == State.DEAD
+    # then the prospect got at most two copies, both with one Message-ID, and a person decides
+    outreach.refresh_from_db()
+    ids = {m.message["Message-ID"] for m in smtp_sink.wait_for(2)}
+    assert (len(smtp_sink.messages), ids) == (2, {outreach.message_id})
+    assert DeadLetter.objects.get(outreach=outreach).failure_class == ErrorClass.POSSIBLY_SENT
 
 
 def test_unsubscribe_token_round_trip() -> None:

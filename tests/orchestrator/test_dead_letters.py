@@ -325,13 +325,92 @@ def test_replay_success_rate_counts_finished_replays_only() -> None:
 # --- the command ------------------------------------------------------------------------------
 
 
-def test_command_without_filters_replays_every_open_letter_and_says_so() -> None:
+def test_command_with_all_replays_every_open_letter_and_says_so() -> None:
     letters = [_generation_failure(), _send_failure()]
-    out = _command()
+    out = _command("--all")
     assert "replaying every open dead letter" in out
     assert "2 dead letter(s) replayed; 0 skipped." in out
     states = {o.state for o in Outreach.objects.filter(pk__in=[dl.outreach_id for dl in letters])}
     assert states == {State.QUEUED, State.APPROVED}
+
+
+@pytest.mark.parametrize("args", [[], ["--reason", "exhausted"], ["--dry-run"]])
+def test_command_without_a_scope_refuses_and_writes_nothing(args: list[str]) -> None:
+    # given open dead letters
+    letter = _generation_failure()
+    events = OutreachEvent.objects.count()
+    # when the command is run with no --all, --org or --id
+    with pytest.raises(CommandError, match="--all, --org NAME or --id N"):
+        _command(*args)
+    # then nothing was replayed
+    assert DeadLetter.objects.get(pk=letter.pk).status == DeadLetter.Status.OPEN
+    assert OutreachEvent.objects.count() == events
+
+
+def test_command_without_a_scope_exits_non_zero() -> None:
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "replay_dead_letters"],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.test_settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "--all, --org NAME or --id N" in result.stderr
+
+
+def test_command_with_org_replays_only_that_organizations_letters() -> None:
+    # given dead letters in two organizations
+    mine, theirs = _generation_failure(), _send_failure()
+    org = mine.outreach.lead.organization
+    # when replaying --org with its name
+    out = _command("--org", org.name)
+    # then only its letter moved
+    assert f"Replayed #{mine.pk}" in out
+    assert DeadLetter.objects.get(pk=mine.pk).status == DeadLetter.Status.REPLAYED
+    assert DeadLetter.objects.get(pk=theirs.pk).status == DeadLetter.Status.OPEN
+
+
+def _possibly_sent() -> DeadLetter:
+    outreach = make_outreach(
+        state=State.SENDING, draft_subject="Hi", draft_body="A note.", message_id=MESSAGE_ID, send_attempts=2
+    )
+    return dead_letter(
+        outreach=outreach,
+        from_=State.SENDING,
+        failure_class=ErrorClass.POSSIBLY_SENT,
+        reason="may have been sent 2 times",
+        job_type="send",
+    )
+
+
+def test_command_with_all_leaves_possibly_sent_letters_to_a_person() -> None:
+    # given a possibly-sent letter (a person must confirm the prospect did not get it)
+    unconfirmed, other = _possibly_sent(), _send_failure()
+    # when replaying --all
+    out = _command("--all")
+    # then it is skipped, saying how to replay it once confirmed; the other one is replayed
+    assert "possibly sent: confirm the prospect did not get it" in out
+    assert DeadLetter.objects.get(pk=unconfirmed.pk).status == DeadLetter.Status.OPEN
+    assert DeadLetter.objects.get(pk=other.pk).status == DeadLetter.Status.REPLAYED
+    # and naming it (by id, or by its class) replays it
+    _command("--id", str(unconfirmed.pk))
+    assert DeadLetter.objects.get(pk=unconfirmed.pk).status == DeadLetter.Status.REPLAYED
+    again = _possibly_sent()
+    _command("--all", "--reason", "possibly_sent")
+    assert DeadLetter.objects.get(pk=again.pk).status == DeadLetter.Status.REPLAYED
+
+
+def test_command_refuses_an_unknown_org_and_all_with_org() -> None:
+    _generation_failure()
+    with pytest.raises(CommandError, match="--org 'Nope': there is no organization"):
+        _command("--org", "Nope")
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        _command("--all", "--org", "Nope")
 
 
 def test_command_with_reason_replays_only_that_class() -> None:
@@ -339,7 +418,7 @@ def test_command_with_reason_replays_only_that_class() -> None:
     exhausted = _generation_failure(failure_class=ErrorClass.EXHAUSTED)
     permanent = _generation_failure(failure_class=ErrorClass.PERMANENT)
     # when replaying --reason permanent
-    out = _command("--reason", "permanent")
+    out = _command("--all", "--reason", "permanent")
     # then only the permanent one moved
     assert f"Replayed #{permanent.pk}" in out
     assert DeadLetter.objects.get(pk=permanent.pk).status == DeadLetter.Status.REPLAYED
@@ -382,16 +461,16 @@ def test_command_refuses_an_unknown_id() -> None:
 
 def test_command_rerun_replays_nothing_new() -> None:
     _generation_failure()
-    _command()
+    _command("--all")
     events = OutreachEvent.objects.count()
-    out = _command()
+    out = _command("--all")
     assert "Nothing to replay" in out
     assert OutreachEvent.objects.count() == events
 
 
 def test_command_dry_run_changes_nothing() -> None:
     letter = _send_failure()
-    out = _command("--dry-run")
+    out = _command("--all", "--dry-run")
     assert f"Would replay #{letter.pk}" in out
     assert "-> approved" in out
     assert "1 dead letter(s) would be replayed" in out

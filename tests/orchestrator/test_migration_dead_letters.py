@@ -13,11 +13,10 @@ from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
-from django.utils import timezone
 
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass
-from outreach.tiers import Tier
+from tests.historical import historical_outreach
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,27 +49,8 @@ def before_the_move() -> Iterator[Apps]:
         ContentType.objects.clear_cache()
 
 
-def _old_outreach(apps: Apps) -> Any:
-    """An outreach written with the historical models (today's have fields added later)."""
-    org = apps.get_model("outreach", "Organization").objects.create(name="Before the move")
-    owner = apps.get_model("outreach", "Owner").objects.create(organization=org, name="Sam", kind="agent")
-    lead = apps.get_model("outreach", "Lead").objects.create(
-        organization=org, owner=owner, email="pat@prospect.example"
-    )
-    now = timezone.now()
-    return apps.get_model("outreach", "Outreach").objects.create(
-        lead=lead,
-        owner=owner,
-        kind="intro",
-        tier=Tier.INTRO,
-        not_before=now,
-        state_changed_at=now,
-        idempotency_key="old:1",
-    )
-
-
 def _old_dead_letter(apps: Apps) -> Any:
-    outreach = _old_outreach(apps)
+    outreach = historical_outreach(apps)
     return apps.get_model("outreach", "DeadLetter").objects.create(
         outreach_id=outreach.pk,
         job_type="send",
@@ -129,11 +109,11 @@ def test_rows_and_granted_permissions_survive_the_move(before_the_move: Apps) ->
 
 def test_the_move_migrates_back_with_its_content_type(before_the_move: Apps) -> None:
     # given the moved state, with a dead letter and the orchestrator's content type
-    apps = _migrate(AFTER)
+    after = _migrate(AFTER)
     ContentType.objects.clear_cache()
     content_type = ContentType.objects.get_for_model(DeadLetter)
     letter = DeadLetter.objects.create(
-        outreach_id=_old_outreach(apps).pk,
+        outreach_id=historical_outreach(after).pk,
         job_type="generation",
         failure_class=ErrorClass.PERMANENT,
         reason="HTTP 400",

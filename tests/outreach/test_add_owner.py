@@ -45,3 +45,74 @@ def test_add_owner_bad_input_names_the_flag_and_writes_nothing(change: dict[str,
     with pytest.raises(CommandError, match=message):
         call_command("add_owner", *args)
     assert not Owner.objects.exists()
+
+
+def test_rerun_changing_only_the_daily_limit_keeps_everything_else() -> None:
+    # given an owner created with review required and its own days, weight and organization
+    call_command(
+        "add_owner", *BASE, "--org", "Acme", "--review-required", "--days", "mon,wed", "--weight", "3"
+    )
+    # when add_owner is run again naming only the daily limit
+    call_command("add_owner", "Ada", "--daily-limit", "60")
+    # then only the daily limit changed: review stays on (it used to be turned off silently)
+    owner = Owner.objects.get(name="Ada")
+    assert (owner.daily_limit, owner.review_required, owner.kind, owner.working_days) == (
+        60,
+        True,
+        "agent",
+        "13",
+    )
+    assert (owner.weight, owner.timezone, owner.organization.name) == (3, "Europe/Berlin", "Acme")
+    assert (str(owner.hours_start), str(owner.hours_end)) == ("09:00:00", "17:00:00")
+    assert owner.review_disabled_at is None
+
+
+def test_rerun_with_every_other_flag_keeps_review_on() -> None:
+    call_command("add_owner", *BASE, "--review-required")
+    call_command("add_owner", *BASE[:4], "70", "--hours", "08:00-16:00", "--tz", "UTC", "--weight", "2")
+    owner = Owner.objects.get(name="Ada")
+    assert (owner.review_required, owner.daily_limit, owner.timezone, owner.weight) == (True, 70, "UTC", 2)
+
+
+def test_no_review_required_turns_review_off_and_records_the_command() -> None:
+    # given an owner whose drafts wait for review
+    call_command("add_owner", *BASE, "--review-required")
+    # when the shell command turns review off
+    call_command("add_owner", "Ada", "--no-review-required")
+    # then it is off, and the record says when and that the command (no person) did it
+    owner = Owner.objects.get(name="Ada")
+    assert owner.review_required is False
+    assert owner.review_disabled_at is not None
+    assert owner.review_disabled_by is None
+    assert owner.review_disabled_via == "add_owner command"
+
+
+def test_new_owner_without_the_required_flags_is_refused_naming_them() -> None:
+    with pytest.raises(CommandError, match="--kind, --hours, --tz: required for a new owner"):
+        call_command("add_owner", "Nobody", "--daily-limit", "5")
+    assert not Owner.objects.exists()
+
+
+def test_new_owner_defaults_are_documented_ones() -> None:
+    call_command("add_owner", *BASE)
+    owner = Owner.objects.get(name="Ada")
+    assert (owner.review_required, owner.working_days, owner.weight, owner.organization.name) == (
+        False,
+        "12345",
+        1,
+        "Default",
+    )
+
+
+def test_rerun_without_org_finds_the_owner_in_its_organization() -> None:
+    call_command("add_owner", *BASE, "--org", "Acme")
+    call_command("add_owner", "Ada", "--weight", "4")
+    assert list(Owner.objects.values_list("organization__name", "weight")) == [("Acme", 4)]
+
+
+def test_rerun_without_org_of_a_name_in_two_organizations_asks_which() -> None:
+    call_command("add_owner", *BASE, "--org", "Acme")
+    call_command("add_owner", *BASE, "--org", "Beta")
+    with pytest.raises(CommandError, match="--org"):
+        call_command("add_owner", "Ada", "--weight", "4")
+    assert set(Owner.objects.values_list("weight", flat=True)) == {1}

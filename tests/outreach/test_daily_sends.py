@@ -12,9 +12,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from outreach.models import Outreach, OwnerDailySends, State
-from outreach.tiers import Tier
 from outreach.transitions import IllegalTransition, TransitionLost, transition, transition_many
 from tests.factories import make_lead, make_outreach, make_owner
+from tests.historical import historical_outreach
 
 pytestmark = pytest.mark.django_db
 
@@ -105,28 +105,12 @@ def test_migration_fills_the_counts_from_recent_sent_rows() -> None:
     executor = MigrationExecutor(connection)
     before = [("outreach", "0003_organization_members")]
     executor.migrate(before)
-    # The rows are written with that state's models: today's models have fields added later.
-    old = executor.loader.project_state(before).apps
-    org = old.get_model("outreach", "Organization").objects.create(name="Before the counts")
-    owner = old.get_model("outreach", "Owner").objects.create(
-        organization=org, name="Sam", kind="agent", timezone="Asia/Tokyo"
-    )
+    apps = executor.loader.project_state(before).apps
+    owner = historical_outreach(apps, timezone="Asia/Tokyo").owner
     now = timezone.now()
-    for n, sent_at in enumerate((now, now, now - timedelta(days=30))):
-        lead = old.get_model("outreach", "Lead").objects.create(
-            organization=org, owner=owner, email=f"lead{n}@prospect.example"
-        )
-        old.get_model("outreach", "Outreach").objects.create(
-            lead=lead,
-            owner=owner,
-            kind="intro",
-            tier=Tier.INTRO,
-            state=State.SENT,
-            sent_at=sent_at,
-            not_before=now,
-            state_changed_at=now,
-            idempotency_key=f"old:{n}",
-        )
+    for sent_at in (now, now, now - timedelta(days=30)):
+        row = historical_outreach(apps)
+        Outreach.objects.filter(pk=row.pk).update(owner_id=owner.pk, state=State.SENT, sent_at=sent_at)
     # when the migration runs
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()

@@ -1,4 +1,12 @@
-"""python manage.py replay_dead_letters [--reason CLASS] [--id N] [--dry-run]"""
+"""python manage.py replay_dead_letters (--all | --org NAME | --id N) [--reason CLASS] [--dry-run]
+
+A replay sends email and spends the LLM budget, so the command needs a scope stated on purpose:
+--all (every open letter), --org NAME (that organization's), or --id N (one letter, explicit
+enough on its own). --reason narrows a scope, it is not one. Without a scope it refuses, exits
+non-zero and writes nothing. A "possibly sent" letter waits for a person to confirm the
+prospect did not get the email: --all and --org skip it unless --reason possibly_sent names
+the class (or --id the letter).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,12 @@ from django.db.models import QuerySet
 
 from orchestrator.dead_letters import ACTIONABLE, DeadLetterNotActionable, dead_letter_replay, replay_target
 from orchestrator.models import DeadLetter
-from outreach.models import ErrorClass, State
+from outreach.models import ErrorClass, Organization, State
+
+NO_SCOPE = (
+    "Say which dead letters to replay: --all, --org NAME or --id N "
+    "(--reason only narrows one of those). Nothing was replayed."
+)
 
 
 class Command(BaseCommand):
@@ -19,6 +32,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        scope = parser.add_mutually_exclusive_group()
+        scope.add_argument("--all", action="store_true", dest="every", help="Every open dead letter.")
+        scope.add_argument("--org", help="Only the open dead letters of this organization (its name).")
         parser.add_argument("--reason", help=f"Only this failure class: {', '.join(ErrorClass.values)}.")
         parser.add_argument(
             "--id", type=int, dest="letter_id", help="Only this dead letter (also an escalated one)."
@@ -28,16 +44,25 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args: Any, reason: str | None, letter_id: int | None, dry_run: bool, **options: Any
+        self,
+        *args: Any,
+        reason: str | None,
+        letter_id: int | None,
+        dry_run: bool,
+        every: bool,
+        org: str | None,
+        **options: Any,
     ) -> None:
-        letters = self._select(reason=reason, letter_id=letter_id)
+        letters = self._select(reason=reason, letter_id=letter_id, every=every, org=org)
         if not letters:
             self.stdout.write("Nothing to replay: no open dead letters match.")
             return
         replayed, skipped = 0, []
         for letter in letters:
             try:
-                target = self._replay_one(letter=letter, reason=reason, dry_run=dry_run)
+                target = self._replay_one(
+                    letter=letter, reason=reason, dry_run=dry_run, named=letter_id is not None
+                )
             except DeadLetterNotActionable as exc:
                 skipped.append(f"#{letter.pk}: {exc}")
                 continue
@@ -48,11 +73,15 @@ class Command(BaseCommand):
             )
         self._summary(replayed=replayed, skipped=skipped, dry_run=dry_run)
 
-    def _select(self, *, reason: str | None, letter_id: int | None) -> list[DeadLetter]:
+    def _select(
+        self, *, reason: str | None, letter_id: int | None, every: bool, org: str | None
+    ) -> list[DeadLetter]:
         if reason is not None and reason not in ErrorClass.values:
             raise CommandError(
                 f"--reason {reason!r} is not a failure class; use one of: {', '.join(ErrorClass.values)}."
             )
+        if not (every or org is not None or letter_id is not None):
+            raise CommandError(NO_SCOPE)
         letters: QuerySet[DeadLetter] = DeadLetter.objects.select_related("outreach").order_by("id")
         if letter_id is not None:
             # Any status: a letter named by id that cannot be replayed is reported, not hidden.
@@ -60,12 +89,25 @@ class Command(BaseCommand):
             if not found:
                 raise CommandError(f"--id {letter_id}: there is no dead letter with that id.")
             return found
-        if reason is None:
-            self.stdout.write("No --reason or --id given: replaying every open dead letter.")
+        if org is not None:
+            org_id = Organization.objects.filter(name=org).values_list("id", flat=True).first()
+            if org_id is None:
+                raise CommandError(f"--org {org!r}: there is no organization with that name.")
+            letters = letters.filter(organization_id_ref=org_id)
+        elif reason is None:
+            self.stdout.write("--all: replaying every open dead letter.")
         letters = letters.filter(status=DeadLetter.Status.OPEN)
         return list(letters.filter(failure_class=reason) if reason else letters)
 
-    def _replay_one(self, *, letter: DeadLetter, reason: str | None, dry_run: bool) -> State:
+    def _replay_one(self, *, letter: DeadLetter, reason: str | None, dry_run: bool, named: bool) -> State:
+        unconfirmed = letter.failure_class == ErrorClass.POSSIBLY_SENT
+        if unconfirmed and not named and reason != ErrorClass.POSSIBLY_SENT:
+            raise DeadLetterNotActionable(
+                "possibly sent: confirm the prospect did not get it, then replay it with --id "
+                "or --reason possibly_sent",
+                dead_letter_id=letter.pk,
+                status=letter.status,
+            )
         if reason and letter.failure_class != reason:
             raise DeadLetterNotActionable(
                 f"its failure class is {letter.failure_class}, not {reason}",

@@ -1,7 +1,17 @@
-"""python manage.py add_owner NAME --kind agent|human --daily-limit N --hours 09:00-17:00 --tz Area/City"""
+"""python manage.py add_owner NAME --kind agent|human --daily-limit N --hours 09:00-17:00 --tz Area/City
+[--days mon-fri] [--review-required|--no-review-required] [--weight N] [--org NAME]
+
+A new owner needs --kind, --daily-limit, --hours and --tz; the rest default to mon-fri, review
+not required, weight 1, organization "Default". On an existing owner it changes only what its
+flags name: a flag left out keeps the stored value (re-running it to change the daily limit
+must not turn review off). Without --org it finds the owner by name in whichever organization
+holds it. Turning review off here is recorded with no user (`review_disabled_by` NULL) and
+`review_disabled_via` "add_owner command": a shell user is not a person the database knows.
+"""
 
 from __future__ import annotations
 
+import argparse
 import re
 from datetime import time
 from typing import Any
@@ -53,26 +63,34 @@ class Command(BaseCommand):
     help = "Create or update an owner (an AI agent or a human seller) with its limits and hours."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        # No argparse defaults: an absent flag must be told apart from one given (None = keep).
         parser.add_argument("name")
-        parser.add_argument("--kind", required=True, choices=[k.value for k in Owner.Kind])
-        parser.add_argument("--daily-limit", required=True, type=int, help="Emails per local day (>= 1).")
+        parser.add_argument("--kind", choices=[k.value for k in Owner.Kind], help="Needed for a new owner.")
         parser.add_argument(
-            "--hours", required=True, help="Operating hours in the owner's time zone, HH:MM-HH:MM."
+            "--daily-limit", type=int, help="Emails per local day (>= 1). Needed for a new owner."
         )
-        parser.add_argument("--tz", required=True, help="IANA time zone, e.g. Europe/Berlin.")
         parser.add_argument(
-            "--days", default="mon-fri", help="Working days: mon-fri (default), mon,wed or 135."
+            "--hours", help="Operating hours in the owner's time zone, HH:MM-HH:MM. Needed for a new owner."
         )
-        parser.add_argument("--review-required", action="store_true", help="Drafts wait for human approval.")
-        parser.add_argument("--weight", type=int, default=1, help="Fair-share weight (>= 1).")
-        parser.add_argument("--org", default="Default", help="Organization name (created if missing).")
+        parser.add_argument("--tz", help="IANA time zone, e.g. Europe/Berlin. Needed for a new owner.")
+        parser.add_argument("--days", help="Working days: mon-fri (new owner's default), mon,wed or 135.")
+        parser.add_argument(
+            "--review-required",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="Drafts wait for human approval (new owner's default: not required).",
+        )
+        parser.add_argument("--weight", type=int, help="Fair-share weight (>= 1; new owner's default 1).")
+        parser.add_argument(
+            "--org", help='Organization name (created if missing; new owner\'s default "Default").'
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if opts["daily_limit"] < 1:
+        if opts["daily_limit"] is not None and opts["daily_limit"] < 1:
             raise CommandError(f"--daily-limit {opts['daily_limit']}: must be at least 1.")
-        if opts["weight"] < 1:
+        if opts["weight"] is not None and opts["weight"] < 1:
             raise CommandError(f"--weight {opts['weight']}: must be at least 1.")
-        start, end = parse_hours(opts["hours"])
+        start, end = parse_hours(opts["hours"]) if opts["hours"] is not None else (None, None)
         spec = OwnerSpec(
             name=opts["name"].strip(),
             kind=opts["kind"],
@@ -81,25 +99,28 @@ class Command(BaseCommand):
             hours_end=end,
             timezone=opts["tz"],
             review_required=opts["review_required"],
-            working_days=parse_days(opts["days"]),
+            working_days=parse_days(opts["days"]) if opts["days"] is not None else None,
             weight=opts["weight"],
             organization=opts["org"],
         )
         try:
-            owner, created = owner_upsert(spec=spec)
+            owner, created = owner_upsert(spec=spec, by=None, via="add_owner command")
         except ValidationError as exc:
             raise CommandError(_describe(exc)) from None
         verb = "Created" if created else "Updated"
         self.stdout.write(
             self.style.SUCCESS(
-                f"{verb} owner #{owner.pk} {owner.name} ({owner.kind}) in {spec.organization}: "
-                f"{owner.daily_limit}/day, {start:%H:%M}-{end:%H:%M} {owner.timezone}, days {owner.working_days}, "
-                f"review {'required' if owner.review_required else 'not required'}."
+                f"{verb} owner #{owner.pk} {owner.name} ({owner.kind}) in {owner.organization.name}: "
+                f"{owner.daily_limit}/day, {owner.hours_start:%H:%M}-{owner.hours_end:%H:%M} {owner.timezone}, "
+                f"days {owner.working_days}, review {'required' if owner.review_required else 'not required'}."
             )
         )
 
 
 _FLAG = {
+    "kind": "--kind",
+    "hours_start": "--hours",
+    "hours_end": "--hours",
     "organization": "--org",
     "timezone": "--tz",
     "daily_limit": "--daily-limit",
@@ -112,6 +133,12 @@ _FLAG = {
 def _describe(exc: ValidationError) -> str:
     if not hasattr(exc, "error_dict"):
         return " ".join(exc.messages)
+    missing = [
+        field for field, errors in exc.error_dict.items() if "required for a new owner" in errors[0].messages
+    ]
+    if missing:
+        flags = ", ".join(dict.fromkeys(_FLAG.get(field, field) for field in missing))
+        return f"{flags}: required for a new owner (on an existing one, left-out flags keep their values)."
     return " ".join(
         f"{_FLAG.get(field, field)}: {' '.join(str(m) for m in errors[0].messages)}"
         for field, errors in exc.error_dict.items()
