@@ -379,3 +379,23 @@ def test_retention_settings_defaults_and_validation() -> None:
     ]
     result = _manage("check", env={**PRODUCTION_ENV, "RETENTION_BATCH_ROWS": "0"})
     assert "RETENTION_BATCH_ROWS='0': must be at least 1." in result.stderr
+
+
+def test_rabbitmq_queues_are_classic_by_default_and_quorum_on_request() -> None:
+    # given RabbitMQ as the broker
+    script = (
+        "from django.conf import settings; "
+        "print(sorted({str(q.queue_arguments) for q in settings.CELERY_TASK_QUEUES}))"
+    )
+    amqp = {**PRODUCTION_ENV, "CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672//"}
+    # then the product's queues are classic unless quorum queues are asked for
+    assert _manage("shell", "-v", "0", "-c", script, env=amqp).stdout.strip() == "['None']"
+    quorum = _manage("shell", "-v", "0", "-c", script, env={**amqp, "CELERY_QUEUE_TYPE": "quorum"})
+    assert quorum.stdout.strip() == "[\"{'x-queue-type': 'quorum'}\"]"
+    # and a Redis broker has no such thing, whatever the setting says
+    redis_broker = _manage(
+        "shell", "-v", "0", "-c", script, env={**PRODUCTION_ENV, "CELERY_QUEUE_TYPE": "quorum"}
+    )
+    assert redis_broker.stdout.strip() == "['None']"
+    bad = _manage("check", env={**amqp, "CELERY_QUEUE_TYPE": "mirrored"})
+    assert "CELERY_QUEUE_TYPE" in bad.stderr
