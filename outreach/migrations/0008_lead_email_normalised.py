@@ -15,34 +15,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection as default_connection
 from django.db import migrations, models
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.db.models.functions import Lower, Trim
 
 import outreach.models
 
 SHOWN = 50  # groups listed in the message; the count says how many there are in all
 
-_DUPLICATES = """
-    SELECT organization_id, lower(trim(email)), array_agg(id ORDER BY id)
-    FROM outreach_lead
-    GROUP BY organization_id, lower(trim(email))
-    HAVING count(*) > 1
-    ORDER BY organization_id, lower(trim(email))
-"""
-
-
 def lead_emails_normalise(apps: Any, schema_editor: Any) -> None:
-    connection = schema_editor.connection if schema_editor is not None else default_connection
-    with connection.cursor() as cursor:
-        cursor.execute(_DUPLICATES)
-        groups = cursor.fetchall()
-        if groups:
-            raise RuntimeError(_refusal(groups))
-        cursor.execute("UPDATE outreach_lead SET email = lower(trim(email)) WHERE email <> lower(trim(email))")
-        if cursor.rowcount:
-            print(f"\n  normalised {cursor.rowcount} lead email address(es) (trimmed, lower-cased)")
+    """Portable (PostgreSQL in production, SQLite in the demo): grouping and the update in the ORM."""
+    lead = apps.get_model("outreach", "Lead")
+    normalised = Lower(Trim("email"))
+    duplicated = (
+        lead.objects.annotate(key=normalised)
+        .values("organization_id", "key")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+        .order_by("organization_id", "key")
+    )
+    groups = [
+        (
+            row["organization_id"],
+            row["key"],
+            sorted(
+                lead.objects.annotate(key=normalised)
+                .filter(organization_id=row["organization_id"], key=row["key"])
+                .values_list("id", flat=True)
+            ),
+        )
+        for row in duplicated
+    ]
+    if groups:
+        raise RuntimeError(_refusal(groups))
+    changed = lead.objects.exclude(email=normalised).update(email=normalised)
+    if changed:
+        print(f"\n  normalised {changed} lead email address(es) (trimmed, lower-cased)")
 
 
 def _refusal(groups: list[tuple[int, str, list[int]]]) -> str:
