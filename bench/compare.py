@@ -193,21 +193,14 @@ def run_naive(
     in_window = [d for d in done if d["done_at"] >= steady_from]
     figures = naive_figures(done=done, retries=int(results.get("naive:retries") or 0))
     per_owner = {str(o): sum(1 for d in in_window if d["owner"] == o) for o in range(SMALL_OWNERS + 1)}
-    return ArmResult(
+    return _arm_result(
         name=f"plain Celery (rate_limit={rate_limit} per worker x {workers}, autoretry)",
         completed_per_min=len(in_window) / minutes,
-        provider_429s=stats["rejected_429"],
-        provider_requests=stats["requests"],
-        retries=figures.retries,
-        completed=figures.completed,
+        stats=stats,
+        figures=figures,
         utilization=steady_util,
-        reply_p50_s=_seconds(figures.reply.p50_s),
-        reply_p95_s=_seconds(figures.reply.p95_s),
-        replies_done=figures.reply.count,
         replies_sent_in=sim._replies,
-        jain=jain(list(per_owner.values())),
         per_owner=per_owner,
-        peak_window_requests=stats["peak_window"]["requests"],
     )
 
 
@@ -344,18 +337,40 @@ def _product_result(
     in_window = Outreach.objects.filter(state=State.SENT, sent_at__gte=steady_from)
     per_owner = {o.name.split()[-1]: in_window.filter(owner=o).count() for o in _owners()}
     figures = product_figures(since=started_at)
-    return ArmResult(
+    return _arm_result(
         name="this product (dispatcher + shared budget + paced calls)",
         completed_per_min=in_window.count() / minutes,
+        stats=stats,
+        figures=figures,
+        utilization=steady_util,
+        replies_sent_in=sim._replies,
+        per_owner=per_owner,
+    )
+
+
+def _arm_result(
+    *,
+    name: str,
+    completed_per_min: float,
+    stats: dict[str, Any],
+    figures: RunFigures,
+    utilization: float,
+    replies_sent_in: int,
+    per_owner: dict[str, int],
+) -> ArmResult:
+    """Both arms' row of the table, from the simulator's counters and the shared figures."""
+    return ArmResult(
+        name=name,
+        completed_per_min=completed_per_min,
         provider_429s=stats["rejected_429"],
         provider_requests=stats["requests"],
         retries=figures.retries,
         completed=figures.completed,
-        utilization=steady_util,
+        utilization=utilization,
         reply_p50_s=_seconds(figures.reply.p50_s),
         reply_p95_s=_seconds(figures.reply.p95_s),
         replies_done=figures.reply.count,
-        replies_sent_in=sim._replies,
+        replies_sent_in=replies_sent_in,
         jain=jain(list(per_owner.values())),
         per_owner=per_owner,
         peak_window_requests=stats["peak_window"]["requests"],

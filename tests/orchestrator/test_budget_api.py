@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
-from django.conf import settings
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -26,23 +25,7 @@ from orchestrator.budget import (
     connect,
 )
 from orchestrator.budget.maths import WINDOW_MS
-
-START_MS = 1_700_000_000_000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    c = connect(settings.REDIS_URL)
-    yield c
-    c.close()
+from tests.orchestrator.conftest import START_MS, FakeClock
 
 
 @pytest.fixture

@@ -15,29 +15,12 @@ from typing import Any
 
 import pytest
 import redis
-from django.conf import settings
 
 from devtools.llm_sim import LLMSim
 from nurture import llm
-from orchestrator.budget import Budget, Limits, Spread, connect
+from orchestrator.budget import Budget, Limits, Spread
 from orchestrator.budget.maths import WINDOW_MS
-
-START_MS = 1_700_000_000_000
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START_MS
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    c = connect(settings.REDIS_URL)
-    yield c
-    c.close()
+from tests.orchestrator.conftest import START_MS, FakeClock
 
 
 @pytest.fixture
