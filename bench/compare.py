@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.stack import OUT, ROOT, django_start, scratch_database
+from bench.stack import OUT, ROOT, bench_lead, django_start, scratch_database
 from orchestrator.metrics.figures import Quantiles, quantiles_of, retry_rate
 
 BIG_OWNER_LEADS, SMALL_OWNERS, SMALL_OWNER_LEADS = 700, 9, 60
@@ -287,16 +287,7 @@ def _seed_product() -> list[Any]:
     for owner_index, n in workload():
         owner = owners[owner_index]
         leads = Lead.objects.bulk_create(
-            Lead(
-                organization_id=owner.organization_id,
-                owner=owner,
-                email=f"o{owner_index}-{i}@bench.example",
-                first_name="Pat",
-                last_name=f"L{i}",
-                company="Acme",
-                title="CTO",
-            )
-            for i in range(n)
+            bench_lead(owner=owner, n=f"{owner_index}-{i}", domain="bench.example") for i in range(n)
         )
         Outreach.objects.bulk_create(
             Outreach(

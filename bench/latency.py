@@ -40,7 +40,6 @@ import json
 import math
 import os
 import random
-import secrets
 import sys
 import time
 import urllib.request
@@ -51,7 +50,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.stack import OUT, POSTGRES, database_for, process_trees
+from bench.stack import (
+    OUT,
+    bench_intro,
+    bench_lead,
+    database_for,
+    private_redis_django,
+    process_trees,
+    production_env,
+)
 
 DB_NAME = "outreach_bench_latency"
 LINES = ("orchestrator", "generation", "reply", "send", "dead_letter", "beat")  # the Procfile's; no web
@@ -131,18 +138,7 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
         REDIS_URL=redis_url,
         LLM_RPM=str(rpm),
         LLM_TPM=str(args.tpm or rpm * 10_000),
-        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",  # `celery` = this venv's
-        # Production mode: DEBUG off (JSON logs, no demo defaults), so the secrets it requires are
-        # made up per run; they guard nothing here.
-        DJANGO_DEBUG="0",
-        DJANGO_SECRET_KEY=secrets.token_hex(32),
-        LLM_API_KEY="sk-bench",
-        WEBHOOK_SECRET=secrets.token_hex(16),
-        FLOWER_BASIC_AUTH=f"bench:{secrets.token_hex(8)}",
-        PUBLIC_BASE_URL="http://127.0.0.1:8000",
-        DEFAULT_FROM_EMAIL="outreach@bench.example",
-        METRICS_TOKEN=secrets.token_hex(16),
-        **dict(setting.split("=", 1) for setting in args.set),
+        **production_env(**dict(setting.split("=", 1) for setting in args.set)),
     )
     provider, workers = ProcessGroup(log_dir=logs, env=env), ProcessGroup(log_dir=logs, env=env)
     try:
@@ -223,8 +219,7 @@ def seed(*, owners: int, leads: int) -> None:
 
     from django.utils import timezone
 
-    from outreach.idempotency import intro_key
-    from outreach.models import Lead, Outreach, State
+    from outreach.models import Lead, Outreach
     from outreach.services import OwnerSpec, owner_upsert
 
     made = [
@@ -242,33 +237,13 @@ def seed(*, owners: int, leads: int) -> None:
         )[0]
         for o in range(owners)
     ]
-    now, tier = timezone.now(), Outreach.KIND_TIER[Outreach.Kind.INTRO]
+    now = timezone.now()
     for start in range(0, leads, 2000):
         batch = Lead.objects.bulk_create(
-            Lead(
-                organization_id=made[i % owners].organization_id,
-                owner=made[i % owners],
-                email=f"lead{i}@latency.example",
-                first_name="Pat",
-                last_name=f"L{i}",
-                company="Acme",
-                title="CTO",
-            )
+            bench_lead(owner=made[i % owners], n=i, domain="latency.example")
             for i in range(start, min(leads, start + 2000))
         )
-        Outreach.objects.bulk_create(
-            Outreach(
-                lead=lead,
-                owner_id=lead.owner_id,
-                kind=Outreach.Kind.INTRO,
-                tier=tier,
-                state=State.QUEUED,
-                not_before=now,
-                idempotency_key=intro_key(lead_id=lead.pk),
-                state_changed_at=now,
-            )
-            for lead in batch
-        )
+        Outreach.objects.bulk_create(bench_intro(lead=lead, now=now) for lead in batch)
 
 
 def drive(
@@ -511,28 +486,14 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
 
 def main() -> None:
     args = arguments()
-    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1")
-    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL") or f"{POSTGRES}/{DB_NAME}"
-    from devtools.processes import RedisServer
-
-    redis_server = RedisServer().start()  # a private redis-server: no other test or bench shares it
-    os.environ["REDIS_URL"] = redis_server.url
-    import logging
-
-    import django
-
-    django.setup()
-    logging.getLogger().setLevel(logging.WARNING)  # this process seeds and samples: keep its output readable
     runs = []
-    try:
+    with private_redis_django(db_name=DB_NAME) as redis_url:
+        import redis
+
         for rpm in args.rpm:
             print(f"\n--- {rpm} requests/min, {args.duration:g} s ---", flush=True)
-            import redis
-
-            redis.Redis.from_url(redis_server.url).flushall()
-            runs.append(run_once(args=args, rpm=rpm, redis_url=redis_server.url))
-    finally:
-        redis_server.stop()
+            redis.Redis.from_url(redis_url).flushall()
+            runs.append(run_once(args=args, rpm=rpm, redis_url=redis_url))
     print("\n" + table(runs, args))
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"latency-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"

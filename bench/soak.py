@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.stack import OUT, django_start, process_trees, scratch_database
+from bench.stack import OUT, bench_lead, django_start, process_trees, scratch_database
 from devtools.smtp_sink import SMTPSink, normalise_message_id
 from orchestrator.metrics.figures import percentile, retry_rate
 
@@ -181,14 +181,8 @@ def seed(*, count: int, owners: int, review_owners: int, poison_per_kind: int) -
     now, ids = timezone.now(), []
     for start in range(0, count, 2000):
         leads = Lead.objects.bulk_create(
-            Lead(
-                organization_id=made[i % owners].organization_id,
-                owner=made[i % owners],
-                email=f"lead{i}@soak.example",
-                first_name=_first_name(i, markers, step),
-                last_name=f"L{i}",
-                company="Acme",
-                title="CTO",
+            bench_lead(
+                owner=made[i % owners], n=i, domain="soak.example", first_name=_first_name(i, markers, step)
             )
             for i in range(start, min(count, start + 2000))
         )

@@ -12,10 +12,15 @@ its figure functions) must not point this process at a scratch database.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+import secrets
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"  # reports, charts and process logs of the benches
@@ -71,6 +76,80 @@ def django_start(*, env: Mapping[str, str]) -> None:
 
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     call_command("migrate", verbosity=0)
+
+
+def production_env(**settings: str) -> dict[str, str]:
+    """What a Procfile process needs on top of devtools.processes.stack_env to run as in
+    production (DJANGO_DEBUG=0: JSON logs, no demo defaults): the secrets that mode requires,
+    made up per run (they guard nothing here), this venv's `celery` first on PATH, and
+    `settings` (variable -> value) last."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": secrets.token_hex(32),
+        "LLM_API_KEY": "sk-bench",
+        "WEBHOOK_SECRET": secrets.token_hex(16),
+        "FLOWER_BASIC_AUTH": f"bench:{secrets.token_hex(8)}",
+        "PUBLIC_BASE_URL": "http://127.0.0.1:8000",
+        "DEFAULT_FROM_EMAIL": "outreach@bench.example",
+        "METRICS_TOKEN": secrets.token_hex(16),
+        **settings,
+    }
+
+
+@contextmanager
+def private_redis_django(*, db_name: str) -> Iterator[str]:
+    """This process on the bench's database (BENCH_DATABASE_URL, else `db_name` on the local
+    server: the bench creates it) and a private redis-server no other test or bench shares,
+    Django set up and logging at WARNING (this process seeds and samples: its output stays
+    readable). Yields that Redis's URL; stops the server at the end."""
+    from devtools.processes import RedisServer
+
+    os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1")
+    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL") or f"{POSTGRES}/{db_name}"
+    redis_server = RedisServer().start()
+    os.environ["REDIS_URL"] = redis_server.url
+    try:
+        import django
+
+        django.setup()
+        logging.getLogger().setLevel(logging.WARNING)
+        yield redis_server.url
+    finally:
+        redis_server.stop()
+
+
+def bench_lead(*, owner: Any, n: int | str, domain: str, first_name: str = "Pat") -> Any:
+    """Lead `n` of `owner`, unsaved (for bulk_create): the one lead the benches seed."""
+    from outreach.models import Lead
+
+    return Lead(
+        organization_id=owner.organization_id,
+        owner=owner,
+        email=f"lead{n}@{domain}",
+        first_name=first_name,
+        last_name=f"L{n}",
+        company="Acme",
+        title="CTO",
+    )
+
+
+def bench_intro(*, lead: Any, now: Any, **fields: Any) -> Any:
+    """The intro of `lead`, due `now`, unsaved (for bulk_create), QUEUED unless `fields` say
+    otherwise (a written draft: state, draft_subject, draft_body)."""
+    from outreach.idempotency import intro_key
+    from outreach.models import Outreach, State
+
+    return Outreach(
+        lead=lead,
+        owner_id=lead.owner_id,
+        kind=Outreach.Kind.INTRO,
+        tier=Outreach.KIND_TIER[Outreach.Kind.INTRO],
+        not_before=now,
+        idempotency_key=intro_key(lead_id=lead.pk),
+        state_changed_at=now,
+        **{"state": State.QUEUED, **fields},
+    )
 
 
 # --- /proc: memory and CPU of a process and its descendants (soak, latency) -------------------

@@ -6,9 +6,11 @@ value fails at start-up with an error that names the variable and says what was 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -43,6 +45,25 @@ def env_int(name: str, default: object = REQUIRED, *, minimum: int | None = None
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name}={value!r}: must be at least {minimum}.")
     return number
+
+
+def env_int_if_set(name: str, *, minimum: int | None = None) -> int | None:
+    """A whole number when the variable is set, None when it is not: a limit that is absent
+    unless configured (EMAIL_RATE_PER_SECOND)."""
+    return None if _raw(name, None) is None else env_int(name, minimum=minimum)
+
+
+def env_ints(name: str, *, minimum: int | None = None) -> list[int]:
+    """A comma-separated list of whole numbers ("50,100,200"); empty when unset."""
+    items = env_list(name, "")
+    for item in items:
+        if not item.isdigit() or (minimum is not None and int(item) < minimum):
+            least = "" if minimum is None else f" of at least {minimum}"
+            raise ImproperlyConfigured(
+                f"{name}={env_str(name)!r}: expected whole numbers{least}, comma-separated (e.g. 50,100,200); "
+                f"{item!r} is not one."
+            )
+    return [int(item) for item in items]
 
 
 def env_float(
@@ -111,10 +132,14 @@ def _bad_url(name: str, url: str, problem: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"{name}={url_redacted(url)!r}: {problem}")
 
 
-def env_redis_url(name: str, default: object = REQUIRED) -> str:
+def env_redis_url(name: str, default: object = REQUIRED, *, cluster: bool = False) -> str:
+    """A Redis URL; with `cluster`, redis+cluster:// and rediss+cluster:// (a Redis Cluster
+    node, see orchestrator.budget.connect) are accepted too."""
     url = env_str(name, default)
-    if urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
-        raise _bad_url(name, url, "expected a redis://, rediss:// or unix:// URL.")
+    schemes = {"redis", "rediss", "unix"} | ({"redis+cluster", "rediss+cluster"} if cluster else set())
+    if urlsplit(url).scheme not in schemes:
+        also = " (or redis+cluster:// or rediss+cluster:// for a Redis Cluster)" if cluster else ""
+        raise _bad_url(name, url, f"expected a redis://, rediss:// or unix:// URL{also}.")
     return url
 
 
@@ -163,6 +188,29 @@ def database_from_url(name: str, url: str) -> dict[str, object]:
     raise _bad_url(name, url, "expected a postgres:// or sqlite:/// URL.")
 
 
+def env_prefixed(prefix: str) -> dict[str, object]:
+    """Every `<prefix><NAME>` variable as {NAME: value}, e.g. ANYMAIL_MAILGUN_API_KEY=k ->
+    {"MAILGUN_API_KEY": "k"}: a library's settings dict without a line per provider and key.
+
+    A value starting with `{` or `[` is JSON (settings that are dicts or lists, e.g. boto3's
+    client parameters, or several webhook secrets during a rotation); any other is a string.
+    """
+    found: dict[str, object] = {}
+    for name, value in sorted(os.environ.items()):
+        if not name.startswith(prefix) or name == prefix or value == "":
+            continue
+        if value.lstrip()[:1] in ("{", "["):
+            try:
+                found[name.removeprefix(prefix)] = json.loads(value)
+            except ValueError as exc:
+                raise ImproperlyConfigured(
+                    f"{name}: starts like JSON but is not valid JSON ({exc})."
+                ) from None
+        else:
+            found[name.removeprefix(prefix)] = value
+    return found
+
+
 def env_shares(name: str, *, keys: Sequence[str], default: str = "") -> dict[str, float]:
     """`intro=0.1,nudge=0.05` -> {"intro": 0.1, "nudge": 0.05}; each value a fraction in [0, 1]."""
     shares: dict[str, float] = {}
@@ -187,6 +235,28 @@ def env_shares(name: str, *, keys: Sequence[str], default: str = "") -> dict[str
     if sum(shares.values()) > 1:
         raise ImproperlyConfigured(f"{name}: the shares add up to more than 1.")
     return shares
+
+
+def env_prices(name: str, default: str = "") -> dict[str, tuple[Decimal, Decimal]]:
+    """`gpt-4o-mini=0.00015/0.0006,gpt-4o=0.0025/0.01` -> per model, the price of 1,000 input
+    and of 1,000 output tokens (dollars): {"gpt-4o-mini": (Decimal("0.00015"), Decimal("0.0006"))}."""
+    prices: dict[str, tuple[Decimal, Decimal]] = {}
+    for item in env_str(name, default).split(","):
+        if not item.strip():
+            continue
+        model, _, pair = item.strip().rpartition("=")
+        given, _, taken = pair.partition("/")
+        try:
+            price = (Decimal(given), Decimal(taken))
+        except InvalidOperation:
+            price = (Decimal(-1), Decimal(-1))
+        if not model or any(not p.is_finite() or p < 0 for p in price):
+            raise ImproperlyConfigured(
+                f"{name}: {item.strip()!r} should be model=input/output, dollars per 1,000 tokens, "
+                "e.g. gpt-4o-mini=0.00015/0.0006."
+            )
+        prices[model] = price
+    return prices
 
 
 def database_url(settings_dict: Mapping[str, object], *, name: str | None = None) -> str:

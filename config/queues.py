@@ -12,13 +12,15 @@ class Queue(StrEnum):
     # nudges already in the broker (docs/dispatch.md: why a lane, not priorities).
     REPLY = "reply"
     SEND = "send"  # SMTP delivery, including approved drafts (no LLM)
-    DEAD_LETTER = "dead_letter"  # recording terminal failures, off the hot queues
+    DEAD_LETTER = "dead_letter"  # recording terminal failures and alerting, off the hot queues
 
 
 # Task name prefix -> queue. Task names are stable strings (`<app>.<action>`), so a route
 # never depends on where the function lives.
 TASK_ROUTES: dict[str, dict[str, str]] = {
     "orchestrator.dispatch": {"queue": Queue.ORCHESTRATOR},
+    # A webhook that hangs must not hold up dispatch cycles (the orchestrator queue runs one task).
+    "orchestrator.alerts_check": {"queue": Queue.DEAD_LETTER},
     "orchestrator.*": {"queue": Queue.ORCHESTRATOR},
     "nurture.generate": {"queue": Queue.GENERATION},
     "nurture.generate_reply": {"queue": Queue.REPLY},

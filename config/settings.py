@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
 from kombu import Queue as KombuQueue
 
+from config.deployments import deployments_parse, fallbacks_parse, step_models_parse
 from config.env import (
     REQUIRED,
     database_from_url,
@@ -21,7 +22,11 @@ from config.env import (
     env_choice,
     env_float,
     env_int,
+    env_int_if_set,
+    env_ints,
     env_list,
+    env_prefixed,
+    env_prices,
     env_redis_url,
     env_shares,
     env_str,
@@ -52,6 +57,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_beat",
+    "anymail",  # email providers' backends and webhooks (docs/email.md)
     "outreach",
     "nurture",
     "orchestrator",
@@ -99,7 +105,8 @@ DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'demo.sql
 # could open one per running job; a generation job instead connects only for its reads and
 # writes, closes before its LLM calls, and waits for one of GENERATION_DB_CONNECTIONS turns per
 # process (nurture.generation). PostgreSQL's max_connections must cover web + beat + the
-# prefork workers' processes + GENERATION_DB_CONNECTIONS per generation process.
+# prefork workers' processes + GENERATION_DB_CONNECTIONS per generation process + the send
+# and reply workers' threads (a send holds its connection while it runs: 48, config.workers).
 DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -145,6 +152,10 @@ X_FRAME_OPTIONS = "DENY"
 
 # --- Redis: the LLM budget, the dispatcher lock, and the Celery broker by default -----------
 REDIS_URL = env_redis_url("REDIS_URL", "redis://127.0.0.1:6379/0")
+# The LLM budget's own Redis: REDIS_URL by default, or a Redis Cluster (redis+cluster://host:port,
+# one node; the others are discovered). The dispatcher lock, in-flight counts, cursor and broker
+# stay on REDIS_URL.
+BUDGET_REDIS_URL = env_redis_url("BUDGET_REDIS_URL", REDIS_URL, cluster=True)
 
 # --- LLM provider (any OpenAI-compatible chat-completions endpoint) -------------------------
 LLM_BASE_URL = env_str("LLM_BASE_URL", "http://127.0.0.1:8900/v1")
@@ -153,10 +164,26 @@ LLM_MODEL = env_str("LLM_MODEL", "sim-1")
 LLM_RPM = env_int("LLM_RPM", 300, minimum=1)  # provider requests/min on the shared key
 LLM_TPM = env_int("LLM_TPM", 300_000, minimum=1)  # provider tokens/min on the shared key
 LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 30.0, minimum=1.0)
+# Dollars per 1,000 input / output tokens per model, e.g. "gpt-4o-mini=0.00015/0.0006": each
+# written outreach records its cost (a model without a price costs 0). docs/spend.md.
+LLM_PRICES = env_prices("LLM_PRICES")
 # HTTP connections to the provider per process (one client shared by a worker's threads): as
 # many as the generation worker runs jobs, or calls would queue for a connection.
 LLM_MAX_CONNECTIONS = env_int("LLM_MAX_CONNECTIONS", WORKERS[Queue.GENERATION].concurrency, minimum=1)
 LLM_CALLS_PER_OUTREACH = 3  # plan -> context -> message
+# Several models and deployments (config/deployments.py, docs/architecture.md). Absent, the one
+# deployment above (LLM_MODEL, LLM_RPM, LLM_TPM) is the only one, its budget scope "provider".
+_LLM_DEPLOYMENTS_RAW = env_str("LLM_DEPLOYMENTS", "")
+LLM_DEPLOYMENTS = deployments_parse(_LLM_DEPLOYMENTS_RAW) if _LLM_DEPLOYMENTS_RAW else ()
+_LLM_NAMES = [d.name for d in LLM_DEPLOYMENTS] or [LLM_MODEL]
+LLM_STEP_MODELS = step_models_parse(env_str("LLM_STEP_MODELS", ""), names=_LLM_NAMES)
+LLM_FALLBACKS = fallbacks_parse(env_str("LLM_FALLBACKS", ""), names=_LLM_NAMES)
+# A name out of room this long (all its deployments) runs its steps on its fallback meanwhile.
+LLM_FALLBACK_AFTER_S = env_float("LLM_FALLBACK_AFTER_S", 30.0, minimum=0.0)
+# A deployment answering 401/403/404 this many calls in a row is misconfigured: its breaker
+# opens (work waits QUEUED, nothing dead-lettered); one probe job tries it every LLM_FAULT_PROBE_S.
+LLM_FAULT_THRESHOLD = env_int("LLM_FAULT_THRESHOLD", 3, minimum=1)
+LLM_FAULT_PROBE_S = env_float("LLM_FAULT_PROBE_S", 30.0, minimum=1.0)
 LLM_EST_TOKENS_PER_CALL = env_int("LLM_EST_TOKENS_PER_CALL", 600, minimum=1)
 # Budget shape (docs/budget.md). Paced (the default): the buckets refill at the pacer's rate and
 # every call is paced against a log of the provider's window, which reaches ~98% of the limit.
@@ -172,7 +199,14 @@ LLM_BUDGET_MARGIN_FLOOR_MS = env_int("LLM_BUDGET_MARGIN_FLOOR_MS", 100, minimum=
 BUDGET_FAILURE_POLICY = env_choice("BUDGET_FAILURE_POLICY", ["open", "closed"], "open")
 
 # --- Email ----------------------------------------------------------------------------------
-EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+# SMTP (the EMAIL_* settings below) unless EMAIL_BACKEND names a django-anymail provider's
+# backend, e.g. anymail.backends.mailgun.EmailBackend, configured by ANYMAIL_* (next section).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+if not EMAIL_BACKEND.startswith(("django.core.mail.backends.", "anymail.backends.")):
+    raise ImproperlyConfigured(
+        f"EMAIL_BACKEND={EMAIL_BACKEND!r}: expected django.core.mail.backends.smtp.EmailBackend (the "
+        "default) or a django-anymail backend such as anymail.backends.mailgun.EmailBackend."
+    )
 EMAIL_HOST = env_str("EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = env_int("EMAIL_PORT", 1025, minimum=1)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
@@ -200,6 +234,29 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "outreach@example.com" if DEB
 # Where recipients reach us (List-Unsubscribe links): the public address of the web service.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000" if DEBUG else REQUIRED)
 
+# --- Email providers (django-anymail): sending, inbound replies, and later tracking ---------
+# Every ANYMAIL_<NAME> variable becomes ANYMAIL["<NAME>"] (anymail's own setting names; JSON
+# when the value starts with { or [), e.g. ANYMAIL_MAILGUN_API_KEY, ANYMAIL_MAILGUN_SENDER_DOMAIN,
+# ANYMAIL_MAILGUN_WEBHOOK_SIGNING_KEY, ANYMAIL_POSTMARK_SERVER_TOKEN. ANYMAIL_WEBHOOK_SECRET
+# ("user:password", HTTP basic auth on every provider webhook) is what mounts the webhooks at
+# /hooks/anymail/ (config/urls.py): without it they do not exist. Receivers: nurture/apps.py.
+ANYMAIL = env_prefixed("ANYMAIL_")
+
+# The mail provider's limits (docs/architecture.md, "Send budget"): every email reserves one
+# message of the account's rate and of its sender domain's UTC day right before SMTP; one
+# that must wait goes back to APPROVED saying why. None set: no send budget (sends as fast as
+# the send workers go). Rates are kept strictly (never more in any second / minute), which
+# runs at limit - 1 per window; each needs 2 or more.
+EMAIL_RATE_PER_SECOND = env_int_if_set("EMAIL_RATE_PER_SECOND", minimum=2)
+EMAIL_RATE_PER_MINUTE = env_int_if_set("EMAIL_RATE_PER_MINUTE", minimum=2)
+# The rate's window is widened by this much: the spread of the delay from reserving a send to
+# the provider receiving it (claim, SMTP session). 20/s runs at 15.8/s with 200 ms, 18.98/s with 0.
+EMAIL_RATE_MARGIN_MS = env_int("EMAIL_RATE_MARGIN_MS", 200, minimum=0)
+# Messages per UTC day per sender domain (the From address's domain), and the warm-up ramp: the
+# caps of a domain's first send days ("50,100,200,400"; after it, EMAIL_DOMAIN_DAILY_LIMIT).
+EMAIL_DOMAIN_DAILY_LIMIT = env_int_if_set("EMAIL_DOMAIN_DAILY_LIMIT", minimum=1)
+EMAIL_WARMUP = env_ints("EMAIL_WARMUP", minimum=1)
+
 # --- Dispatcher -----------------------------------------------------------------------------
 # Whole seconds between cycles: django-celery-beat stores intervals in whole seconds, so 0.5
 # would silently become 0; refused here instead.
@@ -217,6 +274,10 @@ DISPATCH_IN_FLIGHT_HEADROOM = env_float("DISPATCH_IN_FLIGHT_HEADROOM", 0.2, mini
 # that share of each cycle's slots for the tier while it has work (replies keep the rest first).
 DISPATCH_MIN_SHARE = env_shares("DISPATCH_MIN_SHARE", keys=["intro", "nudge"])
 DISPATCH_STUCK_AFTER_S = env_int("DISPATCH_STUCK_AFTER_S", 600, minimum=1)
+# How owners share the LLM budget: "tokens" (each pick charged what the owner's jobs cost, a
+# moving average of their settled tokens: equal weights get equal tokens) or "count" (equal
+# emails, the behaviour before). Reservations use the learned cost either way (docs/dispatch.md).
+DISPATCH_FAIRNESS = env_choice("DISPATCH_FAIRNESS", ["tokens", "count"], "tokens")
 # A generation job's lease (orchestrator.job_leases): a key with this TTL, re-set by its worker
 # process every RENEW seconds. A GENERATING row older than the TTL whose lease is gone has lost
 # its worker and is recovered at once. RENEW at most half the TTL: one missed beat (a slow
@@ -239,6 +300,15 @@ RETRY_MAX_RATE_LIMITED = env_int("RETRY_MAX_RATE_LIMITED", 100, minimum=1)
 # --- Inbound webhook ------------------------------------------------------------------------
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
 
+# --- Bounces and complaints (orchestrator.deliverability; docs/email.md) ---------------------
+# An owner or sender domain is paused when, over its last BOUNCE_WINDOW_SENDS delivery attempts
+# (at least BOUNCE_MIN_SENDS of them), more than BOUNCE_RATE_MAX hard-bounced or more than
+# COMPLAINT_RATE_MAX were reported as spam. Fractions of 1: 0.05 = 5 %, 0.003 = 0.3 %.
+BOUNCE_RATE_MAX = env_float("BOUNCE_RATE_MAX", 0.05, minimum=0.0, maximum=1.0)
+COMPLAINT_RATE_MAX = env_float("COMPLAINT_RATE_MAX", 0.003, minimum=0.0, maximum=1.0)
+BOUNCE_WINDOW_SENDS = env_int("BOUNCE_WINDOW_SENDS", 200, minimum=1)
+BOUNCE_MIN_SENDS = env_int("BOUNCE_MIN_SENDS", 20, minimum=1)
+
 # --- Metrics and dashboard -----------------------------------------------------------------
 # /metrics shows every organization's owners and the whole budget: outside debug a scrape
 # needs `Authorization: Bearer <METRICS_TOKEN>`. Debug (demo, development): empty = open.
@@ -246,6 +316,22 @@ METRICS_TOKEN = env_str("METRICS_TOKEN", "" if DEBUG else REQUIRED)
 METRICS_WINDOW_S = env_int("METRICS_WINDOW_S", 86_400, minimum=60)  # window of latency/rate figures
 LLM_COST_PER_1K_TOKENS = env_float("LLM_COST_PER_1K_TOKENS", 0.0, minimum=0.0)  # for cost per outreach
 BUDGET_SAMPLE_RETENTION_DAYS = env_int("BUDGET_SAMPLE_RETENTION_DAYS", 7, minimum=1)
+DASHBOARD_REFRESH_S = env_int(
+    "DASHBOARD_REFRESH_S", 15, minimum=1
+)  # the queue-health page refetches its figures
+
+# --- Alerts (orchestrator.alerts: a beat task checks the conditions, a webhook tells people) ---
+# Slack-compatible incoming webhook (POST {"text": ...}); empty = alerts are logged only.
+ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
+if ALERT_WEBHOOK_URL and not ALERT_WEBHOOK_URL.startswith(("https://", "http://")):
+    raise ImproperlyConfigured(f"ALERT_WEBHOOK_URL={ALERT_WEBHOOK_URL!r}: expected an http(s):// URL.")
+ALERT_INTERVAL_SECONDS = env_int("ALERT_INTERVAL_SECONDS", 3600, minimum=1)  # once per condition per interval
+ALERT_CHECK_INTERVAL_S = env_int("ALERT_CHECK_INTERVAL_S", 60, minimum=1)  # how often beat checks
+ALERT_DEAD_LETTERS_OPEN = env_int("ALERT_DEAD_LETTERS_OPEN", 10, minimum=0)  # alert above this many open
+ALERT_DEAD_LETTER_AGE_S = env_int("ALERT_DEAD_LETTER_AGE_S", 86_400, minimum=1)  # oldest open waits past it
+# Budget idle: work ready (and not deferred) this long while the LLM used under this share of the limit.
+ALERT_IDLE_MINUTES = env_int("ALERT_IDLE_MINUTES", 10, minimum=1)
+ALERT_IDLE_BUDGET_PERCENT = env_float("ALERT_IDLE_BUDGET_PERCENT", 20.0, minimum=0.0, maximum=100.0)
 
 # --- Retention (orchestrator.retention: a scheduled prune in bounded batches) ----------------
 # Days of history kept (fractions allowed: a soak prunes minutes-old rows). The dashboard's window
@@ -262,6 +348,9 @@ RETENTION_ASSIGNMENT_ITEMS_DAYS = env_float("RETENTION_ASSIGNMENT_ITEMS_DAYS", 3
 # Rows per DELETE statement, each its own transaction: short locks, bounded WAL per commit.
 RETENTION_BATCH_ROWS = env_int("RETENTION_BATCH_ROWS", 5000, minimum=1)
 RETENTION_PRUNE_INTERVAL_S = env_int("RETENTION_PRUNE_INTERVAL_S", 86_400, minimum=1)  # daily
+# Seconds between runs of draft expiry (outreach.expiry; the age is per organization, its
+# draft_expiry_days): a draft may outlive its age by up to one interval.
+DRAFT_EXPIRY_INTERVAL_S = env_int("DRAFT_EXPIRY_INTERVAL_S", 3600, minimum=1)  # hourly
 
 # --- Flower ---------------------------------------------------------------------------------
 FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "admin:admin" if DEBUG else REQUIRED)
@@ -319,12 +408,24 @@ CELERY_BEAT_SCHEDULE = {
         # `expires`: django-celery-beat copies only the former into its table.
         "options": {"queue": Queue.ORCHESTRATOR.value, "expire_seconds": DISPATCH_INTERVAL},
     },
+    # Alerts (orchestrator.alerts): each condition notifies at most once per ALERT_INTERVAL_SECONDS.
+    # On the dead-letter queue: its webhook I/O never holds up a dispatch cycle.
+    "alerts-check": {
+        "task": "orchestrator.alerts_check",
+        "schedule": ALERT_CHECK_INTERVAL_S,
+        "options": {"queue": Queue.DEAD_LETTER.value, "expire_seconds": ALERT_CHECK_INTERVAL_S},
+    },
     # Retention (orchestrator.retention): the orchestrator queue is for short work, so one run
     # deletes for about one dispatch interval and queues its own continuation if rows remain.
     "retention-prune": {
         "task": "orchestrator.prune",
         "schedule": RETENTION_PRUNE_INTERVAL_S,
         "options": {"queue": Queue.ORCHESTRATOR.value, "expire_seconds": RETENTION_PRUNE_INTERVAL_S},
+    },
+    "drafts-expire": {
+        "task": "orchestrator.expire_drafts",
+        "schedule": DRAFT_EXPIRY_INTERVAL_S,
+        "options": {"queue": Queue.ORCHESTRATOR.value, "expire_seconds": DRAFT_EXPIRY_INTERVAL_S},
     },
 }
 

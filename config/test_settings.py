@@ -12,7 +12,9 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("DJANGO_DEBUG", "1")
 
 from config.settings import *  # noqa: F403
-from config.settings import DATABASES
+from config.settings import ANYMAIL, DATABASES
 
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DB_NAME", "test_outreach")}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
+# The email providers' webhooks exist only with a basic-auth secret (config/urls.py).
+ANYMAIL = {**ANYMAIL, "WEBHOOK_SECRET": "anymail:test-secret"}

@@ -74,6 +74,11 @@ WORKERS: dict[Queue, WorkerRecipe] = {
     # SMTP and two short database writes per email: waiting on I/O, so threads as well. At 3,000
     # requests/min the tier sends ~17 emails/s; 4 prefork processes at ~0.2-0.6 s per send (the
     # SMTP dialogue, SENDING and SENT) topped out at ~7/s in bench/latency.py and cost 535 MB.
-    Queue.SEND: WorkerRecipe(Queue.SEND, pool="threads", concurrency=16),
+    # With a send budget each email also leaves a fixed 1 s after its grant (nurture.sending
+    # SEND_ALIGN_S), so a thread is held ~1.5-2 s a send: 20/s needs ~40 of them. 5,000 approvals
+    # at 20/s (bench/send_burst.py): 16 threads 13.9/s, 48 threads 14.6/s (15.5/s steady, the
+    # strict rate with the default margin being 15.8/s). A send holds its database connection
+    # while it runs: PostgreSQL's max_connections must cover these 48 (config/settings.py).
+    Queue.SEND: WorkerRecipe(Queue.SEND, pool="threads", concurrency=48),
     Queue.DEAD_LETTER: WorkerRecipe(Queue.DEAD_LETTER, pool="prefork", concurrency=1),
 }

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +42,9 @@ class _Server(ThreadingHTTPServer):
 class LLMStub:
     def __init__(self) -> None:
         self.default = StubResponse()
+        # When set, answers each request the queue does not (instead of `default`): a test that
+        # needs the answer to depend on the prompt, e.g. an email quoting what it was asked.
+        self.responder: Callable[[StubRequest], StubResponse] | None = None
         self.requests: list[StubRequest] = []
         self._queue: deque[StubResponse] = deque()
         self._lock = threading.Lock()
@@ -61,7 +65,10 @@ class LLMStub:
     def next_response(self, request: StubRequest) -> StubResponse:
         with self._lock:
             self.requests.append(request)
-            return self._queue.popleft() if self._queue else self.default
+            if self._queue:
+                return self._queue.popleft()
+            responder = self.responder
+        return responder(request) if responder is not None else self.default
 
     def start(self) -> LLMStub:
         self._thread.start()

@@ -11,8 +11,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,11 +42,12 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, *, timeout_s: float = 10.0) -> RedisServer:
-        """Start (or restart, on the same port) and wait until it answers PING."""
+    def start(self, *, timeout_s: float = 10.0, extra: Sequence[str] = ()) -> RedisServer:
+        """Start (or restart, on the same port) and wait until it answers PING; `extra` are more
+        redis-server options (RedisCluster's cluster mode)."""
         import redis  # not needed by the rest of this module's users
 
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *extra]
         self.proc = subprocess.Popen(
             ["redis-server", *args, "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -76,6 +78,67 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+class RedisCluster:
+    """A throwaway three-primary Redis Cluster (no replicas) on free ports, for the budget's
+    cluster tests: `url` (redis+cluster://, what `orchestrator.budget.connect` takes) names one
+    node and the client discovers the others. Starts in about a second; its node files live in
+    a temporary directory removed on stop."""
+
+    def __init__(self, *, nodes: int = 3) -> None:
+        self.servers = [RedisServer() for _ in range(nodes)]
+        self.workdir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.servers[0].port}"
+
+    def start(self, *, timeout_s: float = 10.0) -> RedisCluster:
+        """Start the nodes in cluster mode, join them (redis-cli --cluster create) and wait until
+        every slot is served."""
+        try:
+            return self._start(timeout_s=timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, *, timeout_s: float) -> RedisCluster:
+        import redis
+
+        self.workdir = tempfile.TemporaryDirectory(prefix="redis-cluster-")
+        for server in self.servers:
+            conf = Path(self.workdir.name) / f"nodes-{server.port}.conf"
+            cluster = ["--cluster-enabled", "yes", "--cluster-config-file", str(conf)]
+            # Its own bus port: the default (port + 10000) can lie beyond 65535 for a free port.
+            server.start(timeout_s=timeout_s, extra=[*cluster, "--cluster-port", str(free_port())])
+        hosts = [f"127.0.0.1:{server.port}" for server in self.servers]
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *hosts, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=timeout_s,
+        )
+        deadline = time.monotonic() + timeout_s
+        for server in self.servers:
+            probe = redis.Redis(port=server.port, socket_connect_timeout=0.5)
+            try:
+                # create returns once the slots are assigned; each node serves only after it has
+                # heard of all the others (gossip), which its cluster_state reports.
+                while probe.cluster("INFO").get("cluster_state") != "ok":
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"Redis Cluster node {server.port} not ready in {timeout_s} s")
+                    time.sleep(0.05)
+            finally:
+                probe.close()
+        return self
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        if self.workdir is not None:
+            self.workdir.cleanup()
+            self.workdir = None
 
 
 def celery_worker(queue: Queue, *, concurrency: int | None = None, name: str | None = None) -> list[str]:

@@ -1,5 +1,6 @@
 """Admin for the work on leads: leads themselves (with "Mark converted", which stops their
-sequence), and intake's assignment batches and their per-lead children, read-only."""
+sequence, and a CSV export), and intake's assignment batches (with "Upload leads CSV":
+nurture/upload_admin.py) and their per-lead children, read-only."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from nurture.intake.sequence import lead_mark_converted
+from nurture.upload_admin import LeadUploadAdmin
 from outreach.admin import OrganizationScopedAdmin
+from outreach.csv_export import CsvExportAdmin
 from outreach.models import AssignmentBatch, AssignmentItem, Lead
 
 
@@ -31,8 +34,21 @@ class LeadForm(forms.ModelForm):
 
 
 @admin.register(Lead)
-class LeadAdmin(OrganizationScopedAdmin):
+class LeadAdmin(CsvExportAdmin, OrganizationScopedAdmin):
     form = LeadForm
+    export_fields = (
+        "id",
+        "email",
+        "first_name",
+        "last_name",
+        "company",
+        "title",
+        "timezone",
+        "status",
+        "owner__name",
+        "organization__name",
+        "created_at",
+    )
     list_display = ("email", "first_name", "last_name", "company", "owner", "status", "timezone")
     list_filter = ("status", "owner__organization", "owner")
     search_fields = ("email", "first_name", "last_name", "company")
@@ -65,11 +81,12 @@ class ReadOnlyAdmin(OrganizationScopedAdmin):
 
 
 @admin.register(AssignmentBatch)
-class AssignmentBatchAdmin(ReadOnlyAdmin):
-    list_display = (
-        "id",
-        "file_name",
+class AssignmentBatchAdmin(LeadUploadAdmin, ReadOnlyAdmin):
+    change_form_template = "admin/nurture/assignmentbatch_change_form.html"
+    # The batch's page is its progress report (the upload redirects here).
+    fields = (
         "organization",
+        "file_name",
         "status",
         "progress",
         "leads_created",
@@ -79,6 +96,8 @@ class AssignmentBatchAdmin(ReadOnlyAdmin):
         "completed_at",
         "children_link",
     )
+    readonly_fields = fields
+    list_display = ("id", *fields)
     list_filter = ("status", "organization")
     search_fields = ("file_name",)
     list_select_related = ("organization",)

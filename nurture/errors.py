@@ -88,6 +88,23 @@ class RateLimited(PipelineError):
         self.retry_after_s = retry_after_s
 
 
+class ConfigurationFault(PermanentError):
+    """The provider refused the deployment itself: 401 (key), 403 (permission), 404 (model not
+    found). Every call to it would fail alike, so it is not the job's fault: the job goes back
+    to the queue uncharged and the deployment's breaker (orchestrator.routing.health) stops
+    work going there until a probe call succeeds. A PermanentError for any handler that does
+    not know this class."""
+
+    error_class = ""  # not a failure of the job: no dead letter, no attempt
+    suggested_action = "fix LLM_DEPLOYMENTS (model name, key, base_url); work resumes after a probe"
+
+    def __init__(
+        self, message: str, *, status: int | None, code: str | None, rate_limits: RateLimitInfo | None = None
+    ) -> None:
+        super().__init__(message, status=status, rate_limits=rate_limits)
+        self.code = code
+
+
 class PolicyViolation(PermanentError):
     """A generated draft failed outreach.draft_policy.check_draft (after its one regeneration)."""
 
@@ -97,6 +114,14 @@ class PolicyViolation(PermanentError):
     def __init__(self, message: str, *, violations: Sequence[str]) -> None:
         super().__init__(message)
         self.violations = list(violations)
+
+
+class RecipientRefused(PermanentError):
+    """The recipient's mail server refused the address for good (5xx at RCPT, or a 5.1.x
+    "no such user" at DATA): a hard bounce. The lead is marked undeliverable and its work
+    cancelled (nurture.mail_events), not dead-lettered: there is nothing to replay."""
+
+    suggested_action = "none: the address does not accept mail"
 
 
 class OptedOut(PermanentError):

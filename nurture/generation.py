@@ -20,28 +20,43 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
+from config.deployments import STEPS, Deployment, deployments, step_models
 from config.logging import outreach_log_context
 from config.queues import Queue
 from nurture import llm, prompts
-from nurture.errors import OptedOut, PolicyViolation, RateLimited
+from nurture.errors import ConfigurationFault, OptedOut, PolicyViolation, RateLimited, TransientError
 from nurture.intake.sequence import Gate, sequence_gate
 from nurture.retry_rules import Paced, fail
-from orchestrator.budget import PROVIDER, Budget, get_budget
+from orchestrator.budget import PROVIDER, Budget, get_budget, reservation_ids
 from orchestrator.dead_letters import replay_outcome_success
 from orchestrator.dispatch.inflight import call_latency_record
-from orchestrator.dispatch.reads import job_scopes
+from orchestrator.dispatch.owner_tokens import owner_tokens_record
+from orchestrator.dispatch.reads import job_scopes, organization_caps_load
 from orchestrator.job_leases import job_leases
+from orchestrator.pauses import job_pause
+from orchestrator.routing.health import (
+    down_reason,
+    fault_reason,
+    fault_record,
+    has_alternative,
+    success_record,
+)
+from orchestrator.routing.placement import Route
+from outreach.counters import call_durations_record
 from outreach.draft_policy import check_draft
-from outreach.models import Lead, Outreach, State
+from outreach.models import SUPPRESSED, Outreach, State
+from outreach.spend import Prices, llm_cost
 from outreach.tiers import Tier
 from outreach.transitions import TransitionLost, transition, transition_durably
 
@@ -58,11 +73,61 @@ MAX_PACING_WAIT_S = 5.0
 
 @dataclass
 class Usage:
-    """One job's budget: the scopes its calls draw from, and what they used."""
+    """One deployment's part of a job's budget: its reservation, the scopes its calls draw from
+    (the deployment's, and the organization's cap if any), and what they used."""
 
+    reservation_id: str = ""
     scopes: tuple[str, ...] = (PROVIDER,)
     requests: int = 0
     tokens: int = 0
+    input_tokens: int = 0  # spend: priced apart from output (outreach.spend)
+    output_tokens: int = 0
+
+
+@dataclass
+class JobBudget:
+    """Where each step runs (the dispatcher's placement, `Outreach.llm_route`) and the budget
+    it holds on each deployment."""
+
+    route: dict[str, Deployment]
+    uses: dict[str, Usage] = field(default_factory=dict)  # by deployment label
+    # (step, seconds) of each call, counted with the job's outcome (outreach.counters): one
+    # write in a database turn the job takes anyway, not a connection opened per call.
+    call_durations: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def requests(self) -> int:
+        return sum(u.requests for u in self.uses.values())
+
+    @property
+    def tokens(self) -> int:
+        return sum(u.tokens for u in self.uses.values())
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(u.input_tokens for u in self.uses.values())
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(u.output_tokens for u in self.uses.values())
+
+    def cost(self, *, prices: Prices) -> Decimal:
+        """Dollars of its calls, each deployment's tokens at its own model's price (the implicit
+        deployment's model is LLM_MODEL)."""
+        models = {d.label: d.model for d in self.route.values()}
+        return sum(
+            (
+                llm_cost(
+                    prices=prices,
+                    model=models[label],
+                    input_tokens=u.input_tokens,
+                    output_tokens=u.output_tokens,
+                )
+                for label, u in self.uses.items()
+                if label in models
+            ),
+            Decimal(0),
+        )
 
 
 def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> State | None:
@@ -70,6 +135,8 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
     budget = budget or get_budget()
     with database_turn():
         outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
+        if (stop := job_pause(outreach=outreach)) is not None:
+            return _put_back(outreach=outreach, budget=budget, reason=stop.blocked_reason())
         try:
             transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.GENERATING)
         except TransitionLost:
@@ -85,9 +152,30 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
         leases.drop(outreach_id=outreach_id)
 
 
-def _generate(*, outreach: Outreach, budget: Budget) -> State:
+def _put_back(*, outreach: Outreach, budget: Budget, reason: str) -> State | None:
+    """Paused after dispatch: back to the queue with the pause's reason, the reservation
+    refunded and no attempt charged (None: another delivery or recovery had the row)."""
+    try:
+        transition(
+            outreach_id=outreach.pk,
+            from_=State.DISPATCHED,
+            to=State.QUEUED,
+            note="paused",
+            blocked_reason=reason,
+            reservation_id="",
+        )
+    except TransitionLost:
+        return None
+    if outreach.reservation_id:
+        job_scopes(budget=budget, reservation_id=outreach.reservation_id)  # loads the caps it names
+        budget.refund(reservation_id=outreach.reservation_id)
+    log.info("generate put back: paused", extra=outreach_log_context(outreach))
+    return State.QUEUED
+
+
+def _generate(*, outreach: Outreach, budget: Budget) -> State | None:
     with database_turn():
-        usage = Usage(scopes=job_scopes(budget=budget, reservation_id=outreach.reservation_id))
+        usage = job_budget(budget=budget, outreach=outreach)
         gate = sequence_gate(outreach=outreach)
         facts = prompts.prompt_facts(outreach=outreach) if gate.go else None
     if facts is None:
@@ -95,20 +183,25 @@ def _generate(*, outreach: Outreach, budget: Budget) -> State:
         with database_turn():
             return _hold(outreach=outreach, gate=gate)
     try:
-        if outreach.lead.status == Lead.Status.OPTED_OUT:
-            raise OptedOut(f"lead {outreach.lead_id} opted out")
+        if outreach.lead.status in SUPPRESSED:
+            raise OptedOut(f"lead {outreach.lead_id} {outreach.lead.status}: nothing is sent to it")
         subject, body = _write(outreach=outreach, facts=facts, budget=budget, usage=usage)
     except OptedOut as exc:
         _release(budget=budget, outreach=outreach, usage=usage)
         with database_turn():
+            call_durations_record(usage.call_durations)
             transition(outreach_id=outreach.pk, from_=State.GENERATING, to=State.CANCELLED, note=str(exc))
         return State.CANCELLED
     except Exception as exc:  # classified by nurture.retry_rules; unknown errors count as transient
-        _release(budget=budget, outreach=outreach, usage=usage)
+        # A misconfigured deployment's refusals are not the job's spending: all given back.
+        _release(budget=budget, outreach=outreach, usage=usage, refund=isinstance(exc, ConfigurationFault))
         with database_turn():
+            call_durations_record(usage.call_durations)
             return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
     _release(budget=budget, outreach=outreach, usage=usage)
+    owner_tokens_record(owner_id=outreach.owner_id, tokens=usage.tokens)  # a whole job's usage only
     with database_turn():
+        call_durations_record(usage.call_durations)
         return _record_draft(outreach=outreach, subject=subject, body=body, usage=usage)
 
 
@@ -156,8 +249,34 @@ def _hold(*, outreach: Outreach, gate: Gate) -> State:
     return State.QUEUED
 
 
+def job_budget(*, budget: Budget, outreach: Outreach) -> JobBudget:
+    """The job's route and reservations: the deployment each step was placed on (a route the
+    configuration no longer knows, or none: the first deployment of the step's model) and, per
+    deployment, the reservation made on it (its first scope is the deployment's)."""
+    deps = deployments()
+    by_label, by_scope = {d.label: d for d in deps}, {d.scope: d for d in deps}
+    models = step_models()
+    placed = Route.decode(outreach.llm_route)
+    route: dict[str, Deployment] = {}
+    for step in STEPS:
+        label = placed.deployment_for(step) if placed else None
+        default = next(d for d in deps if d.name == models[step])
+        route[step] = by_label.get(label or "", default)
+    job = JobBudget(route=route)
+    for rid in reservation_ids(outreach.reservation_id):
+        scopes = job_scopes(budget=budget, reservation_id=rid)
+        if scopes and scopes[0] in by_scope:
+            job.uses[by_scope[scopes[0]].label] = Usage(reservation_id=rid, scopes=scopes)
+    for deployment in route.values():
+        if deployment.label not in job.uses:  # no reservation (made by hand, or a replay): pacing only
+            if deployment.scope not in budget.scope_limits and not deployment.implicit:
+                organization_caps_load(budget=budget)
+            job.uses[deployment.label] = Usage(scopes=(deployment.scope,))
+    return job
+
+
 def _write(
-    *, outreach: Outreach, facts: prompts.PromptFacts, budget: Budget, usage: Usage
+    *, outreach: Outreach, facts: prompts.PromptFacts, budget: Budget, usage: JobBudget
 ) -> tuple[str, str]:
     call = partial(_call, budget, usage=usage)
     plan = call(prompts.plan_prompt(facts=facts), PLAN_MAX_TOKENS, step="plan")
@@ -182,12 +301,15 @@ def _write(
 
 
 def _call(
-    budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: Usage, step: str
+    budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: JobBudget, step: str
 ) -> str:
-    """One provider call, paced against the shared window (and the organization's cap, if it
-    has one), its outcome reported to the budget, its duration to the dispatcher's sizing."""
+    """One provider call on the step's deployment, paced against its window (and the
+    organization's cap, if it has one), its outcome reported to its budget scope and breaker,
+    its duration to the dispatcher's sizing."""
+    deployment = usage.route[step]
+    use = usage.uses[deployment.label]
     estimate = sum(len(m["content"]) for m in messages) // 4 + max_tokens
-    slot = budget.acquire_call(tokens=estimate, scopes=usage.scopes)
+    slot = budget.acquire_call(tokens=estimate, scopes=use.scopes)
     waited = 0.0
     while slot.wait_ms:
         if waited + slot.wait_ms / 1000 > MAX_PACING_WAIT_S:
@@ -199,16 +321,29 @@ def _call(
             raise Paced(wait_s=slot.wait_ms / 1000, cause=cause)
         time.sleep(slot.wait_ms / 1000)
         waited += slot.wait_ms / 1000
-        slot = budget.acquire_call(tokens=estimate, scopes=usage.scopes)
-    usage.requests += 1
+        slot = budget.acquire_call(tokens=estimate, scopes=use.scopes)
+    use.requests += 1
     started = time.monotonic()
     try:
-        result = llm.chat(messages=messages, max_tokens=max_tokens)
+        result = llm.chat(messages=messages, max_tokens=max_tokens, deployment=deployment)
     except RateLimited as exc:
-        budget.report_429(retry_after_s=exc.retry_after_s, sent_at_ms=slot.at_ms or None)
+        budget.report_429(
+            retry_after_s=exc.retry_after_s, sent_at_ms=slot.at_ms or None, scope=deployment.scope
+        )
         raise
+    except ConfigurationFault as exc:
+        reason = fault_reason(deployment=deployment, status=exc.status, code=exc.code)
+        fault_record(deployment=deployment, reason=reason)
+        raise ConfigurationFault(reason, status=exc.status, code=exc.code) from exc
+    except TransientError as exc:  # down (unreachable, 5xx): its pool or fallback takes over
+        if (exc.status is None or exc.status >= 500) and has_alternative(deployment):
+            fault_record(deployment=deployment, reason=down_reason(deployment=deployment, status=exc.status))
+        raise
+    success_record(deployment=deployment)
     # The provider's time only (no pacing wait): what a call holds an in-flight slot for.
-    call_latency_record(step=step, seconds=time.monotonic() - started)
+    duration = time.monotonic() - started
+    call_latency_record(step=step, seconds=duration)
+    usage.call_durations.append((step, duration))
     info = result.rate_limits
     budget.report_provider(
         remaining_requests=info.remaining_requests,
@@ -217,37 +352,79 @@ def _call(
         reset_tokens_s=info.reset_tokens_s,
         sent_at_ms=slot.at_ms or None,
         processing_ms=result.processing_ms,
+        scope=deployment.scope,
     )
-    usage.tokens += result.total_tokens
+    use.tokens += result.total_tokens
+    use.input_tokens += result.prompt_tokens
+    use.output_tokens += result.completion_tokens
     return result.text
 
 
-def _release(*, budget: Budget, outreach: Outreach, usage: Usage) -> None:
-    """Settle the reservation with what was really used (a refund when no call was made)."""
-    if not outreach.reservation_id:
-        return
-    if usage.requests == 0:
-        budget.refund(reservation_id=outreach.reservation_id)
-    else:
-        budget.settle(
-            reservation_id=outreach.reservation_id, actual_tokens=usage.tokens, actual_requests=usage.requests
-        )
+def _release(*, budget: Budget, outreach: Outreach, usage: JobBudget, refund: bool = False) -> None:
+    """Settle each deployment's reservation with what was really used there (a refund when no
+    call was made, or when `refund` says the calls do not count)."""
+    for use in usage.uses.values():
+        if not use.reservation_id:
+            continue
+        if refund or use.requests == 0:
+            budget.refund(reservation_id=use.reservation_id)
+        else:
+            budget.settle(
+                reservation_id=use.reservation_id, actual_tokens=use.tokens, actual_requests=use.requests
+            )
 
 
-def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: Usage) -> State:
+def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: JobBudget) -> State | None:
     """Keep the paid-for draft: durably, so a connection that died during the LLM calls does
-    not send the row back through recovery to be written (and paid for) again."""
+    not send the row back through recovery to be written (and paid for) again.
+
+    Guarded on the reply's joined messages: a message that joined after this job read the
+    row (nurture.intake.replies) is not in this draft, so it is discarded (`_rewrite_joined`).
+    """
+    try:
+        return _record_draft_guarded(outreach=outreach, subject=subject, body=body, usage=usage)
+    except TransitionLost:
+        return _rewrite_joined(outreach=outreach)
+
+
+def _rewrite_joined(*, outreach: Outreach) -> State | None:
+    """A later message joined while the draft was written: back to the queue at once, no
+    attempt charged, to be written again (through the dispatcher and the budget) with every
+    message. One email still leaves: this draft never does. None: the row is not ours."""
+    try:
+        transition(
+            outreach_id=outreach.pk,
+            from_=State.GENERATING,
+            to=State.QUEUED,
+            guard=Q(inbound_joined__gt=outreach.inbound_joined),
+            note="a later message from the lead joined: draft discarded, written again with it",
+            reservation_id="",
+            blocked_reason="",
+            not_before=timezone.now(),
+        )
+    except TransitionLost:
+        log.info("draft not recorded: not generating any more", extra=outreach_log_context(outreach))
+        return None
+    return State.QUEUED
+
+
+def _record_draft_guarded(*, outreach: Outreach, subject: str, body: str, usage: JobBudget) -> State:
+    guard = Q(inbound_joined=outreach.inbound_joined)
     fields: dict[str, Any] = {
         "draft_subject": subject,
         "draft_body": body,
         "tokens_used": usage.tokens,
         "llm_calls": usage.requests,
+        "llm_input_tokens": usage.input_tokens,
+        "llm_output_tokens": usage.output_tokens,
+        "llm_cost": usage.cost(prices=settings.LLM_PRICES),
+        "generated_at": timezone.now(),
         "reservation_id": "",
         "last_error": "",
     }
     if outreach.owner.review_required:
         transition_durably(
-            outreach_id=outreach.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, **fields
+            outreach_id=outreach.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, guard=guard, **fields
         )
         replay_outcome_success(outreach_id=outreach.pk)  # a replayed job that got this far succeeded
         return State.AWAITING_APPROVAL
@@ -256,6 +433,7 @@ def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: Usage) 
         from_=State.GENERATING,
         to=State.DISPATCHED,
         note="autonomous: send",
+        guard=guard,
         then=lambda: enqueue_send(outreach_id=outreach.pk, reply=outreach.tier == Tier.REPLY),
         **fields,
     )

@@ -24,7 +24,15 @@ import httpx2
 import openai
 from django.conf import settings
 
-from nurture.errors import PermanentError, PipelineError, RateLimited, RateLimitInfo, TransientError
+from config.deployments import Deployment
+from nurture.errors import (
+    ConfigurationFault,
+    PermanentError,
+    PipelineError,
+    RateLimited,
+    RateLimitInfo,
+    TransientError,
+)
 
 # When a 429 carries no retry-after and no reset time, wait this long before re-queueing.
 DEFAULT_RETRY_AFTER_S = 5.0
@@ -33,6 +41,8 @@ DEFAULT_RETRY_AFTER_S = 5.0
 MAX_RETRY_AFTER_S = 3600.0
 # Statuses that may pass on a retry besides 5xx: request timeout, conflict (the SDK retries these too).
 _TRANSIENT_4XX = frozenset({408, 409})
+# Statuses about the deployment, not the request (key, permission, model): a configuration fault.
+_CONFIGURATION = frozenset({401, 403, 404})
 
 
 class ChatMessage(TypedDict):
@@ -55,11 +65,20 @@ class LLMResult:
 
 
 def chat(
-    *, messages: Sequence[ChatMessage], max_tokens: int, temperature: float | None = None, model: str = ""
+    *,
+    messages: Sequence[ChatMessage],
+    max_tokens: int,
+    temperature: float | None = None,
+    model: str = "",
+    deployment: Deployment | None = None,
 ) -> LLMResult:
-    """One chat completion. Raises RateLimited, TransientError or PermanentError, nothing else."""
+    """One chat completion on `deployment` (its base_url, key and model; default: LLM_BASE_URL,
+    LLM_API_KEY, LLM_MODEL). Raises RateLimited, TransientError or PermanentError (of which
+    ConfigurationFault), nothing else."""
+    if deployment is not None:
+        model = model or deployment.model
     try:
-        client = _client_for_settings()
+        client = _client_for_settings(deployment)
     except openai.OpenAIError as exc:  # e.g. no API key: configuration, not luck
         raise PermanentError(f"LLM client misconfigured: {exc}") from exc
     extra: dict[str, Any] = {} if temperature is None else {"temperature": temperature}
@@ -94,6 +113,8 @@ def classify_status(
         return RateLimited(text, retry_after_s=retry_after_s(headers, info), rate_limits=info)
     if status >= 500 or status in _TRANSIENT_4XX:
         return TransientError(text, status=status, rate_limits=info)
+    if status in _CONFIGURATION:
+        return ConfigurationFault(text, status=status, code=code, rate_limits=info)
     if 400 <= status < 500:
         return PermanentError(text, status=status, rate_limits=info)
     return TransientError(text, status=status, rate_limits=info)
@@ -143,13 +164,15 @@ def _usage(*, completion: Any, messages: Sequence[ChatMessage], text: str) -> di
     }
 
 
-def _client_for_settings() -> openai.OpenAI:
+def _client_for_settings(deployment: Deployment | None = None) -> openai.OpenAI:
     timeout = float(getattr(settings, "LLM_TIMEOUT_S", 30.0))
     connections = int(getattr(settings, "LLM_MAX_CONNECTIONS", 100))
     # lru_cache does not hold back concurrent misses: without the lock, a threads-pool
     # worker's first burst of jobs would each build a client (and a pool) of its own.
     with _client_lock:
-        return _client(settings.LLM_BASE_URL, settings.LLM_API_KEY, timeout, connections, os.getpid())
+        base_url = (deployment and deployment.base_url) or settings.LLM_BASE_URL
+        api_key = (deployment and deployment.api_key) or settings.LLM_API_KEY
+        return _client(base_url, api_key, timeout, connections, os.getpid())
 
 
 _client_lock = threading.Lock()

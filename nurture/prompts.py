@@ -24,6 +24,7 @@ from outreach.models import Outreach, State
 THREAD_EMAILS = 6  # the earlier emails shown to the model: the recent ones matter
 THREAD_BODY_CHARS = 1500
 INBOUND_BODY_CHARS = 4000
+INBOUND_LATER_MAX = 10  # later messages joined into one reply shown to the model: the newest
 SUBJECT_SEARCH_LINES = 5  # a Subject: line counts only among the first non-blank lines
 
 _SYSTEM = (
@@ -38,7 +39,10 @@ _SYSTEM = (
 _GOALS = {
     "intro": "a first, short introduction to a prospect who has not heard from the sender before",
     "nudge": "a brief, polite follow-up to earlier emails that got no answer, adding something new",
-    "reply": "an answer to the prospect's latest email (data.inbound), addressing what they wrote",
+    "reply": (
+        "an answer to the prospect's latest email (data.inbound) and to any messages they sent "
+        "after it (data.inbound_later, oldest first), addressing everything they wrote in one email"
+    ),
 }
 _PLAN_TASK = (
     "Task: plan {goal}. In at most 5 short bullet points, say what this email must achieve, "
@@ -77,6 +81,8 @@ class PromptFacts:
     sender: dict[str, str]
     lead: dict[str, str]
     inbound: dict[str, str] | None = None
+    # Messages the prospect sent before we answered `inbound`: one answer covers them all.
+    inbound_later: list[dict[str, str]] = field(default_factory=list)
     thread: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -101,6 +107,7 @@ def prompt_facts(*, outreach: Outreach) -> PromptFacts:
             "timezone": lead.timezone,
         },
         inbound=_inbound(outreach.context),
+        inbound_later=_inbound_later(outreach.context),
         thread=_thread(outreach=outreach),
     )
 
@@ -137,7 +144,7 @@ def _messages(task: str, *, facts: PromptFacts, **extra: Any) -> list[ChatMessag
         "prospect": facts.lead,
         "inbound": facts.inbound,
         "thread": facts.thread,
-        **{k: v for k, v in extra.items() if v},
+        **{k: v for k, v in {"inbound_later": facts.inbound_later, **extra}.items() if v},
     }
     goal = _GOALS.get(facts.kind, _GOALS["intro"])
     return [
@@ -156,6 +163,15 @@ def _inbound(context: Any) -> dict[str, str] | None:
     }
 
 
+def _inbound_later(context: Any) -> list[dict[str, str]]:
+    """The later messages joined into a reply (nurture.intake.replies), oldest first."""
+    joined = context.get("joined") if isinstance(context, dict) else None
+    if not isinstance(joined, list):
+        return []
+    later = [message for item in joined if (message := _inbound({"inbound": item})) is not None]
+    return later[-INBOUND_LATER_MAX:]
+
+
 def _thread(*, outreach: Outreach) -> list[dict[str, str]]:
     """Earlier emails with this lead, oldest first: what we sent, and the replies we answered."""
     earlier = (
@@ -169,6 +185,7 @@ def _thread(*, outreach: Outreach) -> list[dict[str, str]]:
         inbound = _inbound(sent.context)
         if inbound:
             emails.append({"from": "prospect", **inbound})
+        emails.extend({"from": "prospect", **later} for later in _inbound_later(sent.context))
         emails.append({"from": "sender", "subject": sent.draft_subject, "body": sent.draft_body})
     return [{**e, "body": e["body"][:THREAD_BODY_CHARS]} for e in emails[-THREAD_EMAILS:]]
 

@@ -8,7 +8,11 @@
   with the same Message-ID, then a POSSIBLY_SENT dead letter (recovery.send_unconfirmed).
 - TransientError (5xx, timeouts, connection errors, anything unclassified): attempts + 1 and
   back to the queue with exponential backoff and jitter, until RETRY_MAX_ATTEMPTS; then DEAD.
-- PermanentError (400/401/403/404/422, policy, SMTP recipient refused): DEAD at once.
+- ConfigurationFault (401/403/404: the deployment's key, permission or model): back to the queue
+  uncharged with a blocked reason; the deployment's breaker holds its work until a probe succeeds.
+- RecipientRefused (the recipient's server refused the address for good): a hard bounce, not
+  a failure to replay: CANCELLED, the lead suppressed, its rates checked (nurture.mail_events).
+- PermanentError (400/422, policy, other SMTP 5xx): DEAD at once.
 "Back to the queue" is QUEUED for work without a draft and APPROVED for a written draft: a
 retry never pays the LLM twice for an email it already has.
 """
@@ -27,13 +31,16 @@ from django.utils import timezone
 
 from config.logging import outreach_log_context
 from nurture.errors import (
+    ConfigurationFault,
     PermanentError,
     PipelineError,
     PolicyViolation,
     PossiblySent,
     RateLimited,
+    RecipientRefused,
     TransientError,
 )
+from nurture.mail_events import send_refused
 from orchestrator.dead_letters import dead_letter
 from orchestrator.dispatch.recovery import send_unconfirmed
 from outreach.models import ErrorClass, Outreach, State
@@ -42,6 +49,9 @@ from outreach.transitions import transition
 log = logging.getLogger(__name__)
 
 BACKOFF_CAP_S = 900.0
+# A job refused for its deployment's configuration waits this long before the dispatcher looks
+# at it again: long enough that the few calls before the breaker opens are not a hot loop.
+CONFIGURATION_FAULT_RECHECK_S = 5.0
 
 
 class Paced(PipelineError):
@@ -93,6 +103,20 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
             **counted,
         )
         return retry_to
+    if isinstance(exc, ConfigurationFault):
+        # The deployment's fault, not the job's: back to the queue uncharged, saying why. The
+        # dispatcher holds it there while the deployment's breaker is open (routing.health).
+        transition(
+            outreach_id=outreach.pk,
+            from_=from_,
+            to=retry_to,
+            note=str(exc),
+            blocked_reason=str(exc)[:200],
+            not_before=now + timedelta(seconds=CONFIGURATION_FAULT_RECHECK_S),
+            reservation_id="",
+            llm_route="",
+        )
+        return retry_to
     if isinstance(exc, PossiblySent) and from_ == State.SENDING:
         return send_unconfirmed(
             outreach=outreach,
@@ -102,6 +126,8 @@ def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str)
             last_error=_reason(exc),
             not_before=now + timedelta(seconds=backoff_s(attempt=outreach.attempts + 1)),
         )
+    if isinstance(exc, RecipientRefused) and from_ == State.SENDING:
+        return send_refused(outreach=outreach, reason=_reason(exc))
     if isinstance(exc, PermanentError):
         failure = ErrorClass.POLICY if isinstance(exc, PolicyViolation) else ErrorClass.PERMANENT
         dead_letter(

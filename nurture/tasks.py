@@ -10,11 +10,14 @@ orchestrator.job_leases); the guarded first transition makes any late redelivery
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
+
 from celery import shared_task
-from django.db import OperationalError
+from django.db import OperationalError, transaction
 
 from nurture.generation import outreach_generate
-from nurture.intake.assignment import assignment_chunk_process
+from nurture.intake.assignment import assignment_chunk_process, assignment_chunks
 from nurture.sending import outreach_send
 
 
@@ -45,3 +48,10 @@ def send(outreach_id: int) -> None:
 )
 def intake_chunk(batch_id: int, first_id: int, last_id: int) -> None:
     assignment_chunk_process(batch_id=int(batch_id), first_id=int(first_id), last_id=int(last_id))
+
+
+def intake_enqueue(*, batch_id: int, child_ids: Sequence[int]) -> None:
+    """Hand a batch's children to the orchestrator workers, one intake_chunk per chunk: ids only
+    (no lead data on the broker), published once the children are committed."""
+    for first_id, last_id in assignment_chunks(child_ids=child_ids):
+        transaction.on_commit(partial(intake_chunk.delay, batch_id, first_id, last_id))

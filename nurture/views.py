@@ -68,7 +68,8 @@ def _replies_webhook(request: HttpRequest) -> JsonResponse:
         result = reply_receive(reply=reply)
     except UnknownLead as exc:
         return _error(404, "unknown lead", str(exc))
-    return JsonResponse({"outreach_id": result.outreach_id, "created": result.created}, status=202)
+    body = {"outreach_id": result.outreach_id, "created": result.created, "joined": result.joined}
+    return JsonResponse(body, status=202)
 
 
 def _error(status: int, error: str, detail: str) -> JsonResponse:

@@ -21,6 +21,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from orchestrator.admin_pauses import PauseActions
 from orchestrator.budget import organization_limits
 from orchestrator.dead_letters import (
     DeadLetterNotActionable,
@@ -30,7 +31,8 @@ from orchestrator.dead_letters import (
 )
 from orchestrator.models import DeadLetter
 from outreach.admin import APPROVE_PERMISSION, SETTINGS_PERMISSION, OrganizationScopedAdmin, admin_user
-from outreach.models import Organization, VerifiedDomain
+from outreach.csv_export import CsvExportAdmin
+from outreach.models import Organization, Owner, VerifiedDomain
 
 
 class OrganizationForm(forms.ModelForm):
@@ -67,20 +69,41 @@ class OrganizationForm(forms.ModelForm):
 
 
 @admin.register(Organization)
-class OrganizationAdmin(OrganizationScopedAdmin):
+class OrganizationAdmin(PauseActions, OrganizationScopedAdmin):
     organization_path = ""
     form = OrganizationForm
-    list_display = ("name", "llm_rpm", "llm_tpm", "allowed_link_domains", "sender_email", "created_at")
+    list_display = (
+        "name",
+        "llm_rpm",
+        "llm_tpm",
+        "daily_spend_cap",
+        "allowed_link_domains",
+        "sender_email",
+        "created_at",
+    )
     search_fields = ("name",)
     # Members are the reviewers who may approve this organization's drafts.
     filter_horizontal = ("members",)
-    # The budget's share, what links drafts may carry, and who mail claims to be from: changed
-    # only with outreach.change_organization_settings (superusers have it), read-only otherwise.
-    settings_fields = ("llm_rpm", "llm_tpm", "allowed_link_domains", "sender_email")
+    # The budget's share, the daily LLM spend cap, what links drafts may carry, who mail claims
+    # to be from, the legal text below every email and how long a draft may wait for approval:
+    # changed only with
+    # outreach.change_organization_settings (superusers have it), read-only otherwise.
+    settings_fields = (
+        "llm_rpm",
+        "llm_tpm",
+        "daily_spend_cap",
+        "allowed_link_domains",
+        "sender_email",
+        "compliance_footer",
+        "draft_expiry_days",
+    )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         readonly = tuple(super().get_readonly_fields(request, obj))
         return readonly if request.user.has_perm(SETTINGS_PERMISSION) else (*readonly, *self.settings_fields)
+
+    def pause_scope(self, obj: Organization) -> tuple[Organization | None, Owner | None]:
+        return obj, None
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A new tenant (and its uncapped share of the LLM budget) is the platform's decision.
@@ -115,11 +138,26 @@ class VerifiedDomainAdmin(OrganizationScopedAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(OrganizationScopedAdmin):
+class DeadLetterAdmin(CsvExportAdmin, OrganizationScopedAdmin):
     """Operators read failures here; approvers (or superusers) replay, cancel or escalate them,
     each only their organizations' (the outreach's owner's organization)."""
 
     organization_path = "outreach__owner__organization"
+    export_fields = (
+        "id",
+        "outreach_id",
+        "job_type",
+        "failure_class",
+        "status",
+        "reason",
+        "suggested_action",
+        "organization_id_ref",
+        "owner_id_ref",
+        "lead_id_ref",
+        "first_failed_at",
+        "created_at",
+        "resolved_at",
+    )
 
     list_display = (
         "id",

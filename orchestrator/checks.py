@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Warning, register
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.core.mail import get_connection
 
 
 @register()
@@ -43,3 +45,21 @@ def smtp_login_over_tls(**_: Any) -> list[CheckMessage]:
             id="orchestrator.W002",
         )
     ]
+
+
+@register()
+def email_backend_starts(**_: Any) -> list[CheckMessage]:
+    # An email provider's backend without its API key (or Amazon SES's without boto3) would fail
+    # every send as a permanent dead letter: say so at start instead. Building the backend
+    # connects to nothing (SMTP connects on open, anymail on the first send).
+    try:
+        get_connection(fail_silently=False)
+    except (ImproperlyConfigured, ImportError) as exc:
+        return [
+            Error(
+                f"EMAIL_BACKEND={settings.EMAIL_BACKEND!r} cannot start: {exc}",
+                hint="Set the ANYMAIL_<NAME> variables the provider needs (docs/email.md).",
+                id="orchestrator.E001",
+            )
+        ]
+    return []

@@ -1,4 +1,4 @@
-"""The orchestrator's own records: samples of the shared LLM budget, and dead letters.
+"""The orchestrator's own records: samples of the shared LLM budget, dead letters, and pauses.
 
 BudgetSample: the budget itself lives in Redis (orchestrator.budget) and only knows "now"; a
 chart of the last hour needs history, so `orchestrator.metrics.budget_sample_record()` copies
@@ -9,6 +9,10 @@ app: the record here, the one dead-letter path and the ways out of it (replay, c
 escalate) in orchestrator/dead_letters.py, their admin in orchestrator/admin.py, the replay
 command in orchestrator/management/commands/replay_dead_letters.py.
 
+Pause: a stop on part of the work (an organization, an owner, a tier, a sender domain, or
+several at once), set by an operator or by an automatic rule, and lifted by an operator. The
+rules that read it live in orchestrator/pauses.py.
+
 Fields only.
 """
 
@@ -16,8 +20,11 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
+from django.utils import timezone
 
-from outreach.models import ErrorClass, Outreach
+from outreach.models import ErrorClass, Organization, Outreach, Owner
+from outreach.tiers import Tier
 
 
 class BudgetSample(models.Model):
@@ -40,8 +47,8 @@ class BudgetSample(models.Model):
 
     class Meta:
         ordering = ["at"]
-        # The dashboard shows every organization's owners and the whole budget: an operator's
-        # view, not an organization member's (their admin lists are scoped to their own).
+        # The dashboard shows the whole budget, and a superuser every organization: an
+        # operator's view, granted on purpose (a member sees only their organizations' figures).
         permissions = [("view_queue_health", "Can view the queue-health dashboard and metrics")]
 
     def __str__(self) -> str:
@@ -88,3 +95,76 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"dead letter #{self.pk} ({self.failure_class}) for outreach {self.outreach_id}"
+
+
+class Pause(models.Model):
+    """Work matching every scope field that is set waits QUEUED (or APPROVED) until resumed.
+
+    An organization pause stops all its owners; an owner pause one owner; a tier pause that tier
+    (in one organization, or everywhere when no organization is set); a sender-domain pause every
+    organization sending from that domain. Fields combine: organization + tier pauses that
+    organization's nudges only. Active while `resumed_at` is empty; kept afterwards as history.
+    """
+
+    class Source(models.TextChoices):
+        OPERATOR = "operator", "Operator"
+        BOUNCES = "bounces", "Hard-bounce rate"
+        COMPLAINTS = "complaints", "Complaint rate"
+
+    organization = models.ForeignKey(
+        Organization, null=True, blank=True, on_delete=models.CASCADE, related_name="pauses"
+    )
+    owner = models.ForeignKey(Owner, null=True, blank=True, on_delete=models.CASCADE, related_name="pauses")
+    tier = models.PositiveSmallIntegerField(
+        null=True, blank=True, choices=[(t.value, t.name.lower()) for t in Tier]
+    )
+    sender_domain = models.CharField(max_length=253, blank=True, help_text="e.g. example.com (lower case).")
+    source = models.CharField(max_length=12, choices=Source.choices, default=Source.OPERATOR)
+    reason = models.CharField(max_length=300, blank=True, help_text="Why: shown on the waiting work.")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    resumed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(organization__isnull=False)
+                | Q(owner__isnull=False)
+                | Q(tier__isnull=False)
+                | ~Q(sender_domain=""),
+                name="pause_has_a_scope",
+                violation_error_message="A pause names an organization, an owner, a tier or a sender domain.",
+            )
+        ]
+        indexes = [
+            # Every dispatch cycle and job start reads the active pauses: a handful of rows.
+            models.Index(fields=["created_at"], condition=Q(resumed_at__isnull=True), name="pause_active"),
+        ]
+
+    def __str__(self) -> str:
+        return f"pause of {self.scope_text()}"
+
+    def scope_text(self) -> str:
+        """'owner Ann, tier nudge' and the like: what this pause stops, in words."""
+        parts = []
+        if self.owner is not None:
+            parts.append(f"owner {self.owner.name}")
+        elif self.organization is not None:
+            parts.append(f"organization {self.organization.name}")
+        if self.tier is not None:
+            parts.append(f"tier {Tier(self.tier).name.lower()}")
+        if self.sender_domain:
+            parts.append(f"sender domain {self.sender_domain}")
+        return ", ".join(parts) or "everything"
+
+    def blocked_reason(self) -> str:
+        """What waiting work says: 'paused by alice at 2026-11-23 09:00 UTC (owner Ann): reason'."""
+        who = f"by {self.created_by}" if self.created_by_id is not None else "automatically"
+        text = f"paused {who} at {self.created_at:%Y-%m-%d %H:%M} UTC ({self.scope_text()})"
+        return f"{text}: {self.reason}"[:200] if self.reason else text[:200]

@@ -6,6 +6,7 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from orchestrator.dispatch.cycle import dispatch_cycle
 
@@ -29,6 +30,27 @@ def prune() -> None:
     log.info("retention prune: %s", report.deleted, extra={"finished": report.finished})
     if not report.finished:
         prune.apply_async(countdown=settings.DISPATCH_INTERVAL)
+
+
+@shared_task(name="orchestrator.expire_drafts", ignore_result=True, acks_late=False)
+def expire_drafts() -> None:
+    """Draft expiry (outreach.expiry): drafts awaiting approval past their organization's age."""
+    # acks_late off: a run lost with its worker leaves the drafts for the next run.
+    from outreach.expiry import drafts_expire
+
+    expired = drafts_expire(now=timezone.now())
+    if expired:
+        log.info("drafts expired: %s", expired, extra={"expired_by_organization": expired})
+
+
+@shared_task(name="orchestrator.alerts_check", ignore_result=True, acks_late=False)
+def alerts_check() -> None:
+    """Beat entry `alerts-check` (orchestrator.alerts). A lost check is the next tick's check."""
+    from orchestrator.alerts import alerts_check as check
+
+    notified = check()
+    if notified:
+        log.info("alerts notified: %s", ", ".join(notified), extra={"alerts": notified})
 
 
 @shared_task(name="dead_letter.alert", ignore_result=True)

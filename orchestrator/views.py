@@ -1,9 +1,10 @@
 """The queue-health dashboard (inside the admin) and the Prometheus endpoint.
 
 A session needs orchestrator.view_queue_health (superusers have it; organization members do
-not by default). The dashboard names only the owners (and dead-letter samples) of the user's
-organizations, unless a superuser; its totals and the shared budget are system-wide. /metrics
-is for the operators' scraper and shows every owner.
+not by default). Unless a superuser, the dashboard's figures are of the user's organizations
+only (their rows, owners, dead letters: see queue_health), and each links to the admin list
+behind it, scoped the same way; the shared LLM budget and in-flight sizing are system-wide.
+/metrics is for the operators' scraper and shows everything.
 
 Thin: both read `orchestrator.metrics.queue_health()`, the one source of the figures.
 """
@@ -37,10 +38,13 @@ def queue_health_page(request: HttpRequest) -> HttpResponse:
     staff without the permission get 403."""
     if not request.user.has_perm(VIEW_PERMISSION):
         raise PermissionDenied
+    organizations = _organizations_of(request)
     context = {
         **admin.site.each_context(request),
         "title": "Queue health",
-        **dashboard_context(health=queue_health(organization_ids=_organizations_of(request))),
+        **dashboard_context(health=queue_health(organization_ids=organizations)),
+        "scoped": organizations is not None,
+        "refresh_seconds": settings.DASHBOARD_REFRESH_S,
     }
     return TemplateResponse(request, "admin/orchestrator/queue_health.html", context)
 

@@ -17,25 +17,20 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Model, Q, QuerySet
 from django.http import Http404, HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
 from outreach import services
+from outreach.admin_actions import OutreachActions, admin_user, reject_with_reason
+from outreach.compliance import footer_block
+from outreach.csv_export import CsvExportAdmin
 from outreach.draft_policy import check_draft
 from outreach.models import DraftForApproval, Organization, Outreach, OutreachEvent, Owner, State
 from outreach.transitions import TransitionLost
 
 APPROVE_PERMISSION = "outreach.approve_outreach"
-
-
-def admin_user(request: HttpRequest) -> AbstractBaseUser:
-    """The user acting in an admin view (for services that record who did it)."""
-    # Admin views only run for authenticated staff; the permission check already passed.
-    assert isinstance(request.user, AbstractBaseUser)
-    return request.user
 
 
 SETTINGS_PERMISSION = "outreach.change_organization_settings"
@@ -200,10 +195,30 @@ class OutreachEventInline(admin.TabularInline):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The history is part of the outreach: whoever may read it reads why it moved (e.g. an
+        # expired draft's "expired: ..."), without a separate permission on the event rows.
+        return request.user.has_perm("outreach.view_outreach") or super().has_view_permission(request, obj)
+
 
 @admin.register(Outreach)
-class OutreachAdmin(OrganizationScopedAdmin):
+class OutreachAdmin(CsvExportAdmin, OutreachActions, OrganizationScopedAdmin):
     organization_path = "owner__organization"
+    export_fields = (
+        "id",
+        "kind",
+        "state",
+        "owner__name",
+        "lead__email",
+        "draft_subject",
+        "not_before",
+        "attempts",
+        "error_class",
+        "blocked_reason",
+        "state_changed_at",
+        "sent_at",
+        "created_at",
+    )
     list_display = (
         "id",
         "kind",
@@ -216,7 +231,7 @@ class OutreachAdmin(OrganizationScopedAdmin):
         "waiting_because",
     )
     list_filter = ("state", "tier", "kind", "owner", "error_class")
-    search_fields = ("lead__email", "idempotency_key", "message_id")
+    search_fields = ("lead__email", "idempotency_key", "message_id", "esp_message_id")
     list_select_related = ("owner", "lead")
     # The state machine owns state and everything it writes: read-only here.
     readonly_fields = [f.name for f in Outreach._meta.fields]
@@ -232,6 +247,8 @@ class OutreachAdmin(OrganizationScopedAdmin):
 
     @admin.display(description="Why waiting")
     def waiting_because(self, obj: Outreach) -> str:
+        if obj.state == State.APPROVED:  # held back by the send budget (rate, sender domain's day)
+            return obj.blocked_reason
         if obj.state != State.QUEUED:
             return ""
         if obj.blocked_reason:
@@ -276,8 +293,8 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
     search_fields = ("lead__email", "draft_subject", "lead__company")
     list_select_related = ("owner", "lead")
     ordering = ("state_changed_at", "id")
-    fields = ("lead_context", "owner", "kind", "draft_subject", "draft_body")
-    readonly_fields = ("lead_context", "owner", "kind")
+    fields = ("lead_context", "owner", "kind", "draft_subject", "draft_body", "footer_at_send")
+    readonly_fields = ("lead_context", "owner", "kind", "footer_at_send")
     actions = ("approve_selected", "reject_selected")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
@@ -344,6 +361,15 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
             lead.timezone,
         )
 
+    @admin.display(description="Added below at send time")
+    def footer_at_send(self, obj: Outreach) -> str:
+        # The reviewer approves the whole email: the organization's compliance footer is not
+        # part of the draft (the model never writes it) but goes out below it.
+        block = footer_block(footer=obj.lead.organization.compliance_footer)
+        if not block:
+            return "(nothing: the organization has no compliance footer)"
+        return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>', block)
+
     def save_model(self, request: HttpRequest, obj: Outreach, form: Any, change: bool) -> None:
         # The form already wrote its edits onto `obj`; the service compares against the stored
         # draft to record "edited and approved", so hand it the row as stored.
@@ -363,25 +389,21 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
 
     @admin.action(description="Approve selected drafts", permissions=["change"])
     def approve_selected(self, request: HttpRequest, queryset: QuerySet[Outreach]) -> None:
-        self._bulk(request, queryset, approve=True)
-
-    @admin.action(description="Reject selected drafts", permissions=["change"])
-    def reject_selected(self, request: HttpRequest, queryset: QuerySet[Outreach]) -> None:
-        self._bulk(request, queryset, approve=False)
-
-    def _bulk(self, request: HttpRequest, queryset: QuerySet[Outreach], *, approve: bool) -> None:
         by, done, skipped = admin_user(request), 0, 0
         for outreach in queryset:
             try:
-                if approve:
-                    services.draft_approve(outreach=outreach, by=by)
-                else:
-                    services.draft_reject(outreach=outreach, by=by)
+                services.draft_approve(outreach=outreach, by=by)
                 done += 1
             except TransitionLost:
                 skipped += 1
-        verb = "approved" if approve else "rejected"
-        self.message_user(request, f"{done} draft(s) {verb}; {skipped} already handled by someone else.")
+        self.message_user(request, f"{done} draft(s) approved; {skipped} already handled by someone else.")
+
+    @admin.action(description="Reject selected drafts with a reason", permissions=["reject"])
+    def reject_selected(self, request: HttpRequest, queryset: QuerySet[Outreach]) -> Any:
+        return reject_with_reason(self, request, queryset)
+
+    def has_reject_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("outreach.reject_outreach")
 
 
 User = get_user_model()

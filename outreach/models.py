@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import zoneinfo
 from datetime import datetime, time
+from decimal import Decimal
+from email.utils import parseaddr
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -81,9 +83,35 @@ class Organization(models.Model):
     nudge_days = models.CharField(
         max_length=50, default="3,7", db_default="3,7", validators=[validate_nudge_days], help_text="e.g. 3,7"
     )
+    # A draft nobody approves goes stale: after this many days awaiting approval it is cancelled
+    # with the reason in its history (outreach.expiry, beat entry `drafts-expire`).
+    draft_expiry_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Drafts awaiting approval longer than this many days are cancelled; empty = never.",
+    )
+    # Compliance text (postal address, opt-out sentence) that code appends below every email at
+    # send time (outreach.compliance.email_body): never shown to the model, never written by it.
+    compliance_footer = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        max_length=1000,
+        help_text="Appended below every email at send time, e.g. the postal address and how to opt out.",
+    )
     # Who works this organization's drafts: a non-superuser reviewer sees and approves only the
     # drafts of owners in organizations they are a member of (outreach.admin.ApprovalQueueAdmin).
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="organizations")
+    # LLM spend per UTC day (outreach.spend): work beyond it waits QUEUED until the next day.
+    daily_spend_cap = models.DecimalField(
+        max_digits=10,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="Dollars of LLM spend per UTC day; empty = no cap.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -96,6 +124,17 @@ class Organization(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def sender_address(self) -> str:
+        """The bare address this organization's emails come from (DEFAULT_FROM_EMAIL when unset)."""
+        sender = self.sender_email or settings.DEFAULT_FROM_EMAIL
+        return parseaddr(sender)[1] or sender
+
+    @property
+    def sender_domain(self) -> str:
+        """The domain of `sender_address`, lower-case: what providers and pauses count by."""
+        return self.sender_address.rpartition("@")[2].lower()
 
 
 class VerifiedDomain(models.Model):
@@ -178,6 +217,9 @@ class Lead(models.Model):
         REPLIED = "replied", "Replied"
         OPTED_OUT = "opted_out", "Opted out"
         CONVERTED = "converted", "Converted"
+        # Set from the mail side (nurture.intake.deliverability): never emailed again.
+        BOUNCED = "bounced", "Undeliverable (hard bounce)"
+        COMPLAINED = "complained", "Complained (marked as spam)"
 
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="leads")
     owner = models.ForeignKey(Owner, on_delete=models.PROTECT, related_name="leads")
@@ -205,6 +247,10 @@ class Lead(models.Model):
         return f"{self.first_name} {self.last_name} <{self.email}>".strip()
 
 
+# Leads nothing may be sent to, whatever the kind of email: they said no, or their mailbox did.
+SUPPRESSED = frozenset({Lead.Status.OPTED_OUT, Lead.Status.BOUNCED, Lead.Status.COMPLAINED})
+
+
 class State(models.TextChoices):
     QUEUED = "queued", "Queued"
     DISPATCHED = "dispatched", "Dispatched"
@@ -229,6 +275,12 @@ class ErrorClass(models.TextChoices):
     POSSIBLY_SENT = "possibly_sent", "Possibly sent (unconfirmed)"
 
 
+# A delivery attempt: an email sent, or one the recipient's server refused for good (a hard
+# bounce at SMTP, cancelled with a permanent error by nurture.mail_events). The bounce and
+# complaint rates are over an owner's or sender domain's latest ones (orchestrator.deliverability).
+DELIVERY_ATTEMPT = Q(state="sent") | Q(state="cancelled", error_class="permanent")
+
+
 class Outreach(models.Model):
     """The unit of work: one email (reply, intro or nudge) to one lead, written then sent."""
 
@@ -250,6 +302,10 @@ class Outreach(models.Model):
     context = models.JSONField(
         default=dict, blank=True, help_text="Kind-specific input, e.g. the inbound reply."
     )
+    # A reply's later messages from the lead, joined into it before its draft was written
+    # (context["joined"]; nurture.intake.replies). Recording a draft is guarded on this count:
+    # a draft written before the last join lacks its text and is written again.
+    inbound_joined = models.PositiveSmallIntegerField(default=0, db_default=0)
     attempts = models.PositiveSmallIntegerField(default=0)
     # Tries that may have reached the mail server: +1 on every DISPATCHED -> SENDING, -1 when the
     # server certainly refused. Recovery resends an unconfirmed send once, never twice
@@ -260,9 +316,15 @@ class Outreach(models.Model):
     last_error = models.TextField(blank=True)
     error_class = models.CharField(max_length=16, choices=ErrorClass.choices, blank=True)
     blocked_reason = models.CharField(max_length=200, blank=True, help_text="Why queued work is waiting.")
-    reservation_id = models.CharField(max_length=64, blank=True)
+    # One LLM budget reservation per deployment the job uses, space-separated (budget.reservation_ids).
+    reservation_id = models.CharField(max_length=255, blank=True)
+    # Where each step runs (orchestrator.routing.placement.Route): the dispatcher's placement.
+    llm_route = models.CharField(max_length=255, blank=True)
     draft_subject = models.CharField(max_length=300, blank=True)
     draft_body = models.TextField(blank=True)
+    # A reviewer's "why not": counted by reason on the queue-health dashboard (its history
+    # event also says "rejected: <reason>").
+    rejected_reason = models.CharField(max_length=200, blank=True)
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -270,15 +332,35 @@ class Outreach(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)
     message_id = models.CharField(max_length=255, blank=True)
     in_reply_to = models.CharField(max_length=255, blank=True, help_text="Message-ID this email answers.")
+    # The thread above `in_reply_to`, oldest first, space-separated (the References header less
+    # its last id): for a reply, our email the prospect answered, and what came before it.
+    references = models.TextField(blank=True, default="", db_default="")
+    # The email provider's own id for the sent message (anymail's message_id; empty over SMTP):
+    # what its tracking webhooks and support tickets name.
+    esp_message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
     tokens_used = models.PositiveIntegerField(default=0)
     llm_calls = models.PositiveSmallIntegerField(default=0)
+    # Spend (outreach.spend): the provider's counts of the written draft, their price at
+    # LLM_PRICES, and when it was written (the UTC day its organization's daily cap counts it in).
+    llm_input_tokens = models.PositiveIntegerField(default=0, db_default=0)
+    llm_output_tokens = models.PositiveIntegerField(default=0, db_default=0)
+    llm_cost = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0), db_default=Decimal(0))
+    generated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_changed_at = models.DateTimeField()
 
     class Meta:
         verbose_name_plural = "outreach"
-        permissions = [("approve_outreach", "Can approve, edit-and-approve or reject drafts")]
+        # One permission per operator action (docs/operators.md, "Actions"), so a team can let
+        # someone retry stuck work without letting them cancel or move it.
+        permissions = [
+            ("approve_outreach", "Can approve, edit-and-approve or reject drafts"),
+            ("cancel_outreach", "Can cancel outreach that has not been sent"),
+            ("retry_outreach", "Can retry queued outreach now (skip its wait or backoff)"),
+            ("reassign_outreach", "Can reassign outreach to another owner of its organization"),
+            ("reject_outreach", "Can reject drafts with a reason from the approval queue"),
+        ]
         indexes = [
             # orchestrator.dispatch.reads.ready_candidates: per-owner top-k of ready work in one
             # tier (LATERAL ... WHERE owner_id=? AND tier=? AND state='queued' AND
@@ -312,6 +394,26 @@ class Outreach(models.Model):
                 name="outreach_awaiting_by_owner",
             ),
             models.Index(fields=["lead", "state"], name="outreach_lead_state"),
+            # nurture.intake.replies: an inbound reply finds the email it answers by its
+            # In-Reply-To / References, which name our Message-ID or (a provider that rewrites
+            # it, e.g. Amazon SES) the provider's id. Partial: most rows were never sent.
+            models.Index(fields=["message_id"], condition=~Q(message_id=""), name="outreach_message_id"),
+            models.Index(
+                fields=["esp_message_id"], condition=~Q(esp_message_id=""), name="outreach_esp_message_id"
+            ),
+            # orchestrator.deliverability._window: an owner's latest delivery attempts
+            # (ORDER BY state_changed_at DESC LIMIT BOUNCE_WINDOW_SENDS), read at every bounce
+            # or complaint; partial, so the scan stops after the window, whatever the history.
+            models.Index(
+                fields=["owner", "state_changed_at"],
+                condition=DELIVERY_ATTEMPT,
+                name="outreach_attempts_by_owner",
+            ),
+            # orchestrator.dispatch.reads.spend_capped_owners: an owner's spend since the UTC
+            # day began. Partial: only drafts that cost something.
+            models.Index(
+                fields=["owner", "generated_at"], condition=Q(llm_cost__gt=0), name="outreach_spend_by_owner"
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -389,6 +491,31 @@ class OwnerDailySends(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner_id} on {self.day}: {self.sent}"
+
+
+class MetricCounter(models.Model):
+    """One shard of one Prometheus counter (or histogram bucket, sum or count) of the pipeline.
+
+    Counted where the event happens: outreach.counters adds to these rows in the transaction
+    that records the state change (so a rolled-back or lost move counts nothing), and reads
+    them back summed over shards for /metrics. Never pruned: retention deletes history, not
+    these totals, so they only ever grow (docs/architecture.md, "Metrics").
+    """
+
+    name = models.CharField(max_length=80)
+    labels = models.CharField(max_length=200, blank=True)  # "k=v,k=v", keys sorted
+    # Writers spread over a few rows per series (by process id): concurrent transitions then
+    # rarely wait on one hot row's lock until the other's commit.
+    shard = models.PositiveSmallIntegerField(default=0)
+    value = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "labels", "shard"], name="metric_counter_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.labels}}}[{self.shard}] = {self.value}"
 
 
 class DraftForApproval(Outreach):

@@ -129,6 +129,7 @@ def outreach_enqueue(
     step: int = 0,
     context: dict[str, Any] | None = None,
     in_reply_to: str = "",
+    references: str = "",
 ) -> tuple[Outreach, bool]:
     """Queue one piece of work; re-enqueueing the same idempotency key returns the first one."""
     now = timezone.now()
@@ -144,6 +145,7 @@ def outreach_enqueue(
             "step": step,
             "context": context or {},
             "in_reply_to": in_reply_to,
+            "references": references,
             "state_changed_at": now,
         },
     )
@@ -157,7 +159,7 @@ def draft_approve(
     An edit must pass outreach.draft_policy.check_draft, as the model's draft did (ValidationError
     listing the violations otherwise): the subject becomes a header, the body goes to a prospect.
     """
-    edits = {
+    edits: dict[str, Any] = {
         name: value
         for name, value in (("draft_subject", subject), ("draft_body", body))
         if value is not None and value != getattr(outreach, name)
@@ -184,12 +186,15 @@ def draft_approve(
 
 
 def draft_reject(*, outreach: Outreach, by: AbstractBaseUser, reason: str = "") -> None:
+    """Reject a draft; the reason is kept on the row (counted on the dashboard) and in its history."""
+    reason = " ".join(reason.split())[: Outreach._meta.get_field("rejected_reason").max_length]
     transition(
         outreach_id=outreach.pk,
         from_=State.AWAITING_APPROVAL,
         to=State.REJECTED,
         note=f"rejected: {reason}" if reason else "rejected",
         actor_id=by.pk,
+        rejected_reason=reason,
     )
 
 

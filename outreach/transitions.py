@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from outreach.counters import Move, counters_add, move_increments
 from outreach.models import ErrorClass, Outreach, OutreachEvent, OwnerDailySends, State
 
 S = State
@@ -84,12 +86,14 @@ def transition(
     note: str = "",
     error_class: ErrorClass | str = "",
     actor_id: int | None = None,
+    guard: Q | None = None,
     **fields: Any,
 ) -> None:
     """Move one outreach from `from_` (one state or several) to `to`, setting `fields` too.
 
-    Raises IllegalTransition if the table forbids it, TransitionLost if the row was not in
-    `from_` any more. The event row (and for SENT, the owner's count for the day) is written in
+    `guard`: the row must match it too, checked under the same lock (e.g. "no message joined
+    this reply since its draft was started": nurture.generation). Raises IllegalTransition if
+    the table forbids it, TransitionLost if the row was not in `from_` (or failed `guard`). The event row (and for SENT, the owner's count for the day) is written in
     the same transaction as the move.
     """
     from_states = _as_states(from_)
@@ -105,7 +109,8 @@ def transition(
         previous = (
             Outreach.objects.select_for_update()
             .filter(id=outreach_id, state__in=from_states)
-            .values_list("state", "attempts", "owner_id", "tier")
+            .filter(guard or Q())
+            .values_list("state", "attempts", "owner_id", "tier", "created_at", "not_before", "approved_at")
             .first()
         )
         if previous is None:
@@ -124,6 +129,22 @@ def transition(
         )
         if to == S.SENT:
             OwnerDailySends.objects.record(owner_id=previous[2], sent_at=fields["sent_at"])
+        # Counted by the winner of the move only, committed (or rolled back) with it.
+        counters_add(
+            move_increments(
+                Move(
+                    from_state=previous[0],
+                    to=to,
+                    error_class=str(error_class),
+                    tier=previous[3],
+                    at=now,
+                    due_at=max(previous[4], min(previous[5], now)),
+                    approved_at=fields.get("approved_at", previous[6]),
+                    llm_calls=fields.get("llm_calls", 0),
+                    tokens=fields.get("tokens_used", 0),
+                )
+            )
+        )
     log.info(
         "outreach %s: %s -> %s%s",
         outreach_id,
@@ -241,6 +262,13 @@ def transition_many(
             )
             for oid, state, attempts in rows
         )
+        # Bulk moves are claims, recoveries and cancels: only their dead letters, retries and
+        # 429s count (no draft is generated or email sent in bulk).
+        counters_add(
+            inc
+            for _oid, state, _attempts in rows
+            for inc in move_increments(Move(from_state=state, to=to, error_class=str(error_class)))
+        )
     log.info(
         "%d outreach: -> %s%s",
         len(ids),
@@ -249,3 +277,36 @@ def transition_many(
         extra={"outreach_ids": ids, "state": str(to)},
     )
     return ids
+
+
+def update_in_place(
+    *, outreach_id: int, states: Iterable[State], note: str, actor_id: int | None = None, **fields: Any
+) -> bool:
+    """Change `fields` of one outreach while it is in one of `states`, without moving it, and
+    record that in its history (an event from its state to the same state). Return whether
+    the row was still in `states` (False: someone moved it first; nothing was written).
+
+    For an operator's change of a row at rest (retry now, reassign): the state guard in the
+    WHERE clause is what keeps it off work a worker or the dispatcher has just claimed.
+    """
+    from_states = tuple(State(s) for s in states)
+    now = timezone.now()
+    with transaction.atomic():
+        state = (
+            Outreach.objects.select_for_update()
+            .filter(id=outreach_id, state__in=from_states)
+            .values_list("state", "attempts")
+            .first()
+        )
+        if state is None:
+            return False
+        Outreach.objects.filter(id=outreach_id).update(updated_at=now, **fields)
+        OutreachEvent.objects.create(
+            outreach_id=outreach_id,
+            from_state=state[0],
+            to_state=state[0],
+            attempt=state[1],
+            note=note,
+            actor_id=actor_id,
+        )
+    return True

@@ -61,3 +61,20 @@ def run_cycles(db_name: str, seconds: float, results: Any) -> None:
         if report.ran:
             spans.append(report.held)
     results.put(spans)
+
+
+def send_all(db_name: str, ids: list[int], barrier: Any, results: Any) -> None:
+    """Record SENT for every id still SENDING, as racing send workers would; report the wins."""
+    setup_django(db_name)
+    from outreach.models import State
+    from outreach.transitions import TransitionLost, transition
+
+    barrier.wait()
+    won = 0
+    for outreach_id in ids:
+        try:
+            transition(outreach_id=outreach_id, from_=State.SENDING, to=State.SENT)
+            won += 1
+        except TransitionLost:
+            pass
+    results.put(won)

@@ -50,6 +50,9 @@ class SimConfig:
     shared_rps: float = 0.0  # another client on the same key, this many requests/s
     shared_tokens: int = 300  # tokens each of its requests counts
     seed: int = 0
+    # Several models, each with limits of its own: (name, rpm, tpm). Empty: one limit (rpm, tpm)
+    # for any model named. Given: a model not listed answers 404 model_not_found, as providers do.
+    models: tuple[tuple[str, int, int], ...] = ()
     host: str = "127.0.0.1"
     port: int = 0  # 0 = any free port
 
@@ -66,6 +69,7 @@ class SimConfig:
             ("shared_tokens", _whole(self.shared_tokens, low=0, high=self.tpm)),
             ("port", _whole(self.port, low=0, high=65535)),
         ]
+        problems.append(("models", _models_problem(self.models)))
         for name, problem in problems + self._latency_problems():
             if problem:
                 raise SimConfigError(name, problem)
@@ -135,4 +139,27 @@ def _number(value: object, *, low: float, high: float | None = None) -> str | No
             + (f" and at most {high}" if high is not None else "")
             + f", got {value}"
         )
+    return None
+
+
+def model_spec_parse(text: str) -> tuple[str, int, int]:
+    """`NAME:RPM:TPM` (the --model flag) -> (name, rpm, tpm)."""
+    name, _, limits = text.rpartition(":")
+    name, _, rpm = name.rpartition(":")
+    try:
+        return name, int(rpm), int(limits)
+    except ValueError:
+        raise SimConfigError(
+            "models", f"expected NAME:RPM:TPM (e.g. small:600:600000), got {text!r}"
+        ) from None
+
+
+def _models_problem(models: tuple[tuple[str, int, int], ...]) -> str | None:
+    names = [name for name, _, _ in models]
+    if len(set(names)) != len(names):
+        return f"each model once, got {', '.join(names)}"
+    for name, rpm, tpm in models:
+        problem = ("a name" if not name else None) or _whole(rpm, low=1) or _whole(tpm, low=1)
+        if problem:
+            return f"model {name!r}: {problem}"
     return None

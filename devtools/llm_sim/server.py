@@ -35,6 +35,7 @@ _COUNTERS = (
     "marker_errors",  # SIM:FAIL_500 / SIM:FAIL_400
     "bad_requests",  # unreadable requests (never counted against the window)
     "unauthorized",
+    "unknown_model",  # 404 model_not_found (only when --model lists the models served)
     "completed",  # 200 answers
     "tokens",  # counted at admission: prompt + max_tokens
     "prompt_tokens",  # usage of the 200 answers
@@ -50,6 +51,10 @@ class LLMSim:
         self.config = settings.pop("config", None) or SimConfig(**settings)
         c = self.config
         self.limiter = Limiter(rpm=c.rpm, tpm=c.tpm, window_s=c.window_s, mode=c.mode)
+        # One limiter per model when models are listed (`limiter_for`), each its own provider key.
+        self.model_limiters = {
+            name: Limiter(rpm=rpm, tpm=tpm, window_s=c.window_s, mode=c.mode) for name, rpm, tpm in c.models
+        }
         self._lock = threading.Lock()  # one lock: admission must see every earlier admission
         self._rng = random.Random(c.seed)
         self.latency = latency_model(config=c)
@@ -111,7 +116,12 @@ class LLMSim:
         except BadRequest as exc:
             self._count("bad_requests")
             return error_reply(400, str(exc), kind="invalid_request_error", code=None, param=exc.param)
-        refusal, headers, delay, status = self._admit(request)
+        limiter = self.limiter_for(request.model)
+        if limiter is None:
+            self._count("unknown_model")
+            message = f"The model `{request.model}` does not exist or you do not have access to it."
+            return error_reply(404, message, kind="invalid_request_error", code="model_not_found")
+        refusal, headers, delay, status = self._admit(request, limiter)
         if refusal is not None:
             return refusal
         reply = self._failure(request, status) or self._answer(request)
@@ -121,18 +131,27 @@ class LLMSim:
         reply.delay_s = delay
         return reply
 
-    def _admit(self, request: ChatRequest) -> tuple[Reply | None, dict[str, str], float, int]:
+    def limiter_for(self, model: str) -> Limiter | None:
+        """The limits a request for `model` counts against; None: no such model here."""
+        if not self.model_limiters:
+            return self.limiter
+        return self.model_limiters.get(model)
+
+    def _admit(
+        self, request: ChatRequest, limiter: Limiter
+    ) -> tuple[Reply | None, dict[str, str], float, int]:
         """Admission at arrival, as providers count it: (refusal or None, headers, latency, 5xx)."""
         with self._lock:  # one lock: admission sees every earlier one; seeded draws in arrival order
             now = time.monotonic()
-            decision = self.limiter.admit(
-                now, request.cost, force_refuse=MARKER_FAIL_429 in request.last_user
-            )
-            headers = limit_headers(rpm=self.config.rpm, tpm=self.config.tpm, decision=decision)
+            decision = limiter.admit(now, request.cost, force_refuse=MARKER_FAIL_429 in request.last_user)
+            headers = limit_headers(rpm=limiter.rpm, tpm=limiter.tpm, decision=decision)
+            per_model = self._per_model.setdefault(request.model, {"admitted": 0, "rejected_429": 0})
             if not decision.admitted:
                 self._note(now, rejected_429=1)
+                per_model["rejected_429"] += 1
                 return self._refusal(request, decision, headers), headers, 0.0, 0
             self._note(now, admitted=1, tokens=request.cost)
+            per_model["admitted"] += 1
             delay = self.latency.sample_s(self._rng)
             self._delays["count"] += 1
             self._delays["total_s"] += delay
@@ -229,6 +248,15 @@ class LLMSim:
                     "seed": c.seed,
                 },
                 "shared": dict(self._shared),
+                "models": {
+                    name: {
+                        "limits": {"rpm": lim.rpm, "tpm": lim.tpm},
+                        "window": dict(zip(("requests", "tokens"), lim.window.counts(now), strict=True)),
+                        "peak_window": {"requests": lim.peak_requests, "tokens": lim.peak_tokens},
+                        **self._per_model.get(name, {"admitted": 0, "rejected_429": 0}),
+                    }
+                    for name, lim in self.model_limiters.items()
+                },
                 "started_at": self.started_at.isoformat(),
                 "counters_since": self._since.isoformat(),
                 "uptime_s": round(now - self._since_mono, 3),
@@ -240,13 +268,15 @@ class LLMSim:
         stays (the next peak still sees calls made just before), unless `limits`."""
         with self._lock:
             self._reset_counters()
-            self.limiter.reset_peaks()
-            if limits:
-                self.limiter.clear()
+            for limiter in (self.limiter, *self.model_limiters.values()):
+                limiter.reset_peaks()
+                if limits:
+                    limiter.clear()
 
     def _reset_counters(self) -> None:
         self._counts = dict.fromkeys(_COUNTERS, 0)
         self._shared = dict.fromkeys(_SHARED_COUNTERS, 0)
+        self._per_model: dict[str, dict[str, int]] = {}
         self._keys: set[str] = set()
         self._delays = {"count": 0, "total_s": 0.0, "max_s": 0.0}
         self._peak_in_flight = self._in_flight
@@ -300,7 +330,10 @@ _GET_ROUTES: dict[str, Any] = {
     "/stats": lambda sim: sim.stats(),
     "/v1/models": lambda sim: {
         "object": "list",
-        "data": [{"id": "sim-1", "object": "model", "owned_by": "llm_sim"}],
+        "data": [
+            {"id": name, "object": "model", "owned_by": "llm_sim"}
+            for name in (sim.model_limiters or ["sim-1"])
+        ],
     },
 }
 

@@ -166,6 +166,35 @@ def assignment_unfinished(
     return batch, list(pending.order_by("id").values_list("id", flat=True))
 
 
+@dataclass(frozen=True)
+class AssignmentStart:
+    """What loading a validated file starts: this file's unfinished batch (`resumed`), a new
+    batch, or nothing (`batch` None: every lead is already assigned with its sequence)."""
+
+    batch: AssignmentBatch | None
+    child_ids: list[int]
+    resumed: bool
+    plan: AssignmentPlan | None
+
+
+def assignment_start(
+    *, organization_id: int, file_name: str, file_sha256: str, rows: Sequence[LeadRow], now: datetime
+) -> AssignmentStart:
+    """The batch to work on for a validated file (the command and the admin's upload alike):
+    re-sending a file whose batch never finished resumes it, a file with nothing new creates
+    nothing, anything else a new batch with its PENDING children."""
+    unfinished = assignment_unfinished(organization_id=organization_id, file_sha256=file_sha256)
+    if unfinished:
+        return AssignmentStart(batch=unfinished[0], child_ids=unfinished[1], resumed=True, plan=None)
+    plan = assignment_plan(organization_id=organization_id, rows=rows)
+    if plan.nothing_to_do:
+        return AssignmentStart(batch=None, child_ids=[], resumed=False, plan=plan)
+    batch, child_ids = assignment_create(
+        organization_id=organization_id, file_name=file_name, file_sha256=file_sha256, rows=rows, now=now
+    )
+    return AssignmentStart(batch=batch, child_ids=child_ids, resumed=False, plan=plan)
+
+
 def assignment_progress(*, batch_id: int) -> AssignmentBatch:
     return AssignmentBatch.objects.get(id=batch_id)
 

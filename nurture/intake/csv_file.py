@@ -75,7 +75,10 @@ class OwnerDirectory:
         exact = [ref for ref in candidates if ref.name == name]
         candidates = exact or candidates
         if not candidates:
-            return f"unknown owner {name!r} (create it with add_owner, or check the spelling)"
+            return (
+                f"unknown owner {name!r} "
+                "(create it in the admin's Owners or with add_owner, or check the spelling)"
+            )
         if len({ref.organization_id for ref in candidates}) > 1:
             orgs = ", ".join(sorted(ref.organization_name for ref in candidates))
             return f"owner {name!r} exists in several organizations ({orgs}): pass --org"
@@ -94,6 +97,15 @@ class ParsedFile:
     errors: list[RowError]
     organization_id: int | None
     ignored_columns: tuple[str, ...] = ()
+
+
+def csv_decode(*, raw: bytes) -> str | RowError:
+    """The file's text, or where it stops being UTF-8 (the line as an editor counts it)."""
+    try:
+        return raw.decode("utf-8-sig")  # -sig: spreadsheets often start UTF-8 files with a BOM
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return RowError(line, "file", f"not UTF-8 text (byte {exc.start}); save the file as UTF-8")
 
 
 def parse_assignment_csv(*, text: str, owners: OwnerDirectory) -> ParsedFile:

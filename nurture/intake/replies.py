@@ -1,5 +1,11 @@
 """Inbound replies: the webhook's signature, its payload, and turning a reply into top-tier work.
 
+One home for every way a reply arrives: our signed JSON webhook (below) and the email
+providers' inbound webhooks (nurture.intake.inbound_email) both end in `reply_receive`.
+A reply belongs to the conversation it answers: its In-Reply-To / References name a
+Message-ID we sent (`_answered`), so it lands with the organization and lead that wrote to
+that person. Only a reply that names none of ours falls back to the sender's address.
+
 Signature: `X-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">` keyed with
 WEBHOOK_SECRET. The timestamp is inside the signed text, so a captured request cannot be
 replayed once it is more than 5 minutes old (or re-dated); within the window a replay is a
@@ -11,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +28,13 @@ from django.db import transaction
 from django.db.models import F, Max, Q
 
 from nurture.intake.sequence import sequence_stop
+from nurture.mail import message_id_normalised, message_ids
 from outreach.idempotency import reply_key
-from outreach.models import Lead, Outreach, State
+from outreach.models import SUPPRESSED, Lead, Outreach, State
 from outreach.services import outreach_enqueue
 from outreach.transitions import transition
+
+log = logging.getLogger(__name__)
 
 TOLERANCE_S = 300
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -54,6 +64,9 @@ class InboundReply:
     message_id: str
     subject: str
     body: str
+    # What the reply answers, each `<id>`: its In-Reply-To, and its References (oldest first).
+    in_reply_to: str = ""
+    references: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,7 @@ class ReplyReceived:
     outreach_id: int
     created: bool
     lead_id: int
+    joined: bool = False  # added to the lead's answer not written yet (one answer per turn)
 
 
 def signature_header(*, body: bytes, secret: str, timestamp: int) -> str:
@@ -98,7 +112,8 @@ def _mac(*, secret: str, timestamp: str, body: bytes) -> str:
 
 
 def reply_payload_parse(*, raw: bytes) -> InboundReply:
-    """`{lead_email, message_id, subject, body}` -> InboundReply; PayloadError names the bad field."""
+    """`{lead_email, message_id, subject, body[, in_reply_to]}` -> InboundReply; PayloadError
+    names the bad field."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError too
@@ -106,17 +121,42 @@ def reply_payload_parse(*, raw: bytes) -> InboundReply:
     if not isinstance(data, dict):
         raise PayloadError("body", "expected a JSON object {lead_email, message_id, subject, body}")
     values = {name: _string(data, name) for name in ("lead_email", "message_id", "subject", "body")}
-    email = values["lead_email"].strip()
+    # Optional (added later): the Message-ID the prospect answered; absent = the last one we sent.
+    in_reply_to = _string(data, "in_reply_to") if "in_reply_to" in data else ""
+    return reply_validate(**values, in_reply_to=in_reply_to)
+
+
+def reply_validate(
+    *,
+    lead_email: str,
+    message_id: str,
+    subject: str,
+    body: str,
+    in_reply_to: str = "",
+    references: str = "",
+) -> InboundReply:
+    """Check and normalise one inbound reply, however it arrived; PayloadError names the bad field."""
+    email = lead_email.strip()
     try:
         validate_email(email)
     except ValidationError:
         raise PayloadError("lead_email", "not a valid email address") from None
-    message_id = values["message_id"].strip()
+    message_id = message_id.strip()
     if not message_id or _CONTROL.search(message_id):
         raise PayloadError("message_id", "must be a non-empty Message-ID without control characters")
+    parent = message_id_normalised(in_reply_to) if in_reply_to.strip() else ""
+    if parent is None:
+        raise PayloadError("in_reply_to", "must be one Message-ID such as <abc@example.com>")
     # NUL cannot be stored by PostgreSQL (text or jsonb) and means nothing in an email's text.
-    subject, body = (values[name].replace("\x00", "") for name in ("subject", "body"))
-    return InboundReply(lead_email=email, message_id=message_id, subject=subject, body=body)
+    subject, body = (text.replace("\x00", "") for text in (subject, body))
+    return InboundReply(
+        lead_email=email,
+        message_id=message_id,
+        subject=subject,
+        body=body,
+        in_reply_to=parent,
+        references=tuple(message_ids(references)),
+    )
 
 
 def _string(data: dict[str, Any], name: str) -> str:
@@ -133,31 +173,146 @@ def _string(data: dict[str, Any], name: str) -> str:
 
 
 def reply_receive(*, reply: InboundReply) -> ReplyReceived:
-    """Queue one REPLY outreach per message_id, threaded to the last email sent, and stop the sequence.
+    """Queue one REPLY outreach per conversation turn in the conversation it answers, and stop
+    the sequence.
 
-    Duplicate deliveries (retries, concurrent ones) find the same key: the unique index lets one
-    insert win, the others read its row, and only the winner changes the lead and its sequence.
-    Raises UnknownLead.
+    The answer threads under the prospect's message: its in_reply_to is their Message-ID, its
+    references the thread above (`_thread`). One answer per turn: a message that arrives while
+    our answer to the lead is not written yet joins that answer (`_reply_join`) instead of
+    queueing a second one. Intake for one lead runs one at a time (the lead's row is locked), so
+    two messages arriving together cannot both find no pending answer. Duplicate deliveries
+    (retries, concurrent ones) find the message already recorded, as a reply's key or among its
+    joined messages: nothing changes twice. Raises UnknownLead.
     """
-    lead = _lead_for(email=reply.lead_email)
+    answered = _answered(reply=reply)
+    lead = answered.lead if answered is not None else _lead_for(email=reply.lead_email)
     inbound = {"subject": reply.subject, "body": reply.body, "message_id": reply.message_id}
+    their_id = _threadable(reply.message_id)
     with transaction.atomic():
+        Lead.objects.select_for_update().filter(id=lead.pk).values_list("id", flat=True).get()
+        key = reply_key(message_id=reply.message_id)
+        if (seen := _received(lead_id=lead.pk, key=key, message_id=reply.message_id)) is not None:
+            return ReplyReceived(outreach_id=seen, created=False, lead_id=lead.pk)
+        if (pending := _reply_join(lead_id=lead.pk, inbound=inbound)) is not None:
+            return ReplyReceived(outreach_id=pending, created=False, lead_id=lead.pk, joined=True)
         outreach, created = outreach_enqueue(
             lead=lead,
             kind=Outreach.Kind.REPLY,
-            idempotency_key=reply_key(message_id=reply.message_id),
+            idempotency_key=key,
             context={"inbound": inbound},
-            in_reply_to=_last_sent_message_id(lead_id=lead.pk),
+            in_reply_to=their_id or "",
+            references=" ".join(_thread(reply=reply, lead_id=lead.pk)) if their_id else "",
         )
         if created:
             _reply_effects(lead=lead, outreach_id=outreach.pk)
     return ReplyReceived(outreach_id=outreach.pk, created=created, lead_id=lead.pk)
 
 
+# An answer not written yet: a later message can still be in it. DISPATCHED also holds drafts
+# on their way to SMTP, hence the empty-draft condition too.
+JOINABLE = (State.QUEUED, State.DISPATCHED, State.GENERATING)
+
+
+def _reply_join(*, lead_id: int, inbound: dict[str, str]) -> int | None:
+    """Add `inbound` to the lead's reply whose draft is not written yet; its id, or None.
+
+    The row lock orders this against the generation worker recording a draft (a guarded
+    transition on `inbound_joined`, nurture.generation): either the join lands first and that
+    draft, written without this text, is discarded and written again; or the draft lands first,
+    the row no longer matches, and this message starts the next turn.
+    """
+    pending = (
+        Outreach.objects.select_for_update()
+        .filter(lead_id=lead_id, kind=Outreach.Kind.REPLY, state__in=JOINABLE, draft_body="")
+        .order_by("id")
+        .first()
+    )
+    if pending is None:
+        return None
+    context = pending.context if isinstance(pending.context, dict) else {}
+    joined = [*context.get("joined", []), inbound]
+    Outreach.objects.filter(id=pending.pk).update(
+        context={**context, "joined": joined}, inbound_joined=F("inbound_joined") + 1
+    )
+    log.info(
+        "reply %s: a later message from lead %s joined it (%d joined)",
+        pending.pk,
+        lead_id,
+        len(joined),
+        extra={"outreach_id": pending.pk, "lead_id": lead_id},
+    )
+    return pending.pk
+
+
+def _received(*, lead_id: int, key: str, message_id: str) -> int | None:
+    """The reply that already holds this message (a duplicate delivery): by its key, or among
+    the messages joined into the lead's replies (a handful of rows: read and looked at here)."""
+    found = Outreach.objects.filter(idempotency_key=key).values_list("id", flat=True).first()
+    if found is not None:
+        return found
+    rows = Outreach.objects.filter(lead_id=lead_id, kind=Outreach.Kind.REPLY, inbound_joined__gt=0)
+    for outreach_id, context in rows.values_list("id", "context"):
+        joined = context.get("joined", []) if isinstance(context, dict) else []
+        if any(isinstance(m, dict) and m.get("message_id") == message_id for m in joined):
+            return outreach_id
+    return None
+
+
+def _answered(*, reply: InboundReply) -> Outreach | None:
+    """Our email this reply answers: the one its In-Reply-To names, else the latest its
+    References name (each `<id>` looked up in `_id_forms`)."""
+    wanted = list(dict.fromkeys(filter(None, [reply.in_reply_to, *reversed(reply.references)])))
+    forms = [_id_forms(value) for value in wanted]
+    if not wanted:
+        return None
+    found = list(
+        Outreach.objects.filter(Q(message_id__in=wanted) | Q(esp_message_id__in=set().union(*forms)))
+        .select_related("lead")
+        .order_by("-id")
+    )
+    for value, names in zip(wanted, forms, strict=True):
+        for outreach in found:
+            if outreach.message_id == value or outreach.esp_message_id in names:
+                return outreach
+    return None
+
+
+def _id_forms(message_id: str) -> set[str]:
+    """How a provider's id for our email may appear as `<id>` in a reply: as sent (Mailgun's
+    ids have brackets), bare, or as the left part of a Message-ID the provider rewrote ours to
+    (Amazon SES sends `<its id@region.amazonses.com>`)."""
+    bare = message_id.removeprefix("<").removesuffix(">")
+    return {message_id, bare, bare.partition("@")[0]}
+
+
+def _threadable(message_id: str) -> str | None:
+    """Their Message-ID as `<id>` for our In-Reply-To, or None: one we cannot put in a header
+    (no `<id>` form) or store (longer than the column) leaves our answer unthreaded."""
+    parent = message_id_normalised(message_id)
+    limit = Outreach._meta.get_field("in_reply_to").max_length or 0
+    return parent if parent is not None and len(parent) <= limit else None
+
+
+# References kept on our answer: the first id (the thread's root) and the latest ones. Long
+# threads would otherwise grow the header without limit (RFC 5322 3.6.4 allows trimming).
+MAX_REFERENCES = 10
+
+
+def _thread(*, reply: InboundReply, lead_id: int) -> list[str]:
+    """The References above the prospect's message, oldest first: what their message carried
+    (its References, else its In-Reply-To), or, when it said nothing, our last email to them."""
+    chain = list(reply.references) or ([reply.in_reply_to] if reply.in_reply_to else [])
+    if not chain:
+        chain = message_ids(_last_sent_message_id(lead_id=lead_id))
+    if len(chain) > MAX_REFERENCES - 1:
+        chain = [chain[0], *chain[-(MAX_REFERENCES - 2) :]]
+    return chain
+
+
 def _reply_effects(*, lead: Lead, outreach_id: int) -> None:
     Lead.objects.filter(id=lead.pk, status=Lead.Status.ACTIVE).update(status=Lead.Status.REPLIED)
     sequence_stop(lead_id=lead.pk, reason="lead replied: sequence stopped")
-    if Lead.objects.filter(id=lead.pk, status=Lead.Status.OPTED_OUT).exists():
+    if Lead.objects.filter(id=lead.pk, status__in=SUPPRESSED).exists():
         # Recorded (the reply is visible in admin) but never answered by this system.
         transition(outreach_id=outreach_id, from_=State.QUEUED, to=State.CANCELLED, note="lead opted out")
 

@@ -1,4 +1,4 @@
-"""Ending a lead's sequence: a reply, a conversion or an opt-out.
+"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint.
 
 Only work that has not started sending is cancelled here (QUEUED, AWAITING_APPROVAL, APPROVED),
 through the state machine. Rows already DISPATCHED/GENERATING/SENDING belong to a worker; for
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from outreach.models import Lead, Outreach, State
+from outreach.models import SUPPRESSED, Lead, Outreach, State
 from outreach.transitions import transition_many
 
 NOT_STARTED = (State.QUEUED, State.AWAITING_APPROVAL, State.APPROVED)
@@ -36,9 +36,7 @@ def sequence_stop(*, lead_id: int, reason: str) -> list[int]:
 def lead_mark_converted(*, lead: Lead) -> list[int]:
     """The lead became a customer: status converted (unless opted out, which must stick), sequence stopped."""
     with transaction.atomic():
-        Lead.objects.filter(id=lead.pk).exclude(status=Lead.Status.OPTED_OUT).update(
-            status=Lead.Status.CONVERTED
-        )
+        Lead.objects.filter(id=lead.pk).exclude(status__in=SUPPRESSED).update(status=Lead.Status.CONVERTED)
         cancelled = sequence_stop(lead_id=lead.pk, reason="lead converted: sequence stopped")
     lead.refresh_from_db(fields=["status"])
     return cancelled
@@ -62,16 +60,30 @@ def lead_opt_out(*, lead_id: int) -> OptOut:
     """
     with transaction.atomic():
         lead = Lead.objects.select_for_update().select_related("organization").get(id=lead_id)
-        already = lead.status == Lead.Status.OPTED_OUT
+        # A bounced or complained lead stays so: it counts in its owner's rates (deliverability).
+        already = lead.status in SUPPRESSED
         if not already:
             Lead.objects.filter(id=lead_id).update(status=Lead.Status.OPTED_OUT)
-        ids = list(
-            Outreach.objects.filter(lead_id=lead_id, state__in=NOT_STARTED).values_list("id", flat=True)
-        )
-        cancelled = transition_many(
-            outreach_ids=ids, from_=NOT_STARTED, to=State.CANCELLED, note="lead opted out"
-        )
+        cancelled = _cancel_not_started(lead_id=lead_id, note="lead opted out")
     return OptOut(lead_id, lead.email, lead.organization.name, already, cancelled)
+
+
+def lead_suppress(*, lead_id: int, status: Lead.Status, reason: str) -> list[int]:
+    """A hard bounce (BOUNCED) or a spam complaint (COMPLAINED): never email the lead again.
+    Its work that has not started sending is cancelled, replies included; work in flight is
+    stopped by the pipeline's own status checks. A complaint outranks a bounce (it is what the
+    rates must not forget). Idempotent; returns the ids cancelled."""
+    with transaction.atomic():
+        rows = Lead.objects.filter(id=lead_id)
+        if status == Lead.Status.BOUNCED:
+            rows = rows.exclude(status=Lead.Status.COMPLAINED)
+        rows.update(status=status)
+        return _cancel_not_started(lead_id=lead_id, note=reason)
+
+
+def _cancel_not_started(*, lead_id: int, note: str) -> list[int]:
+    ids = list(Outreach.objects.filter(lead_id=lead_id, state__in=NOT_STARTED).values_list("id", flat=True))
+    return transition_many(outreach_ids=ids, from_=NOT_STARTED, to=State.CANCELLED, note=note)
 
 
 def lead_get(*, lead_id: int) -> Lead:

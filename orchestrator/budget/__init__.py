@@ -26,7 +26,8 @@ from orchestrator.budget.breaker import CircuitBreaker
 from orchestrator.budget.core import BudgetUnavailable, connect
 from orchestrator.budget.maths import burst_for_cycle
 from orchestrator.budget.pacing import Pacing
-from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_scopes
+from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_ids, reservation_scopes
+from orchestrator.budget.sends import SendDenied, SendGrant, SendRules, Sends
 from orchestrator.budget.values import (
     PROVIDER,
     Adaptive,
@@ -52,20 +53,27 @@ __all__ = [
     "Headroom",
     "Limits",
     "Reservation",
+    "SendDenied",
+    "SendGrant",
+    "SendRules",
     "Spread",
     "budget_from_settings",
     "connect",
+    "deployment_limits",
     "get_budget",
     "limits_from_settings",
     "organization_limits",
     "organization_scope",
+    "reservation_ids",
     "reservation_scopes",
+    "send_rules_from_settings",
 ]
 
 
-class Budget(Reservations, Pacing):
-    """The shared LLM budget. Build it with an injected Redis client and limits (tests,
-    benchmarks), or take the process-wide one from `get_budget()` (settings)."""
+class Budget(Reservations, Pacing, Sends):
+    """The shared LLM budget, and the email provider's (sends.py: same buckets, own scopes).
+    Build it with an injected Redis client and limits (tests, benchmarks), or take the
+    process-wide one from `get_budget()` (settings)."""
 
 
 _budget: Budget | None = None
@@ -135,17 +143,44 @@ def organization_limits(*, rpm: int | None, tpm: int | None) -> Limits:
     )
 
 
+def deployment_limits() -> dict[str, Limits]:
+    """Each configured deployment's scope -> its limits (LLM_DEPLOYMENTS; none for the implicit
+    deployment, whose scope is the provider's). Loaded with the organizations' caps
+    (dispatch.reads.organization_caps_load), since `set_scope_limits` replaces them all."""
+    from config.deployments import deployments
+
+    return {d.scope: limits_from_settings(rpm=d.rpm, tpm=d.tpm) for d in deployments() if not d.implicit}
+
+
 def budget_from_settings() -> Budget:
     """A budget from settings: LLM_RPM, LLM_TPM (limits_from_settings), DISPATCH_STUCK_AFTER_S,
-    BUDGET_FAILURE_POLICY and REDIS_URL. Organizations' caps are added per use
+    BUDGET_FAILURE_POLICY and BUDGET_REDIS_URL (REDIS_URL unless set). Organizations' caps are added per use
     (`set_scope_limits`), since they change in the admin."""
     from django.conf import settings
 
     policy: FailurePolicy = "closed" if settings.BUDGET_FAILURE_POLICY == "closed" else "open"
-    return Budget(
-        redis_client=connect(settings.REDIS_URL),
+    budget = Budget(
+        redis_client=connect(settings.BUDGET_REDIS_URL),
         limits=limits_from_settings(rpm=settings.LLM_RPM, tpm=settings.LLM_TPM),
+        scope_limits=deployment_limits(),
         # A reservation outlives the stuck-job timeout, so the recovery's refund still finds it.
         reservation_ttl_ms=(getattr(settings, "DISPATCH_STUCK_AFTER_S", 600) + 120) * 1000,
         failure_policy=policy,
+    )
+    budget.send_rules = send_rules_from_settings()
+    return budget
+
+
+def send_rules_from_settings() -> SendRules:
+    """The mail provider's limits: EMAIL_RATE_PER_SECOND, EMAIL_RATE_PER_MINUTE,
+    EMAIL_DOMAIN_DAILY_LIMIT, EMAIL_WARMUP (all optional; none set: no send budget), and the
+    rate's margin EMAIL_RATE_MARGIN_MS."""
+    from django.conf import settings
+
+    return SendRules(
+        per_second=getattr(settings, "EMAIL_RATE_PER_SECOND", None),
+        per_minute=getattr(settings, "EMAIL_RATE_PER_MINUTE", None),
+        domain_daily=getattr(settings, "EMAIL_DOMAIN_DAILY_LIMIT", None),
+        warmup=tuple(getattr(settings, "EMAIL_WARMUP", ())),
+        margin_ms=getattr(settings, "EMAIL_RATE_MARGIN_MS", 0),
     )

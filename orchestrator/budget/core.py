@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from orchestrator.budget import lua
@@ -34,14 +35,41 @@ from orchestrator.budget.values import PROVIDER, SCOPE_RE, Adaptive, FailurePoli
 logger = logging.getLogger("orchestrator.budget")
 
 KINDS: Final = {1: "requests", 2: "tokens", 3: "retry_after"}
-SCRIPTS: Final = ("RESERVE", "SETTLE", "HEADROOM", "ACQUIRE_CALL", "REPORT", "REPORT_429", "SNAPSHOT")
+SCRIPTS: Final = (
+    "RESERVE",
+    "SETTLE",
+    "HEADROOM",
+    "ACQUIRE_CALL",
+    "REPORT",
+    "REPORT_429",
+    "SNAPSHOT",
+    "SEND_RESERVE",
+    "SEND_RELEASE",
+)
 
 
-def connect(url: str, *, timeout_s: float = 0.5) -> redis.Redis:
+CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+Client = redis.Redis | RedisCluster
+
+
+def connect(url: str, *, timeout_s: float = 0.5) -> Client:
     """A Redis client fit for the budget: it fails fast. Short timeouts and one immediate retry
     (a pooled connection gone stale across a Redis restart); the circuit breaker, not client
     retries with backoff, decides when to try again. (redis.Redis() built directly retries
-    with backoff for seconds: every budget call would stall that long during an outage.)"""
+    with backoff for seconds: every budget call would stall that long during an outage.)
+
+    A redis+cluster:// (or rediss+cluster://) URL names one node of a Redis Cluster: the client
+    discovers the others and sends each script to the node of its keys' slot (they share one,
+    see the module docstring). Cluster has no databases, so such a URL has no /db path."""
+    scheme, sep, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:
+        return RedisCluster.from_url(
+            f"{CLUSTER_SCHEMES[scheme]}{sep}{rest}",
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1),
+        )
     return redis.Redis.from_url(
         url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1)
     )
@@ -70,7 +98,7 @@ class BudgetCore:
     def __init__(
         self,
         *,
-        redis_client: redis.Redis,
+        redis_client: Client,
         limits: Limits,
         scope_limits: Mapping[str, Limits] | None = None,
         prefix: str = "llmbudget",
@@ -83,6 +111,9 @@ class BudgetCore:
     ):
         if failure_policy not in ("open", "closed"):
             raise ValueError(f"failure_policy must be 'open' or 'closed', not {failure_policy!r}")
+        if "{" in prefix or "}" in prefix:
+            # the prefix is the keys' hash tag: a brace in it would split them across cluster slots
+            raise ValueError(f"budget prefix {prefix!r} must not contain braces")
         self.limits = limits
         self.scope_limits = dict(scope_limits or {})
         self.prefix = prefix

@@ -25,6 +25,12 @@ def reservation_scopes(reservation_id: str) -> tuple[str, ...]:
     return tuple(tail.split(",")) if at and not reservation_id.startswith(UNMETERED) else (PROVIDER,)
 
 
+def reservation_ids(joined: str) -> list[str]:
+    """The reservations one job holds: one per deployment its steps use, kept space-separated
+    on the outreach (ids never contain spaces: SCOPE_RE)."""
+    return joined.split()
+
+
 class Reservations(BudgetCore):
     def reserve(
         self, *, requests: int, tokens: int, scopes: Sequence[str] = (PROVIDER,)
@@ -81,6 +87,11 @@ class Reservations(BudgetCore):
         if granted == count:
             return reservations, None
         return reservations, Denied(wait_ms=wait, bucket=f"{scopes[scope_index - 1]}:{KINDS[kind]}")
+
+    def largest_tokens(self, *, scopes: Sequence[str] = (PROVIDER,)) -> int:
+        """The most tokens one reservation can ever hold in these scopes (their smallest
+        bucket): a larger estimate is reserved at this and settled at what it really used."""
+        return int(self.plan(tuple(scopes)).capacity[1] // maths.UNITS)
 
     @staticmethod
     def _check_size(*, count: int, requests: int, tokens: int, plan: Plan) -> None:

@@ -36,7 +36,7 @@ import redis
 from django.conf import settings
 
 from orchestrator.budget import Headroom
-from orchestrator.budget.core import connect
+from orchestrator.budget.core import Client, connect
 from orchestrator.metrics.figures import Quantiles, quantiles_of
 
 log = logging.getLogger(__name__)
@@ -93,10 +93,16 @@ def outreach_cost() -> tuple[int, int]:
     return calls, calls * settings.LLM_EST_TOKENS_PER_CALL
 
 
-def in_flight_sizing(*, headroom: Headroom, requests_each: int, tokens_each: int) -> Sizing:
-    """The target for now, from the budget's rates, the observed latencies and settings."""
+def in_flight_sizing(
+    *, headroom: Headroom | None, requests_each: int, tokens_each: int, rate_per_s: float | None = None
+) -> Sizing:
+    """The target for now, from the budget's rates (or `rate_per_s`, what the scarcest pool of
+    deployments admits: dispatch.routing), the observed latencies and settings."""
     steps = latency_observed()
-    rate = allowed_rate(headroom=headroom, requests_each=requests_each, tokens_each=tokens_each)
+    if rate_per_s is None:
+        assert headroom is not None
+        rate_per_s = allowed_rate(headroom=headroom, requests_each=requests_each, tokens_each=tokens_each)
+    rate = rate_per_s
     latency = job_latency(
         steps=steps, cold_call_s=settings.DISPATCH_COLD_CALL_LATENCY_S, overhead_s=settings.DISPATCH_INTERVAL
     )
@@ -119,7 +125,7 @@ def call_latency_record(*, step: str, seconds: float) -> None:
     fails the job: without the sample the dispatcher sizes on the older ones."""
     key = KEY_PREFIX + step
     try:
-        pipe = _client().pipeline(transaction=False)
+        pipe = redis_fast().pipeline(transaction=False)
         pipe.lpush(key, round(seconds * 1000))
         pipe.ltrim(key, 0, WINDOW_CALLS - 1)
         pipe.expire(key, KEY_TTL_S)
@@ -132,7 +138,7 @@ def latency_observed() -> dict[str, Quantiles]:
     """p50/p95 (seconds) of each step's last WINDOW_CALLS calls; empty Quantiles when Redis is
     unreachable (the cold default then sizes the cycle)."""
     try:
-        pipe = _client().pipeline(transaction=False)
+        pipe = redis_fast().pipeline(transaction=False)
         for step in STEPS:
             pipe.lrange(KEY_PREFIX + step, 0, WINDOW_CALLS - 1)
         found = pipe.execute()
@@ -154,11 +160,11 @@ def _ceil(value: float) -> int:
     return math.ceil(round(value, 6))
 
 
-_clients: dict[str, redis.Redis] = {}
+_clients: dict[str, Client] = {}
 _lock = threading.Lock()
 
 
-def _client() -> redis.Redis:
+def redis_fast() -> Client:
     """One fast-failing client per Redis URL per process (threads share it: redis-py's pool is
     thread-safe); keyed by URL because tests point settings at their own database."""
     url = settings.REDIS_URL

@@ -19,12 +19,13 @@ from datetime import date, datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Sum
 
 from orchestrator.budget import (
     PROVIDER,
     Budget,
     Limits,
+    deployment_limits,
     organization_limits,
     organization_scope,
     reservation_scopes,
@@ -32,6 +33,7 @@ from orchestrator.budget import (
 from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
 from orchestrator.dispatch.selection import Candidate
 from outreach.models import Organization, Outreach, Owner, OwnerDailySends, State
+from outreach.spend import spend_cap_reason, spend_day
 from outreach.tiers import Tier
 
 log = logging.getLogger(__name__)
@@ -91,9 +93,10 @@ def organization_caps() -> dict[str, Limits]:
 
 
 def organization_caps_load(*, budget: Budget) -> dict[str, Limits]:
-    """Read the organizations' caps and give them to `budget` (one query: O(capped ones))."""
+    """Read the organizations' caps and give them to `budget` with the deployments' limits
+    (one query: O(capped ones))."""
     caps = organization_caps()
-    budget.set_scope_limits(caps)
+    budget.set_scope_limits({**deployment_limits(), **caps})
     return caps
 
 
@@ -105,7 +108,9 @@ def job_scopes(*, budget: Budget, reservation_id: str) -> tuple[str, ...]:
     if scopes == (PROVIDER,):
         return scopes
     caps = organization_caps_load(budget=budget)
-    return tuple(scope for scope in scopes if scope == PROVIDER or scope in caps)
+    return tuple(
+        scope for scope in scopes if scope == PROVIDER or scope in caps or scope in budget.scope_limits
+    )
 
 
 def capped_owner_scopes(*, caps: Mapping[str, Limits], owner_ids: Iterable[int]) -> dict[int, str]:
@@ -116,6 +121,28 @@ def capped_owner_scopes(*, caps: Mapping[str, Limits], owner_ids: Iterable[int])
     rows = Owner.objects.filter(id__in=list(owner_ids)).values_list("id", "organization_id")
     scopes = {owner: organization_scope(org) for owner, org in rows}
     return {owner: scope for owner, scope in scopes.items() if scope in caps}
+
+
+def spend_capped_owners(*, owner_ids: Iterable[int], now: datetime) -> dict[int, str]:
+    """Owners whose organization reached its daily spend cap (Organization.daily_spend_cap) in
+    the UTC day of `now`, with the reason their queued work shows. One query for the capped
+    organizations among these owners, then one sum per such organization (index
+    outreach_spend_by_owner: its owners' drafts written today); no cap, no second query."""
+    start, _ = spend_day(now)
+    owners = dict(
+        Owner.objects.filter(id__in=list(owner_ids), organization__daily_spend_cap__isnull=False).values_list(
+            "id", "organization_id"
+        )
+    )
+    caps = dict(Organization.objects.filter(id__in=set(owners.values())).values_list("id", "daily_spend_cap"))
+    over: dict[int, str] = {}
+    for org_id, cap in caps.items():
+        spent = Outreach.objects.filter(
+            owner__organization_id=org_id, generated_at__gte=start, llm_cost__gt=0
+        ).aggregate(total=Sum("llm_cost"))["total"]
+        if cap is not None and spent is not None and spent >= cap:
+            over[org_id] = spend_cap_reason(cap)
+    return {o: over[org] for o, org in owners.items() if org in over}
 
 
 def llm_in_flight() -> int:
@@ -213,9 +240,22 @@ def ready_candidates(
     }
 
 
-def approved_candidates(*, k_by_owner: Mapping[int, int], now: datetime) -> dict[int, list[int]]:
-    """Each owner's k oldest approved drafts (index outreach_approved_by_owner)."""
-    return _top_k(condition=APPROVED, params=[now], order=("state_changed_at", "id"), k_by_owner=k_by_owner)
+def approved_candidates(
+    *, k_by_owner: Mapping[int, int], now: datetime, paused_tiers: Mapping[int, frozenset[Tier]] | None = None
+) -> dict[int, list[int]]:
+    """Each owner's k oldest approved drafts (index outreach_approved_by_owner), leaving out the
+    tiers paused for that owner: one query per distinct set of paused tiers (usually one)."""
+    paused_tiers = paused_tiers or {}
+    groups: dict[frozenset[Tier], dict[int, int]] = defaultdict(dict)
+    for owner_id, k in k_by_owner.items():
+        groups[paused_tiers.get(owner_id, frozenset())][owner_id] = k
+    found: dict[int, list[int]] = {}
+    for tiers, group in groups.items():
+        condition = APPROVED
+        if tiers:  # integers of the Tier enum only: nothing from the outside reaches the SQL
+            condition += f" AND q.tier NOT IN ({', '.join(str(int(t)) for t in sorted(tiers))})"
+        found |= _top_k(condition=condition, params=[now], order=("state_changed_at", "id"), k_by_owner=group)
+    return found
 
 
 def explain_selection_queries(*, owner_ids: list[int], now: datetime, k: int = 8) -> dict[str, str]:

@@ -11,7 +11,11 @@ Policy:
    An optional `StarvationGuard` first reserves a minimum share of the slots for lower tiers with work.
 2. Within a tier: weighted round robin across owners, continuing from the persisted cursor
    (`_TierRound`), so no owner monopolises a tier however deep its backlog.
-3. Budget groups (an organization with its own LLM cap): a group's owners together take at most
+3. Fairness in tokens (`costs` given, DISPATCH_FAIRNESS=tokens): an owner's place in the round moves
+   by what its picks cost (estimated tokens / weight) instead of by one pick, start-time fair
+   queueing on the same virtual clock, each owner's lead carried in the cursor; so equal-weight owners
+   get equal token shares, an owner whose jobs cost 3x taking a third of the picks.
+4. Budget groups (an organization with its own LLM cap): a group's owners together take at most
    its `group_slots` this cycle, shared by the group's own round robin (also in the cursor); once
    the group is spent its owners leave the round and the others get those slots (backfill).
 A round costs O(slots * log(owners) + owners): nothing here grows with queue depth.
@@ -22,7 +26,6 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -77,10 +80,16 @@ class Cursor:
     of its owners served there), so its few slots rotate among its owners from cycle to cycle.
     `Cursor()` starts every tier at the lowest owner id. Persist with `to_json()` / `from_json()`;
     a tier without a position (never served) is simply absent from the JSON.
+
+    `leads` (fairness in tokens only): per tier, and per group ("" for the tier's own round), the
+    owners whose next tag lies ahead of the position, with that tag in the position's frame (the
+    position's phase plus what they are ahead by): an owner that just took a costly job waits its
+    turn across cycles. Owners at or behind the clock are absent (they start at the position).
     """
 
     positions: tuple[tuple[Tier, Position], ...] = ()
     groups: tuple[tuple[Tier, str, Position], ...] = ()
+    leads: tuple[tuple[Tier, str, int, Fraction], ...] = ()
 
     def __post_init__(self) -> None:
         by_tier = {Tier(tier): position for tier, position in self.positions}
@@ -91,29 +100,56 @@ class Cursor:
             raise ValueError("a cursor holds one position per tier and group, in tiers it has served")
         object.__setattr__(self, "positions", tuple(sorted(by_tier.items())))
         object.__setattr__(self, "groups", tuple((t, g, p) for (t, g), p in sorted(by_group.items())))
+        by_lead = {(Tier(t), g, o): Fraction(lead) for t, g, o, lead in self.leads}
+        if len(by_lead) != len(self.leads) or any(
+            t not in by_tier or lead <= 0 for (t, _, _), lead in by_lead.items()
+        ):
+            raise ValueError(
+                "a cursor holds one positive lead per tier, group and owner, in tiers it has served"
+            )
+        object.__setattr__(
+            self, "leads", tuple((t, g, o, lead) for (t, g, o), lead in sorted(by_lead.items()))
+        )
 
     def position(self, tier: Tier, group: str | None = None) -> Position | None:
         if group is not None:
             return next((p for t, g, p in self.groups if (t, g) == (tier, group)), None)
         return dict(self.positions).get(tier)
 
+    def leads_of(self, tier: Tier, group: str = "") -> dict[int, Fraction]:
+        return {o: lead for t, g, o, lead in self.leads if (t, g) == (tier, group)}
+
     def moved(
-        self, *, tier: Tier, position: Position | None, groups: Mapping[str, Position] | None = None
+        self,
+        *,
+        tier: Tier,
+        position: Position | None,
+        groups: Mapping[str, Position] | None = None,
+        leads: Mapping[str, Mapping[int, Fraction]] | None = None,
     ) -> Cursor:
+        """`leads` replaces the tier's leads of the rounds it names ("" the tier's, else a group's)."""
         if position is None:
             return self
-        groups = groups or {}
+        groups, leads = groups or {}, leads or {}
         return Cursor(
             positions=(*((t, p) for t, p in self.positions if t != tier), (tier, position)),
             groups=(
                 *((t, g, p) for t, g, p in self.groups if t != tier or g not in groups),
                 *((tier, g, p) for g, p in groups.items()),
             ),
+            leads=(
+                *((t, g, o, x) for t, g, o, x in self.leads if t != tier or g not in leads),
+                *((tier, g, o, x) for g, by_owner in leads.items() for o, x in by_owner.items()),
+            ),
         )
 
     def keeping_groups(self, groups: Collection[str]) -> Cursor:
         """Only the positions of these groups (the shell drops organizations no longer capped)."""
-        return Cursor(positions=self.positions, groups=tuple(x for x in self.groups if x[1] in groups))
+        return Cursor(
+            positions=self.positions,
+            groups=tuple(x for x in self.groups if x[1] in groups),
+            leads=tuple(x for x in self.leads if x[1] == "" or x[1] in groups),
+        )
 
     def as_dict(self) -> dict[str, dict[str, object]]:
         result: dict[str, dict[str, object]] = {
@@ -123,6 +159,10 @@ class Cursor:
             by_group = result[tier.name.lower()].setdefault("groups", {})
             assert isinstance(by_group, dict)
             by_group[group] = _pos_dict(pos)
+        for tier, group, owner, lead in self.leads:
+            by_round = result[tier.name.lower()].setdefault("leads", {})
+            assert isinstance(by_round, dict)
+            by_round.setdefault(group, {})[str(owner)] = str(lead)
         return result
 
     @classmethod
@@ -135,9 +175,15 @@ class Cursor:
                 for name, pos in data.items()
                 for group, gpos in _mapping(pos.get("groups", {})).items()
             )
+            leads = tuple(
+                (Tier[name.upper()], _str(group), int(owner), Fraction(_str(lead)))
+                for name, pos in data.items()
+                for group, by_owner in _mapping(pos.get("leads", {})).items()
+                for owner, lead in _mapping(by_owner).items()
+            )
         except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
             raise ValueError(f"not a selection cursor: {data!r}") from exc
-        return cls(positions=positions, groups=groups)
+        return cls(positions=positions, groups=groups, leads=leads)
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
@@ -211,6 +257,7 @@ def select_batch(
     starvation_guard: StarvationGuard | None = None,
     groups: Mapping[int, str] | None = None,
     group_slots: Mapping[str, int] | None = None,
+    costs: Mapping[int, int] | None = None,
 ) -> Selection:
     """Choose up to `slots` candidates: tiers by priority with backfill, owners by weighted round robin.
 
@@ -235,6 +282,15 @@ def select_batch(
     remain eligible; with weights it holds among owners outside groups, and within a group for its
     share of the picks.
 
+    Fairness in tokens: with `costs[owner_id]` (the tokens that owner's next job is expected to
+    use, a positive int for every owner with candidates) an owner's tag moves by cost / weight
+    per pick (in units of TOKEN_UNIT tokens) instead of 1 / weight, and an owner starts at the
+    cursor's position or at its lead, whichever is later (start-time fair queueing; the cursor
+    carries the leads, so cycles chain into one schedule). Then over any stretch of the schedule
+    every backlogged owner got tokens / weight equal give or take one job's cost: equal-weight
+    owners share the budget in tokens, not in emails. Groups share their picks the same way.
+    Without `costs` (fairness in counts) every tag is as described above, unchanged.
+
     Tier invariant (guard off): no intro is picked while an eligible reply is unpicked, and no nudge
     while an intro is (so a group's slots go to its replies first). All slots are used when eligible
     work exists: min(slots, usable rows) picks, a group's rows counting up to its group_slots.
@@ -244,6 +300,8 @@ def select_batch(
     weights = _checked_weights(weights or {})
     groups, group_slots = _checked_groups(groups or {}, group_slots or {})
     _check_candidates(candidates)
+    if costs is not None:
+        costs = _checked_costs(costs, candidates)
     chosen, new_cursor = _run(
         candidates,
         slots=slots,
@@ -252,6 +310,7 @@ def select_batch(
         guard=starvation_guard,
         groups=groups,
         group_slots=group_slots,
+        costs=costs,
     )
     strict = chosen
     if starvation_guard is not None:
@@ -263,6 +322,7 @@ def select_batch(
             guard=None,
             groups=groups,
             group_slots=group_slots,
+            costs=costs,
         )[0]
     picks: list[Pick] = []
     for tier in sorted(Tier):
@@ -301,6 +361,7 @@ def rows_to_load(
     weights: Mapping[int, int] | None = None,
     groups: Mapping[int, str] | None = None,
     group_slots: Mapping[str, int] | None = None,
+    costs: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
     """k per owner for one tier's rows (`rows_per_owner`), given the owners with work in that tier.
 
@@ -311,22 +372,98 @@ def rows_to_load(
     min(slots, group_slots) picks; no owner of the group leaves it before the others (they share the
     budget), so the same argument holds there. Higher tiers may spend some of the group's slots
     first: counting all of them only makes k larger, which is safe.
+
+    Fairness in tokens (`costs`): the weight's part is played by how many picks the owner can take
+    before every other owner of its round had one. Each other owner's first tag is at most the
+    largest step (cost / weight) of the round past the position (a lead is at most one step
+    ahead), so the owner takes at most floor(largest step / its step) + 1 picks first.
     """
     weights, groups, group_slots = weights or {}, groups or {}, group_slots or {}
-    free = sum(1 for o in owners_with_work if o not in groups)
-    members = Counter(groups[o] for o in owners_with_work if o in groups)
+    free = [o for o in owners_with_work if o not in groups]
+    members: dict[str, list[int]] = {}
+    for o in owners_with_work:
+        if o in groups:
+            members.setdefault(groups[o], []).append(o)
+
+    def per_round(owner: int, round_: Sequence[int]) -> int:
+        if costs is None:
+            return weights.get(owner, 1)
+        step = {o: Fraction(costs[o], weights.get(o, 1)) for o in round_}
+        return math.floor(max(step.values()) / step[owner]) + 1
+
     return {
         o: (
             rows_per_owner(
                 slots=min(slots, group_slots.get(groups[o], 0)),
-                owners_with_work=members[groups[o]],
-                weight=weights.get(o, 1),
+                owners_with_work=len(members[groups[o]]),
+                weight=per_round(o, members[groups[o]]),
             )
             if o in groups
-            else rows_per_owner(slots=slots, owners_with_work=free, weight=weights.get(o, 1))
+            else rows_per_owner(slots=slots, owners_with_work=len(free), weight=per_round(o, free))
         )
         for o in owners_with_work
     }
+
+
+TOKEN_UNIT = 1_000  # fairness in tokens: a tag moves by cost / (weight * TOKEN_UNIT) per pick
+
+
+class _Clock:
+    """How one round's tags start and move: by picks (counts) or by what they cost (tokens).
+
+    Counts: an owner's tags are k / weight, from the first after the round's start position.
+    Tokens: a pick moves the owner's tag by cost / (weight * TOKEN_UNIT); an owner starts at its
+    lead from the cursor, or at the start position's phase when it has none (it is not ahead).
+    `tags` keeps each owner's next tag, so `leads_after` can carry the ones still ahead.
+    """
+
+    def __init__(
+        self,
+        *,
+        start: Position | None,
+        weights: Mapping[int, int],
+        costs: Mapping[int, int] | None,
+        leads: Mapping[int, Fraction],
+    ) -> None:
+        self.start, self.weights, self.costs, self.leads = start, weights, costs, leads
+        self.tags: dict[int, Fraction] = {}
+        self.last: Fraction | None = None  # the tag of the last pick
+
+    def first(self, owner: int) -> Fraction:
+        if self.costs is None:
+            tag = _first_tag(start=self.start, owner_id=owner, weight=self.weights.get(owner, 1))
+        else:
+            tag = max(self.start.phase if self.start else Fraction(0), self.leads.get(owner, Fraction(0)))
+        self.tags[owner] = tag
+        return tag
+
+    def after(self, *, owner: int, tag: Fraction, cost_of: int | None = None) -> Fraction:
+        """The owner's next tag after a pick at `tag`; `cost_of` names whose job the pick was
+        (a group's place is filled by another owner of the group)."""
+        weight = self.weights.get(owner, 1)
+        self.last = tag
+        step = (
+            Fraction(1, weight)
+            if self.costs is None
+            else Fraction(self.costs[owner if cost_of is None else cost_of], weight * TOKEN_UNIT)
+        )
+        self.tags[owner] = tag + step
+        return tag + step
+
+    def position(self, owner: int) -> Position:
+        assert self.last is not None
+        return Position(owner_id=owner, phase=self.last - math.floor(self.last))
+
+    def leads_after(self) -> dict[int, Fraction] | None:
+        """The leads to persist (tokens only): every owner's next tag, in the frame of the last
+        pick's round (its integer part subtracted), when ahead of that pick; owners not seen
+        this cycle keep theirs, moved into the new frame."""
+        if self.costs is None or self.last is None:
+            return None
+        base = math.floor(self.last)
+        phase = self.last - base
+        tags = {**self.leads, **self.tags}
+        return {o: tag - base for o, tag in tags.items() if tag - base > phase}
 
 
 class _TierRound:
@@ -352,13 +489,13 @@ class _TierRound:
         weights: Mapping[int, int],
         groups: Mapping[int, str],
         group_left: dict[str, int],
+        costs: Mapping[int, int] | None,
     ) -> None:
         self.rows, self.weights, self.groups, self.group_left = rows_by_owner, weights, groups, group_left
         self.position = cursor.position(tier)
+        self.clock = _Clock(start=self.position, weights=weights, costs=costs, leads=cursor.leads_of(tier))
         owners = [o for o, rows in rows_by_owner.items() if rows]
-        self.heap = [
-            (_first_tag(start=self.position, owner_id=o, weight=weights.get(o, 1)), o) for o in owners
-        ]
+        self.heap = [(self.clock.first(o), o) for o in owners]
         heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
         self.places: dict[str, dict[int, Fraction]] = {}  # group -> its places in the heap: owner -> tag
         for tag, o in self.heap:
@@ -367,8 +504,12 @@ class _TierRound:
         self.group_rounds = {
             group: _GroupRound(
                 owners=[o for o in owners if groups.get(o) == group],
-                start=cursor.position(tier, group),
-                weights=weights,
+                clock=_Clock(
+                    start=cursor.position(tier, group),
+                    weights=weights,
+                    costs=costs,
+                    leads=cursor.leads_of(tier, group),
+                ),
             )
             for group in self.places
         }
@@ -385,8 +526,9 @@ class _TierRound:
             owner = place if group is None else self.group_rounds[group].next()
             nth = self.taken[owner] = self.taken.get(owner, 0) + 1
             chosen.append((self.rows[owner][nth - 1], nth))
-            self.position = Position(owner_id=place, phase=tag - math.floor(tag))
-            more, next_tag = nth < len(self.rows[owner]), tag + Fraction(1, self.weights.get(place, 1))
+            next_tag = self.clock.after(owner=place, tag=tag, cost_of=owner)
+            self.position = self.clock.position(place)
+            more = nth < len(self.rows[owner])
             if group is not None:
                 self._group_served(group=group, place=place, next_tag=next_tag, more=more)
             elif more:
@@ -408,28 +550,33 @@ class _TierRound:
     def group_positions(self) -> dict[str, Position]:
         return {g: r.position for g, r in self.group_rounds.items() if r.position is not None}
 
+    def leads(self) -> dict[str, dict[int, Fraction]]:
+        """Leads to persist per round ("" the tier's own, else a group's); tokens only."""
+        rounds = {"": self.clock, **{g: r.clock for g, r in self.group_rounds.items()}}
+        return {g: leads for g, clock in rounds.items() if (leads := clock.leads_after()) is not None}
+
 
 class _GroupRound:
     """A group's own weighted round robin over its owners with rows left, from the group's position."""
 
-    def __init__(self, *, owners: Sequence[int], start: Position | None, weights: Mapping[int, int]) -> None:
-        self.weights, self.position = weights, start
-        self.heap = [(_first_tag(start=start, owner_id=o, weight=weights.get(o, 1)), o) for o in owners]
+    def __init__(self, *, owners: Sequence[int], clock: _Clock) -> None:
+        self.clock, self.position = clock, clock.start
+        self.heap = [(clock.first(o), o) for o in owners]
         heapq.heapify(self.heap)
         self.current: tuple[Fraction, int] | None = None
 
     def next(self) -> int:
         self.current = heapq.heappop(self.heap)
         tag, owner = self.current
-        self.position = Position(owner_id=owner, phase=tag - math.floor(tag))
+        self.next_tag = self.clock.after(owner=owner, tag=tag)
+        self.position = self.clock.position(owner)
         return owner
 
     def served(self, *, more: bool) -> None:
         """After `next()`: its owner comes round again if it has rows left."""
         assert self.current is not None, "served() follows next()"
-        tag, owner = self.current
         if more:
-            heapq.heappush(self.heap, (tag + Fraction(1, self.weights.get(owner, 1)), owner))
+            heapq.heappush(self.heap, (self.next_tag, self.current[1]))
 
 
 def _first_tag(*, start: Position | None, owner_id: int, weight: int) -> Fraction:
@@ -451,6 +598,7 @@ def _run(
     guard: StarvationGuard | None,
     groups: Mapping[int, str],
     group_slots: Mapping[str, int],
+    costs: Mapping[int, int] | None,
 ) -> tuple[dict[Tier, list[tuple[Candidate, int]]], Cursor]:
     """Rows per tier in schedule order: guard reservations first (tier order), then strict priority
     fills the rest; each tier's round continues from one stage to the next. Also the new cursor."""
@@ -463,6 +611,7 @@ def _run(
             weights=weights,
             groups=groups,
             group_left=group_left,
+            costs=costs,
         )
         for tier in sorted(Tier)
     }
@@ -476,7 +625,9 @@ def _run(
             left -= len(taken)
     new_cursor = cursor
     for tier, round_ in rounds.items():
-        new_cursor = new_cursor.moved(tier=tier, position=round_.position, groups=round_.group_positions())
+        new_cursor = new_cursor.moved(
+            tier=tier, position=round_.position, groups=round_.group_positions(), leads=round_.leads()
+        )
     return chosen, new_cursor
 
 
@@ -509,6 +660,18 @@ def _checked_groups(
     if missing or bad:
         raise ValueError(f"every group needs group_slots >= 0: missing {sorted(missing)}, bad {bad}")
     return groups, group_slots
+
+
+def _checked_costs(costs: Mapping[int, int], candidates: Candidates) -> Mapping[int, int]:
+    owners = {o for by_owner in candidates.values() for o, rows in by_owner.items() if rows}
+    bad = {o: costs.get(o) for o in sorted(owners) if not _positive_int(costs.get(o))}
+    if bad:
+        raise ValueError(f"costs (tokens per job) must be positive ints for every owner with rows, got {bad}")
+    return costs
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _checked_weights(weights: Mapping[int, int]) -> Mapping[int, int]:

@@ -36,7 +36,7 @@ from django.db.models.functions import Greatest, Least
 
 from orchestrator.metrics.depth import TIER_NAMES
 from orchestrator.metrics.figures import EMPTY, Quantiles, ratio
-from orchestrator.metrics.sql import first_id_since, quantiles_by
+from orchestrator.metrics.sql import first_id_since, for_organizations, quantiles_by
 from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State
 
 COMPLETED = Q(to_state=State.AWAITING_APPROVAL) | Q(to_state=State.SENT, outreach__approved_at__isnull=True)
@@ -87,8 +87,11 @@ def window_events(*, since: datetime) -> QuerySet[OutreachEvent]:
     return OutreachEvent.objects.filter(id__gt=boundary, at__gte=since).order_by()
 
 
-def recent_activity(*, since: datetime) -> Activity:
-    events = window_events(since=since)
+def recent_activity(*, since: datetime, organization_ids: Collection[int] | None = None) -> Activity:
+    """With `organization_ids`, the work of those organizations' owners only."""
+    events = for_organizations(
+        window_events(since=since), organization_ids=organization_ids, path="outreach__owner__organization_id"
+    )
     totals = events.aggregate(
         completed=Count("id", filter=COMPLETED),
         sent=Count("id", filter=Q(to_state=State.SENT)),

@@ -1,21 +1,61 @@
 """What the queue-health page shows, ready for the template: charts and display rows.
 
 Kept out of the view (views stay thin) and out of the selectors (they return numbers, not text).
+
+Every figure that counts rows links to the admin list of those rows, filtered with filters the
+list accepts (its list_filter fields and plain lookups on its own fields), so the list shows
+what the figure counted: the lists are scoped to the user's organizations as the figures are.
+Window figures (counted from the history) and the budget have no list behind them.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
+from django.urls import reverse
 from django.utils.safestring import SafeString
 
+from orchestrator.dead_letters import ACTIONABLE
 from orchestrator.metrics.charts import budget_chart, latency_chart, owner_share_chart
-from orchestrator.metrics.depth import LIVE
+from orchestrator.metrics.depth import LIVE, TIER_NAMES
 from orchestrator.metrics.health import QueueHealth
 from outreach.models import State
 
 DASH = "\u2014"  # a figure with no data yet (no division by zero, no fake 0)
 IN_FLIGHT = (State.DISPATCHED, State.GENERATING, State.SENDING)
+TIER_VALUES = {name: value for value, name in TIER_NAMES.items()}
+OUTREACH_LIST = "admin:outreach_outreach_changelist"
+DEAD_LETTER_LIST = "admin:orchestrator_deadletter_changelist"
+
+
+def changelist(name: str, **filters: str | int) -> str:
+    """An admin list's URL with its filters (Django's own querystring lookups)."""
+    url = reverse(name)
+    return f"{url}?{urlencode(filters)}" if filters else url
+
+
+def outreach_list(
+    *, state: str | tuple[str, ...], tier: str | None = None, ready_at: datetime | None = None
+) -> str:
+    """Outreach in `state` (several: state__in), of a tier (its name), due by `ready_at`."""
+    filters: dict[str, str | int] = (
+        {"state__exact": state} if isinstance(state, str) else {"state__in": ",".join(state)}
+    )
+    if tier is not None:
+        filters["tier__exact"] = TIER_VALUES[tier]
+    if ready_at is not None:
+        filters["not_before__lte"] = ready_at.isoformat()
+    return changelist(OUTREACH_LIST, **filters)
+
+
+def dead_letter_list(*, failure_class: str | None = None, open_only: bool = True) -> str:
+    filters: dict[str, str | int] = {"status__in": ",".join(ACTIONABLE)} if open_only else {}
+    if failure_class is not None:
+        filters["failure_class__exact"] = failure_class
+    return changelist(DEAD_LETTER_LIST, **filters)
 
 
 def duration(seconds: float | None) -> str:
@@ -46,6 +86,10 @@ def number(value: float | None, *, places: int = 0) -> str:
     return DASH if value is None else f"{value:.{places}f}"
 
 
+def dollars(value: float | None) -> str:
+    return DASH if value is None else f"${value:,.2f}"
+
+
 def dashboard_context(*, health: QueueHealth) -> dict[str, Any]:
     return {"health": health, "charts": _charts(health), "summary": _summary(health), **_tables(health)}
 
@@ -60,19 +104,30 @@ def _charts(h: QueueHealth) -> dict[str, SafeString]:
     }
 
 
-def _summary(h: QueueHealth) -> list[tuple[str, str, int | str]]:
-    """The cards at the top: (id, name, value)."""
-    d = h.depth
+def _summary(h: QueueHealth) -> list[tuple[str, str, int | str, str]]:
+    """The cards at the top: (id, name, value, the list behind it or "")."""
+    d, ready = h.depth, outreach_list(state=State.QUEUED, ready_at=h.generated_at)
     return [
-        ("ready", "Ready now", sum(d.ready_by_tier.values())),
-        ("oldest-ready", "Oldest ready waits", duration(d.oldest_ready_age_s)),
-        ("awaiting", "Awaiting approval", d.states[State.AWAITING_APPROVAL]),
-        ("in-flight", "In flight", sum(d.states[s] for s in IN_FLIGHT)),
-        ("llm-in-flight", "LLM in flight / target", f"{h.in_flight.in_flight} / {h.in_flight.target}"),
-        ("sent", "Sent (all time)", d.states[State.SENT]),
-        ("dead-open", "Dead letters open", sum(f.open for f in h.failures)),
-        ("provider-429s", "Provider 429s (window)", h.activity.provider_429s),
-        ("retry-rate", "Retry rate (window)", percent(h.retry_rate)),
+        ("ready", "Ready now", sum(d.ready_by_tier.values()), ready),
+        ("oldest-ready", "Oldest ready waits", duration(d.oldest_ready_age_s), ready),
+        (
+            "awaiting",
+            "Awaiting approval",
+            d.states[State.AWAITING_APPROVAL],
+            outreach_list(state=State.AWAITING_APPROVAL),
+        ),
+        ("in-flight", "In flight", sum(d.states[s] for s in IN_FLIGHT), outreach_list(state=IN_FLIGHT)),
+        ("llm-in-flight", "LLM in flight / target", f"{h.in_flight.in_flight} / {h.in_flight.target}", ""),
+        ("sent", "Sent (all time)", d.states[State.SENT], outreach_list(state=State.SENT)),
+        ("dead-open", "Dead letters open", sum(f.open for f in h.failures), dead_letter_list()),
+        (
+            "dead-oldest",
+            "Oldest open dead letter",
+            duration(h.oldest_open_dead_letter_age_s),
+            dead_letter_list(),
+        ),
+        ("provider-429s", "Provider 429s (window)", h.activity.provider_429s, ""),
+        ("retry-rate", "Retry rate (window)", percent(h.retry_rate), ""),
     ]
 
 
@@ -81,13 +136,34 @@ def _tables(h: QueueHealth) -> dict[str, Any]:
     return {
         "tiers": tiers,
         "depth_rows": [
-            (s.value, s.label, [d.tiers[t][s.value] for t in tiers], d.states[s.value]) for s in LIVE
+            (
+                s.value,
+                s.label,
+                [(t, d.tiers[t][s.value], outreach_list(state=s.value, tier=t)) for t in tiers],
+                (d.states[s.value], outreach_list(state=s.value)),
+            )
+            for s in LIVE
         ],
-        "ready_row": [d.ready_by_tier[t] for t in tiers],
+        "ready_row": [
+            (t, d.ready_by_tier[t], outreach_list(state=State.QUEUED, tier=t, ready_at=h.generated_at))
+            for t in tiers
+        ],
         "oldest_row": [duration(d.oldest_ready_age_s_by_tier[t]) for t in tiers],
         "oldest_ready": duration(d.oldest_ready_age_s),
         "awaiting": d.states[State.AWAITING_APPROVAL],
-        "all_states": [(s.value, s.label, d.states[s.value]) for s in State],
+        "all_states": [(s.value, s.label, d.states[s.value], outreach_list(state=s.value)) for s in State],
+        "failure_rows": [
+            (
+                f,
+                dead_letter_list(failure_class=f.failure_class),
+                dead_letter_list(failure_class=f.failure_class, open_only=False),
+            )
+            for f in h.failures
+        ],
+        "deferred_rows": [
+            (r, changelist(OUTREACH_LIST, state__exact=State.QUEUED, blocked_reason=r.reason))
+            for r in h.deferred.reasons
+        ],
         "latency_rows": [(t, q.count, duration(q.p50_s), duration(q.p95_s)) for t, q in a.latency.items()],
         "kind_rows": [(k, o.completed, o.dead, percent(o.rate)) for k, o in a.success_by_kind.items()],
         "rates": [
@@ -107,4 +183,15 @@ def _tables(h: QueueHealth) -> dict[str, Any]:
         ],
         "job_latency": seconds(h.in_flight.job_latency_s),
         "allowed_rate": number(h.in_flight.rate_per_s, places=2),
+        "deliverability_rows": [
+            {**asdict(r), "bounce_rate": percent(r.bounce_rate), "complaint_rate": percent(r.complaint_rate)}
+            for r in [*h.deliverability.owners, *h.deliverability.domains]
+        ],
+        "spend_rows": [
+            *(
+                (o.name, "organization", o.drafts, dollars(o.dollars), dollars(o.cap))
+                for o in h.spend.organizations
+            ),
+            *((o.name, "owner", o.drafts, dollars(o.dollars), DASH) for o in h.spend.owners),
+        ],
     }

@@ -10,9 +10,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q, QuerySet
 
 from orchestrator.dead_letters import ACTIONABLE
+from orchestrator.metrics.sql import for_organizations
 from orchestrator.models import DeadLetter
 
 SAMPLES_PER_CLASS = 3
@@ -41,9 +42,11 @@ class FailureClass:
 
 def dead_letter_classes(*, organization_ids: Collection[int] | None = None) -> list[FailureClass]:
     """Every class seen, most open first; samples are the newest open letters of the class
-    (with `organization_ids`, only those organizations' letters: a reason can name a lead)."""
+    (with `organization_ids`, only those organizations' letters, counts included: a reason can
+    name a lead, and the counts are theirs; scoped as the dead-letter admin list is)."""
     rows = (
-        DeadLetter.objects.values("failure_class")
+        _letters(organization_ids=organization_ids)
+        .values("failure_class")
         .annotate(total=Count("id"), open=Count("id", filter=Q(status__in=ACTIONABLE)))
         .order_by("-open", "-total", "failure_class")
     )
@@ -58,10 +61,25 @@ def dead_letter_classes(*, organization_ids: Collection[int] | None = None) -> l
     ]
 
 
+def oldest_open_age_s(*, now: datetime, organization_ids: Collection[int] | None = None) -> float | None:
+    """How long the oldest open (or escalated) dead letter has waited for a decision."""
+    oldest = (
+        _letters(organization_ids=organization_ids)
+        .filter(status__in=ACTIONABLE)
+        .aggregate(at=Min("created_at"))["at"]
+    )
+    return None if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+def _letters(*, organization_ids: Collection[int] | None) -> QuerySet[DeadLetter]:
+    return for_organizations(
+        DeadLetter.objects.all(), organization_ids=organization_ids, path="outreach__owner__organization_id"
+    )
+
+
 def _samples(*, failure_class: str, organization_ids: Collection[int] | None) -> list[FailedInput]:
-    letters = DeadLetter.objects.filter(failure_class=failure_class, status__in=ACTIONABLE).order_by("-id")
-    if organization_ids is not None:
-        letters = letters.filter(organization_id_ref__in=organization_ids)
+    letters = _letters(organization_ids=organization_ids)
+    letters = letters.filter(failure_class=failure_class, status__in=ACTIONABLE).order_by("-id")
     fields = (
         "id",
         "outreach_id",

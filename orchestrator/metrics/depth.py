@@ -4,11 +4,13 @@ deferred work waits. Every query here reads an index that holds the queue, not t
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Count, Min, Q
 
+from orchestrator.metrics.sql import for_organizations
 from outreach.models import Outreach, State
 from outreach.tiers import Tier
 
@@ -50,8 +52,10 @@ class Deferred:
     reasons: list[DeferredReason] = field(default_factory=list)
 
 
-def queue_depth(*, now: datetime) -> Depth:
-    """Counts of every state (all present, 0 when empty) and of live states per tier."""
+def queue_depth(*, now: datetime, organization_ids: Collection[int] | None = None) -> Depth:
+    """Counts of every state (all present, 0 when empty) and of live states per tier; with
+    `organization_ids`, of those organizations' owners' rows only."""
+    outreach = for_organizations(Outreach.objects.all(), organization_ids=organization_ids)
     states = dict.fromkeys(State.values, 0)
     tiers = {name: dict.fromkeys(map(str, LIVE), 0) for name in TIER_NAMES.values()}
     ready = dict.fromkeys(TIER_NAMES.values(), 0)
@@ -59,7 +63,7 @@ def queue_depth(*, now: datetime) -> Depth:
     # Ready and oldest ride on the QUEUED count: (tier, not_before) are in the ready index, so
     # PostgreSQL answers all three from an index-only scan of outreach_ready_by_owner_tier.
     queued = (
-        Outreach.objects.filter(state=State.QUEUED)
+        outreach.filter(state=State.QUEUED)
         .values("tier")
         .annotate(
             n=Count("id"),
@@ -75,16 +79,16 @@ def queue_depth(*, now: datetime) -> Depth:
         ready[name] = row["ready"]
         oldest[name] = (now - row["oldest"]).total_seconds() if row["oldest"] else None
     for group in LIVE_GROUPS:
-        rows = Outreach.objects.filter(state__in=group).values("state", "tier").annotate(n=Count("id"))
+        rows = outreach.filter(state__in=group).values("state", "tier").annotate(n=Count("id"))
         for row in rows.order_by():
             tiers[TIER_NAMES[row["tier"]]][row["state"]] += row["n"]
             states[row["state"]] += row["n"]
-    states |= finished_counts()
+    states |= finished_counts(organization_ids=organization_ids)
     ages = [age for age in oldest.values() if age is not None]
     return Depth(states, tiers, ready, max(ages) if ages else None, oldest)
 
 
-def finished_counts() -> dict[str, int]:
+def finished_counts(*, organization_ids: Collection[int] | None = None) -> dict[str, int]:
     """Rows in finished states (sent, rejected, cancelled, dead): what the history is made of.
 
     This is the one count that grows with history. It reads only `state` (COUNT(*), not a
@@ -93,20 +97,23 @@ def finished_counts() -> dict[str, int]:
     rest through outreach_lead_state. No tiers here: the per-tier figures are the queue's.
     """
     counts = dict.fromkeys(map(str, FINISHED), 0)
-    counts[State.SENT] = Outreach.objects.filter(state=State.SENT).count()
+    outreach = for_organizations(Outreach.objects.all(), organization_ids=organization_ids)
+    counts[State.SENT] = outreach.filter(state=State.SENT).count()
     others = [s for s in FINISHED if s != State.SENT]
-    rows = Outreach.objects.filter(state__in=others).values("state").annotate(n=Count("*")).order_by()
+    rows = outreach.filter(state__in=others).values("state").annotate(n=Count("*")).order_by()
     counts |= {row["state"]: row["n"] for row in rows}
     return counts
 
 
-def deferred_work() -> Deferred:
-    """Queued rows the dispatcher labelled with why they wait, grouped by that reason.
+def deferred_work(*, organization_ids: Collection[int] | None = None) -> Deferred:
+    """Queued rows the dispatcher labelled with why they wait, and approved drafts the send
+    budget holds back (send rate, sender domain's day), grouped by that reason.
 
     Bounded by LIMIT: only the first DEFERRED_SCAN_LIMIT labelled rows are grouped (the inner
     query walks the ready index and stops there), so a queue of millions costs the same.
     """
-    labelled = Outreach.objects.filter(state=State.QUEUED).exclude(blocked_reason="")
+    labelled = for_organizations(Outreach.objects.all(), organization_ids=organization_ids)
+    labelled = labelled.filter(state__in=[State.QUEUED, State.APPROVED]).exclude(blocked_reason="")
     ids = labelled.order_by().values("id")[:DEFERRED_SCAN_LIMIT]
     grouped = (
         Outreach.objects.filter(id__in=ids)

@@ -9,6 +9,7 @@ in a window) have one selector each in activity.py, built on these.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -67,3 +68,24 @@ def retry_rate(*, retries: int, completed: int) -> float | None:
     not a failed attempt: 429s are their own figure. See activity.py for the selectors.
     """
     return ratio(retries, completed)
+
+
+def window_counts(*, times: Iterable[float], window_s: float) -> list[int]:
+    """For each event (seconds, any order; sorted here), how many events fall in the `window_s`
+    window starting at it, itself included: the figure a provider's per-second or per-minute
+    limit is about. The busiest window starts at an event, so these cover it."""
+    ordered = sorted(times)
+    return [bisect.bisect_left(ordered, t + window_s) - i for i, t in enumerate(ordered)]
+
+
+def most_in_window(*, times: Iterable[float], window_s: float) -> int:
+    """The most events within any `window_s` (0 when there are none)."""
+    return max(window_counts(times=times, window_s=window_s), default=0)
+
+
+def event_rate(*, times: Iterable[float]) -> float | None:
+    """Events per second from the first to the last (None with fewer than two, or no span)."""
+    ordered = sorted(times)
+    if len(ordered) < 2 or ordered[-1] == ordered[0]:
+        return None
+    return (len(ordered) - 1) / (ordered[-1] - ordered[0])

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from orchestrator.budget import Budget
 from orchestrator.dead_letters import replay_success_rate
+from orchestrator.deliverability import Deliverability, MailRates, deliverability
 from orchestrator.metrics.activity import Activity, OwnerShare, owner_share, recent_activity
 from orchestrator.metrics.budget_use import (
     BudgetNow,
@@ -20,10 +21,14 @@ from orchestrator.metrics.budget_use import (
     budget_last_hour,
     budget_now,
 )
-from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes
+from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes, oldest_open_age_s
+from orchestrator.metrics.deployments import DeploymentNow, deployments_now
 from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
 from orchestrator.metrics.figures import ratio, retry_rate
+from orchestrator.metrics.holds import ActivePause, RejectionReason, active_pauses, rejections_by_reason
 from orchestrator.metrics.in_flight import InFlightNow, in_flight_now
+from orchestrator.metrics.spend import Spend, spend_today
+from orchestrator.metrics.sql import for_organizations
 from orchestrator.models import DeadLetter
 
 DEFAULT_WINDOW_S = 86_400
@@ -38,12 +43,18 @@ class QueueHealth:
     owners: list[OwnerShare]
     deferred: Deferred
     failures: list[FailureClass]
+    oldest_open_dead_letter_age_s: float | None
     dead_letters: int
     replay_success_rate: float | None
     cost_per_1k_tokens: float
     budget: BudgetNow
     budget_last_hour: list[BudgetPoint]
     in_flight: InFlightNow
+    pauses: list[ActivePause]
+    rejections: list[RejectionReason]
+    deployments: list[DeploymentNow]
+    deliverability: Deliverability  # bounce and complaint rates per owner and sender domain
+    spend: Spend
 
     @property
     def retry_rate(self) -> float | None:
@@ -102,6 +113,7 @@ class QueueHealth:
                 },
                 "approvals": {"time_to_approval_s": asdict(a.time_to_approval)},
                 "dead_letter_classes": [asdict(f) for f in self.failures],
+                "oldest_open_dead_letter_age_s": self.oldest_open_dead_letter_age_s,
                 "owners": [asdict(o) for o in self.owners],
                 "deferred": asdict(self.deferred),
                 "budget": {
@@ -109,6 +121,11 @@ class QueueHealth:
                     "last_hour": [asdict(p) for p in self.budget_last_hour],
                 },
                 "in_flight": asdict(self.in_flight),
+                "pauses": [asdict(p) for p in self.pauses],
+                "rejected_by_reason": [asdict(r) for r in self.rejections],
+                "deployments": [asdict(d) for d in self.deployments],
+                "deliverability": _deliverability_json(self.deliverability),
+                "spend": asdict(self.spend),
             }
         )
 
@@ -119,25 +136,52 @@ def queue_health(
     budget: Budget | None = None,
     organization_ids: Collection[int] | None = None,
 ) -> QueueHealth:
-    """`organization_ids` scopes what names an organization's people (owners, dead-letter
-    samples) to those organizations; totals, tiers and the shared budget stay system-wide."""
+    """`organization_ids` scopes every figure of the organizations' own work (depth, the window,
+    owners, deferred work, dead letters, pauses, rejection reasons) to those organizations'
+    owners' rows, as their admin lists are; pauses: theirs and the global ones that stop their
+    work. The LLM budget and the in-flight sizing stay system-wide: all organizations share one
+    provider key and one dispatcher, and those figures name no organization's rows."""
     now = now or timezone.now()
     window_s = int(getattr(settings, "METRICS_WINDOW_S", DEFAULT_WINDOW_S))
+    since = now - timedelta(seconds=window_s)
     return QueueHealth(
         generated_at=now,
         window_s=window_s,
-        depth=queue_depth(now=now),
-        activity=recent_activity(since=now - timedelta(seconds=window_s)),
+        depth=queue_depth(now=now, organization_ids=organization_ids),
+        activity=recent_activity(since=since, organization_ids=organization_ids),
         owners=owner_share(now=now, organization_ids=organization_ids),
-        deferred=deferred_work(),
+        deferred=deferred_work(organization_ids=organization_ids),
         failures=dead_letter_classes(organization_ids=organization_ids),
-        dead_letters=DeadLetter.objects.count(),
+        oldest_open_dead_letter_age_s=oldest_open_age_s(now=now, organization_ids=organization_ids),
+        dead_letters=for_organizations(
+            DeadLetter.objects.all(),
+            organization_ids=organization_ids,
+            path="outreach__owner__organization_id",
+        ).count(),
         replay_success_rate=replay_success_rate(),
         cost_per_1k_tokens=float(getattr(settings, "LLM_COST_PER_1K_TOKENS", 0.0)),
         budget=budget_now(budget=budget),
         budget_last_hour=budget_last_hour(now=now),
         in_flight=in_flight_now(budget=budget),
+        pauses=active_pauses(organization_ids=organization_ids),
+        rejections=rejections_by_reason(since=since, organization_ids=organization_ids),
+        deployments=deployments_now(budget=budget),
+        deliverability=deliverability(organization_ids=organization_ids),
+        spend=spend_today(now=now, organization_ids=organization_ids),
     )
+
+
+def _deliverability_json(d: Deliverability) -> dict[str, Any]:
+    """Each scope's counts and its rates (properties, which asdict leaves out)."""
+
+    def row(r: MailRates) -> dict[str, Any]:
+        return {**asdict(r), "bounce_rate": r.bounce_rate, "complaint_rate": r.complaint_rate}
+
+    return {
+        "window_sends": d.window_sends,
+        "owners": [row(r) for r in d.owners],
+        "sender_domains": [row(r) for r in d.domains],
+    }
 
 
 def _jsonable(value: Any) -> Any:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import redis
+
 from orchestrator.budget import Budget, get_budget
-from orchestrator.dispatch.reads import llm_in_flight
+from orchestrator.dispatch.reads import llm_in_flight, organization_caps_load
 from orchestrator.metrics.figures import Quantiles
+from orchestrator.routing.health import health_client
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,18 @@ def in_flight_now(*, budget: Budget | None = None) -> InFlightNow:
     # Imported here: dispatch.inflight takes its percentiles from this package (metrics.sql), so
     # importing it while this package initialises would be circular.
     from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
+    from orchestrator.dispatch.routing import deployments_rate
 
     budget = budget or get_budget()
     requests, tokens = outreach_cost()
-    sizing = in_flight_sizing(headroom=budget.headroom(), requests_each=requests, tokens_each=tokens)
+    organization_caps_load(budget=budget)  # the deployments' scopes
+    try:  # what the deployments' scarcest pool admits, as the dispatcher sizes on it
+        rate: float | None = deployments_rate(budget=budget, client=health_client())
+    except redis.RedisError:
+        rate = None
+    sizing = in_flight_sizing(
+        headroom=budget.headroom(), requests_each=requests, tokens_each=tokens, rate_per_s=rate
+    )
     return InFlightNow(
         in_flight=llm_in_flight(),
         target=sizing.target,

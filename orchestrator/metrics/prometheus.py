@@ -1,18 +1,29 @@
 """Prometheus exposition of the queue-health figures: a custom Collector that computes
 `queue_health()` once per scrape, so /metrics, the dashboard and `queue_stats` agree.
 
-Gauges describe "now" or the recent window (its length in outreach_window_seconds); only
-all-time totals that never decrease are counters (sent, dead letters).
+Gauges describe "now" or the recent window (its length in outreach_window_seconds). Counters
+and histograms (`_total`, `_bucket`/`_sum`/`_count`) come from outreach.counters: counted in
+the transaction of each state change, in PostgreSQL, so they never decrease (not on a restart,
+not when retention prunes history) and every process on every host adds to the same totals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from orchestrator.dispatch.inflight import STEPS
 from orchestrator.metrics.health import QueueHealth, queue_health
+from outreach import counters as c
+from outreach.counters import Labels
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple[str, ...], float | None]) -> Metric:
@@ -127,20 +138,16 @@ def _owners(h: QueueHealth) -> Iterator[Metric]:
 
 
 def _failures(h: QueueHealth) -> Iterator[Metric]:
-    sent = CounterMetricFamily("outreach_sent", "Outreach rows in state sent (all time).")
-    sent.add_metric([], h.depth.states["sent"])
-    yield sent
-    letters = CounterMetricFamily(
-        "outreach_dead_letters", "Dead letters per failure class (all time).", labels=["class"]
-    )
-    for f in h.failures:
-        letters.add_metric([f.failure_class], f.total)
-    yield letters
     yield _gauge(
         "outreach_dead_letters_open",
         "Open or escalated dead letters per failure class.",
         ["class"],
         {(f.failure_class,): f.open for f in h.failures},
+    )
+    yield _one(
+        "outreach_dead_letter_oldest_open_age_seconds",
+        "How long the oldest open or escalated dead letter has waited for a decision.",
+        h.oldest_open_dead_letter_age_s,
     )
     yield _one(
         "outreach_replay_success_ratio", "Replayed dead letters that then succeeded.", h.replay_success_rate
@@ -190,6 +197,93 @@ def _in_flight(h: QueueHealth) -> Iterator[Metric]:
     )
 
 
+COUNTER_DOCS = {
+    c.SENT: "Emails sent (moves to SENT).",
+    c.GENERATED: "Drafts written (GENERATING -> awaiting approval or to send), per tier.",
+    c.DEAD_LETTERS: "Outreach dead-lettered (moves to DEAD), per failure class.",
+    c.RETRIES: "Transient failures sent back to the queue with backoff.",
+    c.PROVIDER_429S: "Moves caused by a provider 429 (rate limited).",
+    c.LLM_REQUESTS: "LLM provider calls of the drafts written.",
+    c.LLM_TOKENS: "LLM tokens of the drafts written.",
+}
+
+
+def _counters(stored: dict[str, dict[Labels, int]]) -> Iterator[Metric]:
+    for name, doc in COUNTER_DOCS.items():
+        series = stored.get(name, {})
+        label_names = sorted({k for labels in series for k, _ in labels})
+        family = CounterMetricFamily(name, doc, labels=label_names)
+        if not label_names:  # a plain counter exists from the start, at 0
+            family.add_metric([], series.get((), 0))
+        for labels, value in sorted(series.items()):
+            if labels:
+                family.add_metric([v for _, v in sorted(labels)], value)
+        yield family
+
+
+def _histograms(stored: dict[str, dict[Labels, int]]) -> Iterator[Metric]:
+    for name, label, values, doc in (
+        (
+            c.COMPLETION_LATENCY,
+            "tier",
+            c.TIER_NAMES,
+            "From due to done (sent, or a draft for review), per tier.",
+        ),
+        (c.LLM_CALL_DURATION, "step", STEPS, "LLM provider call duration, per generation step."),
+    ):
+        family = HistogramMetricFamily(name, doc, labels=[label])
+        for value, (buckets, total, _count) in c.histogram_series(
+            stored, histogram=name, label=label, values=values
+        ).items():
+            family.add_metric([value], [(le, float(n)) for le, n in buckets], total)
+        yield family
+
+
+def _deployments(h: QueueHealth) -> Iterator[Metric]:
+    """Per LLM deployment (label name#index): limits, last-window use, headroom, breaker."""
+    for name, doc, field in (
+        ("limit_rpm", "Configured requests/min of the deployment.", "limit_rpm"),
+        ("limit_tpm", "Configured tokens/min of the deployment.", "limit_tpm"),
+        ("requests_in_window", "Its calls in the last 60 s.", "used_requests"),
+        ("tokens_in_window", "Its tokens in the last 60 s.", "used_tokens"),
+        ("headroom_requests", "Requests the dispatcher may reserve there now.", "headroom_requests"),
+        ("headroom_tokens", "Tokens the dispatcher may reserve there now.", "headroom_tokens"),
+    ):
+        yield _gauge(
+            f"llm_deployment_{name}",
+            doc,
+            ["deployment", "model"],
+            {(d.label, d.model): getattr(d, field) for d in h.deployments},
+        )
+    yield _gauge(
+        "llm_deployment_breaker_open",
+        "1 while the deployment's breaker is not closed (misconfigured: 401/403/404), else 0.",
+        ["deployment", "model"],
+        {(d.label, d.model): float(d.breaker not in ("closed", "unknown")) for d in h.deployments},
+    )
+
+
+def _spend(h: QueueHealth) -> Iterator[Metric]:
+    yield _gauge(
+        "outreach_llm_spend_today_dollars",
+        "LLM spend of the drafts written today (UTC day, LLM_PRICES), per owner.",
+        ["owner_id", "owner"],
+        {(str(o.id), o.name): o.dollars for o in h.spend.owners},
+    )
+    yield _gauge(
+        "outreach_organization_llm_spend_today_dollars",
+        "LLM spend of the drafts written today (UTC day, LLM_PRICES), per organization.",
+        ["organization_id", "organization"],
+        {(str(o.id), o.name): o.dollars for o in h.spend.organizations},
+    )
+    yield _gauge(
+        "outreach_organization_daily_spend_cap_dollars",
+        "An organization's daily LLM spend cap (Organization.daily_spend_cap), where set.",
+        ["organization_id", "organization"],
+        {(str(o.id), o.name): o.cap for o in h.spend.organizations},
+    )
+
+
 SECTIONS: tuple[Callable[[QueueHealth], Iterator[Metric]], ...] = (
     _depth,
     _window,
@@ -197,6 +291,8 @@ SECTIONS: tuple[Callable[[QueueHealth], Iterator[Metric]], ...] = (
     _failures,
     _budget,
     _in_flight,
+    _deployments,
+    _spend,
 )
 
 
@@ -205,6 +301,9 @@ class QueueHealthCollector(Collector):
         health = queue_health()
         for section in SECTIONS:
             yield from section(health)
+        stored = c.counters_read()
+        yield from _counters(stored)
+        yield from _histograms(stored)
 
 
 def metrics_registry() -> CollectorRegistry:

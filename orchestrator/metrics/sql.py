@@ -8,7 +8,7 @@ figures.percentile, whose rule is percentile_cont's.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +16,15 @@ from django.db import connection
 from django.db.models import Aggregate, Count, Expression, F, FloatField, Func, Model, QuerySet
 
 from orchestrator.metrics.figures import Quantiles, quantiles_of
+
+
+def for_organizations(
+    rows: QuerySet[Any], *, organization_ids: Collection[int] | None, path: str = "owner__organization_id"
+) -> QuerySet[Any]:
+    """Rows of those organizations only (None: every row, an operator's view). The path is the
+    one the admin list behind the figure scopes by (OrganizationScopedAdmin.organization_path),
+    so a dashboard figure and the list it links to count the same rows."""
+    return rows if organization_ids is None else rows.filter(**{f"{path}__in": organization_ids})
 
 
 def first_id_since(*, model: type[Model], column: str, since: datetime) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import database_from_url, env_bool, env_int
+from config.env import database_from_url, env_bool, env_int, env_int_if_set, env_ints
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +35,7 @@ SETTINGS_PREFIXES = (
     "METRICS_",
     "EMAIL_",
     "RETENTION_",
+    "ANYMAIL_",
 )
 
 
@@ -60,6 +61,27 @@ def test_bad_bool_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DJANGO_DEBUG", "maybe")
     with pytest.raises(ImproperlyConfigured, match="DJANGO_DEBUG='maybe'"):
         env_bool("DJANGO_DEBUG", False)
+
+
+def test_send_limits_are_absent_unless_set_and_bad_ones_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EMAIL_RATE_PER_SECOND", raising=False)
+    monkeypatch.delenv("EMAIL_WARMUP", raising=False)
+    assert (env_int_if_set("EMAIL_RATE_PER_SECOND", minimum=2), env_ints("EMAIL_WARMUP", minimum=1)) == (
+        None,
+        [],
+    )
+    monkeypatch.setenv("EMAIL_RATE_PER_SECOND", "1")
+    with pytest.raises(ImproperlyConfigured, match="EMAIL_RATE_PER_SECOND='1': must be at least 2"):
+        env_int_if_set("EMAIL_RATE_PER_SECOND", minimum=2)
+    monkeypatch.setenv("EMAIL_WARMUP", "50, 100,200")
+    assert env_ints("EMAIL_WARMUP", minimum=1) == [50, 100, 200]
+    monkeypatch.setenv("EMAIL_WARMUP", "50,lots,200")
+    with pytest.raises(
+        ImproperlyConfigured, match="EMAIL_WARMUP='50,lots,200': expected whole numbers of at least 1"
+    ):
+        env_ints("EMAIL_WARMUP", minimum=1)
 
 
 def test_database_url_parsing() -> None:
@@ -399,3 +421,13 @@ def test_rabbitmq_queues_are_classic_by_default_and_quorum_on_request() -> None:
     assert redis_broker.stdout.strip() == "['None']"
     bad = _manage("check", env={**amqp, "CELERY_QUEUE_TYPE": "mirrored"})
     assert "CELERY_QUEUE_TYPE" in bad.stderr
+
+
+def test_a_step_model_naming_no_deployment_stops_start_up_saying_so() -> None:
+    deployments = '[{"name": "small", "model": "m", "rpm": 600, "tpm": 600000}]'
+    env = {**PRODUCTION_ENV, "LLM_DEPLOYMENTS": deployments, "LLM_STEP_MODELS": "message=large"}
+
+    result = _manage("check", env=env)
+
+    assert result.returncode != 0
+    assert "LLM_STEP_MODELS: 'message=large': no deployment named 'large'" in result.stderr

@@ -114,7 +114,8 @@ def test_file_with_bad_rows_loads_nothing_and_reports_each_line(tmp_path: Path, 
     assert errors == [
         "line 3: email: 'not-an-email' is not a valid email address",
         "line 4: timezone: unknown time zone 'Mars/Olympus' (use an IANA name such as Europe/Berlin)",
-        "line 5: owner: unknown owner 'Nobody' (create it with add_owner, or check the spelling)",
+        "line 5: owner: unknown owner 'Nobody' "
+        "(create it in the admin's Owners or with add_owner, or check the spelling)",
         "line 6: email: duplicate of line 2",
         "line 7: email: is empty",
         "line 7: timezone: is empty",

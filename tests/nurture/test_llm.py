@@ -11,7 +11,7 @@ import pytest
 
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from devtools.smtp_sink import free_port
-from nurture.errors import PermanentError, PipelineError, RateLimited, TransientError
+from nurture.errors import ConfigurationFault, PermanentError, PipelineError, RateLimited, TransientError
 from nurture.llm import (
     DEFAULT_RETRY_AFTER_S,
     MAX_RETRY_AFTER_S,
@@ -115,11 +115,23 @@ def test_server_errors_are_transient(llm_stub: LLMStub, status: int) -> None:
     assert error.rate_limits.remaining_requests == 299  # headers kept on errors too
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+@pytest.mark.parametrize("status", [400, 422])
 def test_client_errors_are_permanent(llm_stub: LLMStub, status: int) -> None:
     error = _raises(llm_stub, StubResponse(status=status), PermanentError)
 
     assert error.status == status
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_deployment_errors_are_configuration_faults(llm_stub: LLMStub, status: int) -> None:
+    # given: the key, its permission or the model is wrong: every call would fail alike
+    body = '{"error": {"message": "The model does not exist", "code": "model_not_found"}}'
+
+    # when
+    error = _raises(llm_stub, StubResponse(status=status, body=body), ConfigurationFault)
+
+    # then: a configuration fault (still a PermanentError to handlers that do not know it)
+    assert (error.status, error.code, isinstance(error, PermanentError)) == (status, "model_not_found", True)
 
 
 def test_timeout_is_transient(llm_stub: LLMStub, settings: Any) -> None:

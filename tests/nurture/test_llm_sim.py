@@ -38,6 +38,7 @@ from devtools.llm_sim import (
     SimConfigError,
     format_duration,
 )
+from devtools.llm_sim.config import model_spec_parse
 from nurture.errors import RateLimited
 from nurture.llm import classify_status, parse_duration_s
 from nurture.prompts import PromptFacts, context_prompt, draft_parse, message_prompt, plan_prompt
@@ -509,3 +510,55 @@ def _wait_for_health(port: int, timeout_s: float = 15.0) -> bool:
         except OSError:
             time.sleep(0.05)
     return False
+
+
+# --- several models ------------------------------------------------------------------------------
+
+
+def _ask(sim: LLMSim, model: str) -> HTTPResult:
+    body = {"model": model, "messages": [{"role": "user", "content": "Write an intro."}], "max_tokens": 20}
+    return _http(sim, "POST", "/v1/chat/completions", body, key="k")
+
+
+def test_each_model_served_has_limits_of_its_own(start_sim: StartSim) -> None:
+    # given a small model allowing 4 requests per window and a large one allowing 2
+    sim = start_sim(models=(("small", 4, 100_000), ("large", 2, 100_000)))
+    # when each is asked 4 times
+    small = [_ask(sim, "small")[0] for _ in range(4)]
+    large = [_ask(sim, "large")[0] for _ in range(4)]
+    # then the large model's limit refused its last two, and did not touch the small one's
+    assert (small, large) == ([200] * 4, [200, 200, 429, 429])
+    models = sim.stats()["models"]
+    assert (models["small"]["admitted"], models["large"]["admitted"], models["large"]["rejected_429"]) == (
+        4,
+        2,
+        2,
+    )
+    assert _ask(sim, "large")[1]["x-ratelimit-limit-requests"] == "2"
+
+
+def test_a_model_not_served_answers_404_model_not_found(start_sim: StartSim) -> None:
+    sim = start_sim(models=(("small", 4, 100_000),))
+
+    status, _, body = _ask(sim, "larg")
+
+    assert (status, body["error"]["code"]) == (404, "model_not_found")
+    assert sim.stats()["unknown_model"] == 1
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        ((("a", 1, 10), ("a", 2, 10)), "models: each model once, got a, a"),
+        ((("a", 0, 10),), "models: model 'a': must be at least 1"),
+    ],
+)
+def test_bad_model_lists_name_the_setting(models: Any, message: str) -> None:
+    with pytest.raises(SimConfigError, match=message):
+        SimConfig(rpm=10, tpm=1000, models=models)
+
+
+def test_the_model_flag_is_name_rpm_tpm() -> None:
+    assert model_spec_parse("small:600:600000") == ("small", 600, 600000)
+    with pytest.raises(SimConfigError, match="expected NAME:RPM:TPM"):
+        model_spec_parse("small:600")

@@ -10,7 +10,7 @@ import pytest
 from django.core import signing
 
 from devtools.smtp_sink import SMTPSink, free_port
-from nurture.errors import OptedOut, PermanentError, PossiblySent, TransientError
+from nurture.errors import OptedOut, PermanentError, PossiblySent, RecipientRefused, TransientError
 from nurture.mail import lead_id_from_token, send_outreach_email, unsubscribe_token
 from nurture.sending import outreach_send
 from orchestrator.models import DeadLetter
@@ -36,7 +36,7 @@ def outreach(settings: Any) -> Outreach:
 
 def test_sends_one_email_with_the_right_headers(smtp_sink: SMTPSink, outreach: Outreach) -> None:
     # when
-    message_id = send_outreach_email(outreach=outreach)
+    message_id = send_outreach_email(outreach=outreach).message_id
     # then
     [received] = smtp_sink.wait_for(1)
     email = received.message
@@ -61,8 +61,8 @@ def test_sends_one_email_with_the_right_headers(smtp_sink: SMTPSink, outreach: O
 
 def test_message_id_is_stable_across_sends(smtp_sink: SMTPSink, outreach: Outreach) -> None:
     # given the same outreach sent twice (a resend after a crash), loaded fresh each time
-    first = send_outreach_email(outreach=outreach)
-    second = send_outreach_email(outreach=Outreach.objects.get(id=outreach.id))
+    first = send_outreach_email(outreach=outreach).message_id
+    second = send_outreach_email(outreach=Outreach.objects.get(id=outreach.id)).message_id
     # then receivers see one identity they can de-duplicate on
     ids = [m.message["Message-ID"] for m in smtp_sink.wait_for(2)]
     assert first == second
@@ -72,7 +72,7 @@ def test_message_id_is_stable_across_sends(smtp_sink: SMTPSink, outreach: Outrea
 def test_recorded_message_id_wins(smtp_sink: SMTPSink, outreach: Outreach) -> None:
     outreach.message_id = "<recorded-1@seller.example>"
 
-    assert send_outreach_email(outreach=outreach) == "<recorded-1@seller.example>"
+    assert send_outreach_email(outreach=outreach).message_id == "<recorded-1@seller.example>"
     assert smtp_sink.wait_for(1)[0].message["Message-ID"] == "<recorded-1@seller.example>"
 
 
@@ -121,8 +121,11 @@ def test_outreach_without_draft_is_permanent(smtp_sink: SMTPSink, outreach: Outr
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
-        ("550 5.1.1 No such user", PermanentError),
-        ("553 5.7.1 Relaying denied", PermanentError),
+        ("550 5.1.1 No such user", RecipientRefused),  # a hard bounce: the lead is suppressed
+        ("550 5.2.1 Mailbox disabled", RecipientRefused),
+        ("550 No such user here", RecipientRefused),  # no enhanced status: 550 means the mailbox
+        ("553 5.7.1 Relaying denied", PermanentError),  # our server's configuration, not the lead
+        ("552 5.2.2 Mailbox full", PermanentError),
         ("451 4.3.0 Try again later", TransientError),
         ("452 4.2.2 Mailbox full", TransientError),
     ],

@@ -69,11 +69,12 @@ def lead(db: None) -> Lead:
     return lead
 
 
-def test_valid_reply_queues_top_tier_work_threaded_to_the_last_email_sent(client: Client, lead: Lead) -> None:
+def test_valid_reply_queues_top_tier_work_threaded_under_their_message(client: Client, lead: Lead) -> None:
     # given a lead with emails sent and a nudge queued
     # when the provider posts its reply
     response = _post(client, _reply(lead))
-    # then 202 with the new outreach: reply tier, the inbound text, threaded to the latest email
+    # then 202 with the new outreach: reply tier, the inbound text, answering their message
+    # under the latest email we sent (the payload did not say which one they answered)
     assert response.status_code == 202
     body = response.json()
     assert body["created"] is True
@@ -87,7 +88,7 @@ def test_valid_reply_queues_top_tier_work_threaded_to_the_last_email_sent(client
             "message_id": "<reply-1@prospect.example>",
         }
     }
-    assert reply.in_reply_to == "<nudge-1@us>"
+    assert (reply.in_reply_to, reply.references) == ("<reply-1@prospect.example>", "<nudge-1@us>")
     assert reply.owner_id == lead.owner_id
     # and the lead's pending nudge is cancelled, the lead marked replied
     assert Outreach.objects.get(lead=lead, step=2).state == State.CANCELLED
@@ -95,11 +96,12 @@ def test_valid_reply_queues_top_tier_work_threaded_to_the_last_email_sent(client
     assert lead.status == Lead.Status.REPLIED
 
 
-def test_reply_from_a_lead_never_emailed_is_not_threaded(client: Client, db: None) -> None:
+def test_reply_from_a_lead_never_emailed_answers_their_message_alone(client: Client, db: None) -> None:
     lead = make_lead()
     response = _post(client, _reply(lead))
     assert response.status_code == 202
-    assert Outreach.objects.get(id=response.json()["outreach_id"]).in_reply_to == ""
+    reply = Outreach.objects.get(id=response.json()["outreach_id"])
+    assert (reply.in_reply_to, reply.references) == ("<reply-1@prospect.example>", "")
 
 
 def test_bad_signature_is_refused(client: Client, lead: Lead) -> None:
@@ -205,8 +207,37 @@ def test_lead_in_two_organizations_goes_to_the_one_that_emailed_last(client: Cli
     make_outreach(lead=older, state=State.SENT, sent_at=now - timedelta(days=2), message_id="<old@us>")
     # when the reply arrives
     reply = Outreach.objects.get(id=_post(client, _reply(older)).json()["outreach_id"])
-    # then it belongs to the organization that emailed last, threaded to that email
-    assert (reply.lead_id, reply.in_reply_to) == (newer.pk, "<new@us>")
+    # then it belongs to the organization that emailed last, threaded under that email
+    assert (reply.lead_id, reply.references) == (newer.pk, "<new@us>")
+
+
+@pytest.mark.parametrize("answered", ["<old@us>", "old@us"])
+def test_reply_naming_our_message_goes_to_the_organization_that_sent_it(
+    client: Client, db: None, answered: str
+) -> None:
+    # given the same address in two organizations, the second emailed more recently
+    now = timezone.now()
+    older = make_lead(owner=make_owner(organization=make_org()), email="pat@prospect.example")
+    newer = make_lead(owner=make_owner(organization=make_org()), email="pat@prospect.example")
+    make_outreach(lead=newer, state=State.SENT, sent_at=now - timedelta(hours=1), message_id="<new@us>")
+    make_outreach(lead=older, state=State.SENT, sent_at=now - timedelta(days=2), message_id="<old@us>")
+    # when the reply says it answers the older organization's email (brackets or not)
+    response = _post(client, _reply(older, lead_email="PAT@prospect.example", in_reply_to=answered))
+    # then it lands there, not with whoever emailed last
+    reply = Outreach.objects.get(id=response.json()["outreach_id"])
+    assert (reply.lead_id, reply.in_reply_to, reply.references) == (
+        older.pk,
+        "<reply-1@prospect.example>",
+        "<old@us>",
+    )
+    assert Lead.objects.get(pk=newer.pk).status == Lead.Status.ACTIVE
+
+
+def test_reply_naming_a_message_we_never_sent_falls_back_to_the_sender(client: Client, lead: Lead) -> None:
+    response = _post(client, _reply(lead, in_reply_to="<forwarded@elsewhere.example>"))
+    reply = Outreach.objects.get(id=response.json()["outreach_id"])
+    # their message named another thread: ours carries that thread, not a guess
+    assert (reply.lead_id, reply.references) == (lead.pk, "<forwarded@elsewhere.example>")
 
 
 @pytest.mark.parametrize(
@@ -233,6 +264,36 @@ def test_lead_in_two_organizations_goes_to_the_one_that_emailed_last(client: Cli
         (
             b'{"lead_email": "a@x.example", "message_id": "<m@x>", "subject": "\\ud800", "body": "b"}',
             "subject",
+        ),
+        (
+            {
+                "lead_email": "a@x.example",
+                "message_id": "<m@x>",
+                "subject": "s",
+                "body": "b",
+                "in_reply_to": 1,
+            },
+            "in_reply_to",
+        ),
+        (
+            {
+                "lead_email": "a@x.example",
+                "message_id": "<m@x>",
+                "subject": "s",
+                "body": "b",
+                "in_reply_to": "<a> <b>",
+            },
+            "in_reply_to",
+        ),
+        (
+            {
+                "lead_email": "a@x.example",
+                "message_id": "<m@x>",
+                "subject": "s",
+                "body": "b",
+                "in_reply_to": "<a@b>\r\nBcc: x@y",
+            },
+            "in_reply_to",
         ),
     ],
 )
@@ -297,6 +358,7 @@ fields = {
     "message_id": st.one_of(st.text(), json_values),
     "subject": st.one_of(st.text(), json_values),
     "body": st.one_of(st.text(), json_values),
+    "in_reply_to": st.one_of(st.text(), st.just("<intro@us>"), json_values),
 }
 # Complete payloads (mostly strings, reaching the database) and ones with fields missing.
 payloads = st.fixed_dictionaries(

@@ -11,6 +11,7 @@ import redis
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from devtools.processes import free_port
 from orchestrator.budget import (
@@ -24,6 +25,7 @@ from orchestrator.budget import (
     budget_from_settings,
     connect,
 )
+from orchestrator.budget.core import Client
 from orchestrator.budget.maths import WINDOW_MS
 from tests.orchestrator.conftest import START_MS, FakeClock
 
@@ -412,7 +414,7 @@ def test_breaker_opens_after_consecutive_failures_and_half_opens_after_the_cool_
 
 
 @pytest.fixture
-def dead_redis() -> Iterator[redis.Redis]:
+def dead_redis() -> Iterator[Client]:
     c = connect(f"redis://127.0.0.1:{free_port()}/0")
     yield c
     c.close()
@@ -475,3 +477,57 @@ def test_budget_from_settings_sizes_the_burst_for_a_dispatch_cycle(settings):
     # the product's default shape is paced: the pacer, not the bucket, keeps every window under L
     settings.LLM_BUDGET_STRICT = False
     assert budget_from_settings().limits.strict is False
+
+
+def test_every_key_a_script_touches_lies_in_one_cluster_slot(make_budget):
+    # given a budget with the provider's limits and families of scopes (organizations, LLM
+    # deployments, and any family added later: the hash tag is the prefix, never the scope)
+    budget = make_budget(
+        scope_limits={f"{family}:*": Limits(rpm=60, tpm=60_000) for family in ("org", "dep", "future")}
+    )
+    scopes = ("provider", "org:7", "dep:gpt-4o.eu:1", "future:x")
+    # when the keys of every script are listed: reservations (buckets and rates) and call logs
+    keys = [k.decode() for k in budget.plan(scopes).keys]
+    keys += [k for scope in scopes for k in (*budget._call_log_keys(scope), budget.key("spread", scope))]
+    # then they share one slot, so a Redis Cluster runs each script on one node
+    assert {key_slot(k.encode()) for k in keys} == {key_slot(budget.key("res").encode())}
+
+
+def test_a_job_on_two_deployments_and_its_organization_reserves_settles_and_refunds(make_budget):
+    # given two deployments' scopes and an organization's cap (on a single Redis, and on a
+    # cluster: every key of these scripts in one slot, or redis-py refuses the EVALSHA)
+    budget = make_budget(
+        scope_limits={f"{family}:*": Limits(rpm=600, tpm=600_000) for family in ("org", "dep")}
+    )
+    small, large = ("dep:small:0", "org:7"), ("dep:large:1", "org:7")
+    # when a job reserves its two calls on small and its one on large, then settles and refunds
+    on_small = granted(budget.reserve(requests=2, tokens=1_200, scopes=small))
+    on_large = granted(budget.reserve(requests=1, tokens=600, scopes=large))
+    budget.settle(reservation_id=on_small.id, actual_tokens=900, actual_requests=2)
+    budget.refund(reservation_id=on_large.id)
+    # then the organization's bucket was charged small's settled use only
+    assert (
+        budget.headroom(scopes=("org:7",)).requests == budget.headroom(scopes=("dep:large:1",)).requests - 2
+    )
+
+
+def test_a_prefix_with_a_brace_is_refused(client):
+    with pytest.raises(ValueError, match="braces"):
+        Budget(redis_client=client, limits=Limits(rpm=60, tpm=60_000), prefix="a{b}")
+
+
+def test_budget_from_settings_keeps_its_keys_on_the_cluster_named_by_budget_redis_url(
+    settings, redis_cluster
+):
+    # given BUDGET_REDIS_URL naming one node of a Redis Cluster (REDIS_URL stays the single Redis)
+    settings.BUDGET_REDIS_URL = redis_cluster.url
+    budget = budget_from_settings()
+    budget.prefix = f"test-settings-{uuid.uuid4().hex}"
+    # when a job reserves
+    granted(budget.reserve(requests=3, tokens=1_800))
+    # then the reservation is on the cluster, not on the single Redis
+    cluster = connect(redis_cluster.url)
+    assert cluster.hlen(budget.key("res")) == 1
+    assert not redis.Redis.from_url(settings.REDIS_URL).exists(budget.key("res"))
+    budget.reset()
+    cluster.close()

@@ -13,10 +13,11 @@ import time
 import uuid
 from typing import Any
 
-import redis
+import pytest
 from django.conf import settings
 
 from orchestrator.budget import Budget, Limits, Reservation, connect
+from orchestrator.budget.core import Client
 from orchestrator.budget.maths import UNITS
 
 PROCESSES = 8
@@ -28,7 +29,7 @@ LIMITS = Limits(rpm=6_000, tpm=6_000_000, burst_ms=2_000)
 class NaiveBucket:
     """The race: between this process's read and its write, others read the same level."""
 
-    def __init__(self, client: redis.Redis, key: str, *, capacity: int, rate: int):
+    def __init__(self, client: Client, key: str, *, capacity: int, rate: int):
         self.client, self.key, self.capacity, self.rate = client, key, capacity, rate
 
     def reserve(self, units: int) -> bool:
@@ -69,21 +70,18 @@ def race(kind: str, url: str, prefix: str, barrier: Any, results: Any) -> None:
     results.put((admitted, started, redis_ms(client)))
 
 
-def redis_ms(client: redis.Redis) -> int:
+def redis_ms(client: Client) -> int:
     seconds, micros = client.time()
     return seconds * 1000 + micros // 1000
 
 
-def run_race(kind: str) -> tuple[int, float]:
+def run_race(kind: str, url: str) -> tuple[int, float]:
     """Returns (admitted, bound), both in requests."""
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(PROCESSES + 1), ctx.Queue()
     prefix = f"test-race-{uuid.uuid4().hex}"
-    client = connect(settings.REDIS_URL)
-    procs = [
-        ctx.Process(target=race, args=(kind, settings.REDIS_URL, prefix, barrier, results))
-        for _ in range(PROCESSES)
-    ]
+    client = connect(url)
+    procs = [ctx.Process(target=race, args=(kind, url, prefix, barrier, results)) for _ in range(PROCESSES)]
     try:
         for p in procs:
             p.start()
@@ -104,14 +102,17 @@ def run_race(kind: str) -> tuple[int, float]:
     return sum(admitted), (cap_r + LIMITS.rates()[0] * elapsed) / UNITS
 
 
-def test_eight_processes_never_get_more_than_capacity_plus_refill():
+@pytest.mark.parametrize("redis_kind", ["single", "cluster"])
+def test_eight_processes_never_get_more_than_capacity_plus_refill(redis_kind, request):
+    # given a single Redis, or a Redis Cluster (the budget's keys all in one slot)
+    url = settings.REDIS_URL if redis_kind == "single" else request.getfixturevalue("redis_cluster").url
     # when 8 processes reserve as fast as they can for 2 s
-    admitted, bound = run_race("lua")
+    admitted, bound = run_race("lua", url)
     # then the total stays within the bound, and close to it (the bucket is really used)
     assert admitted <= bound
     assert admitted >= 0.8 * bound, (admitted, bound)
 
 
 def test_the_naive_get_then_set_bucket_over_admits():
-    admitted, bound = run_race("naive")
+    admitted, bound = run_race("naive", settings.REDIS_URL)
     assert admitted > bound, f"naive admitted {admitted}, bound {bound:.0f}"

@@ -124,8 +124,7 @@ def test_metrics_are_scraped_and_parse_as_prometheus_text(some_work: None) -> No
     assert samples[("outreach_state_rows", (("state", "queued"),))] == 1
     assert samples[("outreach_state_rows", (("state", "rejected"),))] == 0
     assert samples[("outreach_queue_depth", (("state", "queued"), ("tier", "intro")))] == 1
-    assert samples[("outreach_sent_total", ())] == 1
-    assert samples[("outreach_dead_letters_total", (("class", "policy"),))] == 1
+    assert samples[("outreach_dead_letters_open", (("class", "policy"),))] == 1
     assert samples[("outreach_window_dead", ())] == 1
     assert samples[("outreach_oldest_ready_age_seconds", (("tier", "intro"),))] == pytest.approx(180, abs=10)
     owner_id = str(Outreach.objects.get(state=State.SENT).owner_id)

@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.metrics.figures import EMPTY, Quantiles, percentile, quantiles_of, retry_rate
+from orchestrator.metrics.figures import (
+    EMPTY,
+    Quantiles,
+    event_rate,
+    most_in_window,
+    percentile,
+    quantiles_of,
+    retry_rate,
+    window_counts,
+)
 
 # (values, fraction, expected): written out by hand from the rule in percentile's docstring,
 # linear interpolation at position fraction * (n - 1) of the sorted values.
@@ -99,3 +108,19 @@ def test_retry_rate_is_retries_per_completed_and_none_without_completed_work(
     retries: int, completed: int, expected: float | None
 ) -> None:
     assert retry_rate(retries=retries, completed=completed) == expected
+
+
+def test_most_in_window_counts_the_busiest_window() -> None:
+    # written out by hand, windows half-open: [0, 0.5) holds 0.0, 0.2, 0.4
+    times = [1.0, 0.2, 0.0, 0.4, 0.9, 1.85, 3.0]
+    assert most_in_window(times=times, window_s=0.5) == 3
+    assert most_in_window(times=times, window_s=1.0) == 4  # [0.0, 1.0): 0.0, 0.2, 0.4, 0.9
+    assert most_in_window(times=[], window_s=1.0) == 0
+    assert window_counts(times=times, window_s=1.0) == [4, 4, 3, 3, 2, 1, 1]  # from 0.0, 0.2, ...
+
+
+def test_event_rate_is_events_per_second_first_to_last() -> None:
+    assert event_rate(times=[2.0, 0.0, 1.0]) == 1.0
+    assert event_rate(times=[0.0, 0.5, 1.0, 1.5, 2.0]) == 2.0
+    assert event_rate(times=[1.0]) is None
+    assert event_rate(times=[1.0, 1.0]) is None

@@ -79,3 +79,11 @@ def test_outreach_list_shows_why_queued_work_waits() -> None:
     client = logged_in(make_user("root", superuser=True))
     page = client.get(reverse("admin:outreach_outreach_changelist")).content.decode()
     assert "daily limit 50 reached, resumes 09:00 Europe/Berlin" in page
+
+
+def test_outreach_list_shows_why_an_approved_send_waits() -> None:
+    reason = "sender domain example.com: 200/day reached (warm-up day 3), resumes 00:00 UTC"
+    make_outreach(state=State.APPROVED, draft_subject="Hi", draft_body="Body", blocked_reason=reason)
+    client = logged_in(make_user("root", superuser=True))
+    page = client.get(reverse("admin:outreach_outreach_changelist")).content.decode()
+    assert reason in page

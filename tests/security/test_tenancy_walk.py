@@ -22,8 +22,9 @@ from django.test import Client
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from orchestrator import pauses
 from orchestrator.dead_letters import dead_letter
-from orchestrator.models import DeadLetter
+from orchestrator.models import DeadLetter, Pause
 from outreach.admin import OrganizationScopedAdmin
 from outreach.models import (
     AssignmentBatch,
@@ -88,6 +89,7 @@ def _world(tag: str, *, org_name: str, owner_name: str, member: str, seller: str
         AssignmentItem: item,
         VerifiedDomain: domain,
         User: member_user,
+        Pause: pauses.pause(owner=owner, reason=f"{tag} reason")[0],
     }
 
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from devtools.llm_sim import MODES, LLMSim, SimConfig, SimConfigError
-from devtools.llm_sim.config import DEFAULT_SIGMA
+from devtools.llm_sim.config import DEFAULT_SIGMA, model_spec_parse
 from devtools.llm_sim.latency import latency_histogram_read
 
 
@@ -73,6 +73,14 @@ class Command(BaseCommand):
             "--shared-tokens", type=int, default=300, help="Tokens per shared-client request."
         )
         parser.add_argument(
+            "--model",
+            dest="models",
+            action="append",
+            default=[],
+            metavar="NAME:RPM:TPM",
+            help="Serve this model with limits of its own (repeat for several); others answer 404.",
+        )
+        parser.add_argument(
             "--seed", type=int, default=0, help="Seed for latency and failure draws (a run repeats)."
         )
         parser.add_argument(
@@ -120,6 +128,7 @@ def _config(opts: dict[str, Any]) -> SimConfig:
         settings = {f.name: opts[f.name] for f in dataclasses.fields(SimConfig)}
         path = settings.pop("latency_histogram")
         recorded = () if path is None else latency_histogram_read(path=path)
+        settings["models"] = tuple(model_spec_parse(text) for text in settings["models"])
         return SimConfig(**settings, latency_histogram=recorded)
     except SimConfigError as exc:
         flag = "--" + exc.field.replace("_", "-")

@@ -11,28 +11,23 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 from django.utils import timezone
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nurture.intake.assignment import (
-    assignment_chunks,
-    assignment_create,
     assignment_outcomes,
-    assignment_plan,
     assignment_progress,
     assignment_run,
-    assignment_unfinished,
+    assignment_start,
     owner_directory_load,
 )
-from nurture.intake.csv_file import ParsedFile, parse_assignment_csv
-from nurture.tasks import intake_chunk
+from nurture.intake.csv_file import ParsedFile, RowError, csv_decode, parse_assignment_csv
+from nurture.tasks import intake_enqueue
 from outreach.models import AssignmentBatch, AssignmentItem, Organization
 
 POLL_S = 0.5
@@ -93,36 +88,31 @@ class Command(BaseCommand):
     ) -> tuple[AssignmentBatch, list[int]] | None:
         """The batch to work on: this file's unfinished one, a new one, or None if nothing is new."""
         assert parsed.organization_id is not None  # rows imply an owner, hence an organization
-        org_id, sha256 = parsed.organization_id, hashlib.sha256(raw).hexdigest()
-        unfinished = assignment_unfinished(organization_id=org_id, file_sha256=sha256)
-        if unfinished:
-            batch, child_ids = unfinished
-            self.stdout.write(
-                f"Resuming assignment #{batch.pk}: {len(child_ids)} of {batch.rows} leads left."
-            )
-            return unfinished
-        plan = assignment_plan(organization_id=org_id, rows=parsed.rows)
-        if plan.nothing_to_do:
-            self.stdout.write(
-                f"Nothing new: all {plan.rows} leads of {path.name} are already assigned in {org_name} "
-                "and have their sequences; no batch was created and no outreach was queued."
-            )
-            return None
-        return assignment_create(
-            organization_id=org_id,
+        start = assignment_start(
+            organization_id=parsed.organization_id,
             file_name=str(path),
-            file_sha256=sha256,
+            file_sha256=hashlib.sha256(raw).hexdigest(),
             rows=parsed.rows,
             now=timezone.now(),
         )
+        if start.batch is None:
+            assert start.plan is not None  # nothing new is a plan's verdict
+            self.stdout.write(
+                f"Nothing new: all {start.plan.rows} leads of {path.name} are already assigned in "
+                f"{org_name} and have their sequences; no batch was created and no outreach was queued."
+            )
+            return None
+        if start.resumed:
+            self.stdout.write(
+                f"Resuming assignment #{start.batch.pk}: {len(start.child_ids)} of {start.batch.rows} leads left."
+            )
+        return start.batch, start.child_ids
 
     def _validate(self, *, path: Path, raw: bytes, org: str | None) -> ParsedFile:
-        try:
-            text = raw.decode("utf-8-sig")  # -sig: spreadsheets often start UTF-8 files with a BOM
-        except UnicodeDecodeError as exc:
-            line = raw[: exc.start].count(b"\n") + 1
-            self.stderr.write(f"line {line}: file: not UTF-8 text (byte {exc.start}); save the file as UTF-8")
-            raise CommandError(f"{path.name} is not UTF-8: nothing was loaded.") from None
+        text = csv_decode(raw=raw)
+        if isinstance(text, RowError):
+            self.stderr.write(str(text))
+            raise CommandError(f"{path.name} is not UTF-8: nothing was loaded.")
         try:
             directory = owner_directory_load(organization=org)
         except Organization.DoesNotExist:
@@ -142,9 +132,7 @@ class Command(BaseCommand):
         return parsed
 
     def _fan_out(self, *, batch: AssignmentBatch, child_ids: list[int], timeout: float, advance: Any) -> None:
-        for first_id, last_id in assignment_chunks(child_ids=child_ids):
-            # ids only (no lead data on the broker), published once the children are committed
-            transaction.on_commit(partial(intake_chunk.delay, batch.pk, first_id, last_id))
+        intake_enqueue(batch_id=batch.pk, child_ids=child_ids)
         deadline, seen = time.monotonic() + timeout, assignment_progress(batch_id=batch.pk).children_done
         while True:
             # Nobody waits on the children: they complete the parent themselves; we only read it.

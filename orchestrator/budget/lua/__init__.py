@@ -35,3 +35,6 @@ ACQUIRE_CALL = _script("acquire_call", "clock", "limits", "call_log")
 REPORT = _script("report", "clock", "limits", "call_log")
 REPORT_429 = _script("report_429", "clock", "limits", "call_log")
 SNAPSHOT = _script("snapshot", "clock", "limits", "bucket", "records", "call_log")
+# The email send budget (sends.py): account buckets and each sender domain's day.
+SEND_RESERVE = _script("send_reserve", "clock", "limits", "bucket", "records")
+SEND_RELEASE = _script("send_release", "clock", "limits", "bucket")

@@ -1,6 +1,6 @@
 """python manage.py queue_stats [--json] [--org NAME]: the queue-health figures of the admin
-dashboard and /metrics. Unscoped for shell operators; --org names only that organization's
-owners and dead-letter samples, as its members' dashboard does."""
+dashboard and /metrics. Unscoped for shell operators; --org gives that organization's figures
+(its rows, owners and dead letters; the shared budget stays whole), as its members' dashboard does."""
 
 from __future__ import annotations
 
@@ -20,14 +20,17 @@ from outreach.models import Organization
 class Command(BaseCommand):
     help = (
         "Queue health: rows per state and tier, oldest ready age, latency, retries, provider 429s, "
-        "LLM requests, dead letters, approvals, share per owner, deferred work and the LLM budget. "
+        "LLM requests, dead letters, approvals, share per owner, deferred work, the LLM budget, "
+        "active pauses and drafts rejected by reason. "
         "--json prints one object (the keys of docs/architecture.md first, then the rest)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", dest="as_json", help="Print JSON (for scripts).")
         parser.add_argument(
-            "--org", metavar="NAME", help="Only this organization's owners and dead-letter samples."
+            "--org",
+            metavar="NAME",
+            help="Only this organization's figures (rows, owners, dead letters); the shared budget stays whole.",
         )
 
     def handle(self, *args: Any, as_json: bool, org: str | None = None, **options: Any) -> None:
@@ -50,7 +53,51 @@ def _organization_id(name: str) -> int:
 
 
 def _tables(h: QueueHealth) -> list[Table]:
-    return [_depth(h), _activity(h), _in_flight(h), _owners(h), _failures(h)]
+    return [
+        _depth(h),
+        _activity(h),
+        _in_flight(h),
+        _deployments(h),
+        _owners(h),
+        _failures(h),
+        _held(h),
+        _deliverability(h),
+    ]
+
+
+def _deliverability(h: QueueHealth) -> Table:
+    """Owners and sender domains with any hard bounce or complaint (docs/email.md)."""
+    d = h.deliverability
+    table = Table(title=f"Bounces and complaints, last {d.window_sends} sends", title_justify="left")
+    for column in ("scope", "name", "sends", "bounced", "bounce rate", "complained", "complaint rate"):
+        table.add_column(column, justify="left" if column in ("scope", "name") else "right")
+    for r in [*d.owners, *d.domains]:
+        table.add_row(
+            r.scope,
+            r.name,
+            str(r.sends),
+            str(r.bounced),
+            percent(r.bounce_rate),
+            str(r.complained),
+            percent(r.complaint_rate),
+        )
+    return table
+
+
+def _deployments(h: QueueHealth) -> Table:
+    table = Table(title="LLM deployments", title_justify="left")
+    for column in ("deployment", "model", "limit rpm/tpm", "used 60 s", "headroom", "breaker"):
+        table.add_column(column)
+    for d in h.deployments:
+        table.add_row(
+            d.label,
+            d.model,
+            f"{d.limit_rpm}/{d.limit_tpm}",
+            f"{number(d.used_requests)}/{number(d.used_tokens)}",
+            f"{number(d.headroom_requests)}/{number(d.headroom_tokens)}",
+            d.breaker + (f": {d.reason}" if d.reason else ""),
+        )
+    return table
 
 
 def _depth(h: QueueHealth) -> Table:
@@ -151,4 +198,16 @@ def _failures(h: QueueHealth) -> Table:
         table.add_row(f.failure_class, f"{f.open} / {f.total}", samples)
     for r in h.deferred.reasons:
         table.add_row(f"deferred: {r.reason}", str(r.rows), f"{r.owners} owner(s)")
+    return table
+
+
+def _held(h: QueueHealth) -> Table:
+    table = Table(title=f"Paused ({len(h.pauses)} active) and rejected by reason", title_justify="left")
+    for column in ("pause / rejection reason", "by / drafts", "since", "reason", "source"):
+        table.add_column(column)
+    for p in h.pauses:
+        since = f"{p.created_at:%Y-%m-%d %H:%M} UTC"
+        table.add_row(f"#{p.pause_id} {p.scope}", p.created_by or "automatic", since, p.reason, p.source)
+    for r in h.rejections:
+        table.add_row(f"rejected: {r.reason or '(no reason given)'}", str(r.drafts), "", "", "")
     return table

@@ -1,0 +1,173 @@
+"""Owners whose jobs differ in tokens share the LLM budget: DISPATCH_FAIRNESS=tokens beside count.
+
+    .venv/bin/python bench/fairness.py [--seconds 180] [--warmup 60] [--tpm 80000] [--long-body 3250] [--arms tokens,count]
+
+The whole stack as the Procfile's recipe runs it (bench.stack, devtools.processes.start_pipeline),
+against `llm_sim` (usage proportional to the prompt, chars / 4) whose token limit binds. Four
+owners with deep reply backlogs: two answer short inbound emails, two long ones (the inbound
+body enters every prompt of the job), so the second pair's jobs cost about three times the
+tokens. Measured after the warm-up (the owners' estimates are learned by then): the tokens each
+owner's finished jobs used (`Outreach.tokens_used`), Jain's index of those token shares, and the
+emails each got. Prints a table and writes var/bench/fairness.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
+
+from bench.compare import jain, start_sim
+from bench.stack import OUT, bench_lead, django_start, scratch_database
+
+OWNERS = 4  # owners 0 and 1 short inbound emails, 2 and 3 long ones
+BACKLOG = 200  # replies queued per owner: more than a run can write
+SHORT_BODY = "Tell me more."
+
+
+@dataclass
+class ArmResult:
+    fairness: str
+    jain_tokens: float
+    jain_emails: float
+    tokens: dict[str, int]
+    emails: dict[str, int]
+    tokens_per_email: dict[str, float]
+    minutes: float
+
+
+def run_arm(*, fairness: str, seconds: float, warmup: float, tpm: int, long_body: int) -> ArmResult:
+    database_url = scratch_database(name="outreach_bench_fairness")
+    sim = start_sim(rpm=6_000, tpm=tpm, latency_ms=200)
+    from devtools.processes import ProcessGroup, stack_env, start_pipeline
+    from devtools.smtp_sink import SMTPSink
+
+    smtp = SMTPSink(keep_messages=False).start()
+    env = stack_env(
+        llm_base_url=sim.base_url,
+        smtp_port=smtp.port,
+        DATABASE_URL=database_url,
+        REDIS_URL="redis://127.0.0.1:6379/12",
+        LLM_RPM="6000",
+        LLM_TPM=str(tpm),
+        DISPATCH_INTERVAL="1",
+        DISPATCH_FAIRNESS=fairness,
+        LOG_LEVEL="WARNING",
+    )
+    django_start(env=env)
+    owners = _seed(long_body=long_body)
+    group = ProcessGroup(log_dir=OUT / f"fairness-{fairness}-logs", env=env)
+    start_pipeline(group)
+    try:
+        time.sleep(warmup)
+        before, t0 = _used(owners), time.monotonic()
+        time.sleep(seconds)
+        after, minutes = _used(owners), (time.monotonic() - t0) / 60
+    finally:
+        group.stop()
+        sim.stop()
+        smtp.stop()
+    from django.db import connections
+
+    connections.close_all()  # the next arm drops and re-creates the database
+    tokens = {name: after[name][0] - before[name][0] for name in after}
+    emails = {name: after[name][1] - before[name][1] for name in after}
+    return ArmResult(
+        fairness=fairness,
+        jain_tokens=jain(list(tokens.values())),
+        jain_emails=jain(list(emails.values())),
+        tokens=tokens,
+        emails=emails,
+        tokens_per_email={n: round(tokens[n] / emails[n], 1) if emails[n] else 0.0 for n in tokens},
+        minutes=minutes,
+    )
+
+
+def _seed(*, long_body: int) -> list[Any]:
+    """Owners with an intro each lead already had and a backlog of replies to answer."""
+    from datetime import time as dtime
+
+    from outreach.idempotency import reply_key
+    from outreach.models import Lead, Outreach
+    from outreach.services import OwnerSpec, outreach_enqueue, owner_upsert
+
+    owners = []
+    for o in range(OWNERS):
+        spec = OwnerSpec(
+            f"owner {o}", "agent", 100_000, dtime(0), dtime(23, 59), "UTC", working_days="1234567"
+        )
+        owner = owner_upsert(spec=spec)[0]
+        owners.append(owner)
+        body = SHORT_BODY if o < OWNERS // 2 else ("Here is what we run today. " * long_body)[:long_body]
+        leads = Lead.objects.bulk_create(
+            bench_lead(owner=owner, n=f"{o}-{i}", domain="bench.example") for i in range(BACKLOG)
+        )
+        for i, lead in enumerate(leads):
+            outreach_enqueue(
+                lead=lead,
+                kind=Outreach.Kind.REPLY,
+                idempotency_key=reply_key(message_id=f"<bench-{o}-{i}@bench.example>"),
+                context={"inbound": {"subject": "Re: hello", "body": body}},
+            )
+    return owners
+
+
+def _used(owners: list[Any]) -> dict[str, tuple[int, int]]:
+    """Per owner: tokens of its written jobs so far, and how many."""
+    from django.db.models import Count, Sum
+
+    from outreach.models import Outreach
+
+    rows = (
+        Outreach.objects.filter(owner__in=owners, tokens_used__gt=0)
+        .values("owner__name")
+        .annotate(tokens=Sum("tokens_used"), jobs=Count("id"))
+    )
+    found = {r["owner__name"]: (int(r["tokens"]), int(r["jobs"])) for r in rows}
+    return {o.name: found.get(o.name, (0, 0)) for o in owners}
+
+
+def report(results: list[ArmResult]) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        print(
+            f"\nDISPATCH_FAIRNESS={r.fairness} ({r.minutes:.1f} min measured): "
+            f"Jain(tokens) {r.jain_tokens:.4f}, Jain(emails) {r.jain_emails:.4f}"
+        )
+        for name in r.tokens:
+            print(
+                f"  {name}: {r.tokens[name]:>8} tokens  {r.emails[name]:>4} emails  "
+                f"{r.tokens_per_email[name]:>7} tokens/email"
+            )
+    (OUT / "fairness.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=180)
+    parser.add_argument("--warmup", type=float, default=60)
+    parser.add_argument("--tpm", type=int, default=80_000)
+    parser.add_argument(
+        "--long-body", type=int, default=3_250, help="chars of the long owners' inbound email"
+    )
+    parser.add_argument("--arms", default="tokens,count")
+    args = parser.parse_args()
+    results = [
+        run_arm(
+            fairness=arm, seconds=args.seconds, warmup=args.warmup, tpm=args.tpm, long_body=args.long_body
+        )
+        for arm in args.arms.split(",")
+    ]
+    report(results)
+
+
+if __name__ == "__main__":
+    main()

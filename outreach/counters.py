@@ -1,0 +1,197 @@
+"""The pipeline's Prometheus counters and histograms, counted where the event happens.
+
+Why PostgreSQL (the MetricCounter table) and not Redis: every figure here is a state change,
+and `transition()` adds to the counters in the same transaction as the move. A move that
+rolls back or loses its race counts nothing; one that commits is counted exactly once, by
+whichever process (web, worker, on any host) made it. The totals survive process restarts
+and a Redis flush (Redis holds the budget, which may be rebuilt), and retention never
+deletes them, so they only grow, as Prometheus' rate() expects. The one figure that is not a
+state change (the LLM call's duration) is added in its own one-statement transaction.
+
+Counters are exposed as `<name>_total`; histograms as `<name>_bucket{le}`, `_sum`, `_count`.
+Stored per bucket (not cumulative) with sums in milliseconds (an integer column);
+`counters_read()` and orchestrator/metrics/prometheus.py turn them into Prometheus' shape.
+
+Pure core (`move_increments`, `observation`) and a small I/O shell (`counters_add`,
+`counters_read`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Sum
+from prometheus_client.utils import floatToGoString
+
+from outreach.models import ErrorClass, MetricCounter, State
+from outreach.tiers import Tier
+
+SENT = "outreach_sent"
+GENERATED = "outreach_generated"
+DEAD_LETTERS = "outreach_dead_letters"
+RETRIES = "outreach_retries"
+PROVIDER_429S = "outreach_provider_429s"
+LLM_REQUESTS = "outreach_llm_requests"
+LLM_TOKENS = "outreach_llm_tokens"
+COUNTERS = (SENT, GENERATED, DEAD_LETTERS, RETRIES, PROVIDER_429S, LLM_REQUESTS, LLM_TOKENS)
+
+COMPLETION_LATENCY = "outreach_completion_latency_seconds"
+LLM_CALL_DURATION = "outreach_llm_call_duration_seconds"
+# Upper bounds (seconds). Completion: a reply is due in seconds to minutes, a nudge's backlog
+# may take hours. A provider call: tenths of a second to a minute.
+BUCKETS: dict[str, tuple[float, ...]] = {
+    COMPLETION_LATENCY: (5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+    LLM_CALL_DURATION: (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+}
+TIER_NAMES = tuple(t.name.lower() for t in Tier)
+SHARDS = 8
+log = logging.getLogger(__name__)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Increment:
+    name: str  # the stored series: a counter's name, or <histogram>_bucket/_sum_ms/_count
+    labels: Labels
+    value: int
+
+
+@dataclass(frozen=True)
+class Move:
+    """What `transition()` knows about one move; None where the caller did not read it."""
+
+    from_state: str
+    to: str
+    error_class: str
+    tier: int | None = None
+    at: datetime | None = None
+    due_at: datetime | None = None  # created_at, or not_before when later (activity.py's due)
+    approved_at: datetime | None = None
+    llm_calls: int = 0
+    tokens: int = 0
+
+
+def tier_name(tier: int) -> str:
+    return Tier(tier).name.lower()
+
+
+def move_increments(move: Move) -> list[Increment]:
+    """The counters one committed move adds to. The definitions match the window figures of
+    orchestrator/metrics/activity.py (completed, generated, retries, 429s), so a rate over 24 h
+    of a counter equals the dashboard's window figure."""
+    found: list[Increment] = []
+    if move.to == State.SENT:
+        found.append(Increment(SENT, (), 1))
+    if move.to == State.DEAD:
+        found.append(Increment(DEAD_LETTERS, (("class", move.error_class or "unknown"),), 1))
+    if move.error_class == ErrorClass.TRANSIENT:
+        found.append(Increment(RETRIES, (), 1))
+    if move.error_class == ErrorClass.RATE_LIMITED:
+        found.append(Increment(PROVIDER_429S, (), 1))
+    generated = move.from_state == State.GENERATING and move.to in (State.AWAITING_APPROVAL, State.DISPATCHED)
+    if generated and move.tier is not None:
+        found.append(Increment(GENERATED, (("tier", tier_name(move.tier)),), 1))
+        found.append(Increment(LLM_REQUESTS, (), move.llm_calls))
+        found.append(Increment(LLM_TOKENS, (), move.tokens))
+    completed = move.to == State.AWAITING_APPROVAL or (move.to == State.SENT and move.approved_at is None)
+    if completed and move.tier is not None and move.at is not None and move.due_at is not None:
+        waited = max(0.0, (move.at - min(move.due_at, move.at)).total_seconds())
+        found += observation(COMPLETION_LATENCY, (("tier", tier_name(move.tier)),), waited)
+    return found
+
+
+def observation(histogram: str, labels: Labels, seconds: float) -> list[Increment]:
+    """One observation: its bucket (the smallest bound it fits, else +Inf), sum and count."""
+    bound = next((b for b in BUCKETS[histogram] if seconds <= b), math.inf)
+    return [
+        Increment(f"{histogram}_bucket", (*labels, ("le", _bound(bound))), 1),
+        Increment(f"{histogram}_sum_ms", labels, round(seconds * 1000)),
+        Increment(f"{histogram}_count", labels, 1),
+    ]
+
+
+def _bound(bound: float) -> str:
+    """As Prometheus clients write `le`: 30.0, 0.25, +Inf (prometheus_client.utils.floatToGoString)."""
+    return floatToGoString(bound)
+
+
+def _labels_text(labels: Labels) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels))
+
+
+def _labels_parse(text: str) -> Labels:
+    return tuple(tuple(pair.split("=", 1)) for pair in text.split(",") if pair)  # type: ignore[misc]
+
+
+def counters_add(increments: Iterable[Increment]) -> None:
+    """Add to the counters in one statement (an upsert per series), inside the caller's
+    transaction if there is one. Rows are locked in sorted order, so two transactions adding
+    to the same series cannot deadlock each other."""
+    merged: dict[tuple[str, str], int] = defaultdict(int)
+    for inc in increments:
+        if inc.value:
+            merged[(inc.name, _labels_text(inc.labels))] += inc.value
+    if not merged:
+        return
+    shard = os.getpid() % SHARDS
+    rows = sorted(merged.items())
+    table = MetricCounter._meta.db_table
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+    params = [p for (name, labels), value in rows for p in (name, labels, shard, value)]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (name, labels, shard, value) VALUES {values} "
+            f"ON CONFLICT (name, labels, shard) DO UPDATE SET value = {table}.value + EXCLUDED.value",
+            params,
+        )
+
+
+def call_durations_record(calls: Iterable[tuple[str, float]]) -> None:
+    """A job's LLM call durations, (step, seconds) each, in one statement (the generation
+    worker, with its outcome, outside any transaction). Never fails the job: a lost sample is a
+    gap in a histogram, not a reason to pay again."""
+    try:
+        counters_add(
+            inc
+            for step, seconds in calls
+            for inc in observation(LLM_CALL_DURATION, (("step", step),), seconds)
+        )
+    except DatabaseError as exc:
+        log.warning("LLM call durations not counted", extra={"error": str(exc)})
+
+
+def counters_read() -> dict[str, dict[Labels, int]]:
+    """Every stored series summed over its shards: {name: {labels: value}}."""
+    totals: dict[str, dict[Labels, int]] = defaultdict(dict)
+    rows = MetricCounter.objects.values("name", "labels").annotate(total=Sum("value")).order_by()
+    for row in rows:
+        totals[row["name"]][_labels_parse(row["labels"])] = row["total"]
+    return totals
+
+
+def histogram_series(
+    stored: Mapping[str, Mapping[Labels, int]], *, histogram: str, label: str, values: Sequence[str]
+) -> dict[str, tuple[list[tuple[str, int]], float, int]]:
+    """Per label value: (cumulative buckets [(le, count)], sum in seconds, count); zeros for a
+    value never observed, so every series exists from the start (rate() needs its first 0)."""
+    buckets = stored.get(f"{histogram}_bucket", {})
+    sums = stored.get(f"{histogram}_sum_ms", {})
+    counts = stored.get(f"{histogram}_count", {})
+    result = {}
+    for value in values:
+        running, cumulative = 0, []
+        for bound in (*BUCKETS[histogram], math.inf):
+            le = _bound(bound)
+            running += buckets.get(tuple(sorted(((label, value), ("le", le)))), 0)
+            cumulative.append((le, running))
+        key = ((label, value),)
+        result[value] = (cumulative, sums.get(key, 0) / 1000, counts.get(key, 0))
+    return result

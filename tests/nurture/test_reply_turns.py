@@ -1,0 +1,243 @@
+"""One answer per conversation turn: a lead's messages that arrive while our answer is queued,
+dispatched or being written join that answer; never two emails (nurture.intake.replies,
+nurture.generation). Each race is driven for real: the webhook over HTTP, the provider over
+HTTP (a scripted stub), SMTP to a sink, the budget in Redis, concurrent intake on threads."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models import Q
+from django.test import Client
+from django.utils import timezone
+
+from devtools.llm_stub import LLMStub, StubResponse
+from devtools.smtp_sink import SMTPSink
+from nurture.generation import outreach_generate
+from nurture.intake.replies import InboundReply, reply_receive, signature_header
+from nurture.prompts import plan_prompt, prompt_facts
+from nurture.sending import outreach_send
+from orchestrator.budget import Budget, Reservation
+from outreach.models import Lead, Outreach, State
+from outreach.transitions import TransitionLost, transition
+from tests.factories import make_draft, make_lead, make_outreach
+
+SECRET = "test-webhook-secret"
+
+
+@pytest.fixture(autouse=True)
+def _secret(settings: Any) -> None:
+    settings.WEBHOOK_SECRET = SECRET
+
+
+def _post(client: Client, lead: Lead, *, n: int, body: str) -> Any:
+    payload = {
+        "lead_email": lead.email,
+        "message_id": f"<m{n}@prospect.example>",
+        "subject": "Re: hi",
+        "body": body,
+    }
+    raw = json.dumps(payload).encode()
+    header = signature_header(body=raw, secret=SECRET, timestamp=int(time.time()))
+    return client.post(
+        "/hooks/replies/", data=raw, content_type="application/json", headers={"X-Signature": header}
+    )
+
+
+def _receive(lead: Lead, *, n: int, body: str) -> Any:
+    message = InboundReply(
+        lead_email=lead.email, message_id=f"<m{n}@prospect.example>", subject="Re: hi", body=body
+    )
+    return reply_receive(reply=message)
+
+
+def _dispatch(budget: Budget, outreach_id: int) -> None:
+    """What the dispatcher does to a queued row: a reservation, then QUEUED -> DISPATCHED."""
+    reservation = budget.reserve(requests=3, tokens=1800)
+    assert isinstance(reservation, Reservation)
+    transition(
+        outreach_id=outreach_id, from_=State.QUEUED, to=State.DISPATCHED, reservation_id=reservation.id
+    )
+
+
+def _prompt_text(request: Any) -> str:
+    return "\n".join(m["content"] for m in request.json["messages"])
+
+
+@pytest.mark.django_db
+def test_a_second_message_while_the_answer_is_queued_joins_it(client: Client) -> None:
+    # given a lead whose first message queued our answer
+    lead = make_lead()
+    first = _post(client, lead, n=1, body="What does it cost?").json()
+    # when the second message arrives (and is delivered twice)
+    second = _post(client, lead, n=2, body="And is there a trial?")
+    again = _post(client, lead, n=2, body="And is there a trial?")
+    # then it joined the queued answer: one reply, holding both messages, counted once
+    assert first["created"] is True
+    assert second.status_code == again.status_code == 202
+    assert (second.json()["outreach_id"], second.json()["joined"], second.json()["created"]) == (
+        first["outreach_id"],
+        True,
+        False,
+    )
+    assert again.json()["joined"] is False  # a duplicate delivery: already in
+    reply = Outreach.objects.get(lead=lead, kind=Outreach.Kind.REPLY)
+    assert reply.inbound_joined == 1
+    assert [m["body"] for m in reply.context["joined"]] == ["And is there a trial?"]
+
+
+@pytest.mark.django_db
+def test_the_prompt_shows_every_message_of_the_turn() -> None:
+    # given an answer with a message joined into it
+    lead = make_lead()
+    _receive(lead, n=1, body="What does it cost?")
+    _receive(lead, n=2, body="And is there a trial?")
+    reply = Outreach.objects.get(lead=lead)
+    # when the prompt is built
+    data = json.loads(
+        plan_prompt(facts=prompt_facts(outreach=reply))[-1]["content"].split("\n", 3)[3].rsplit("\n", 1)[0]
+    )
+    # then the model sees both, the later one as inbound_later
+    assert data["inbound"]["body"] == "What does it cost?"
+    assert data["inbound_later"] == [{"subject": "Re: hi", "body": "And is there a trial?"}]
+
+
+@pytest.mark.django_db
+def test_a_message_joined_into_a_sent_answer_stays_in_the_thread_of_the_next() -> None:
+    # given an answer sent for two messages, and a third message later
+    lead = make_lead()
+    _receive(lead, n=1, body="What does it cost?")
+    _receive(lead, n=2, body="And is there a trial?")
+    Outreach.objects.filter(lead=lead).update(
+        state=State.SENT, sent_at=timezone.now(), draft_subject="Re: hi", draft_body="Ten euros; yes."
+    )
+    third = _receive(lead, n=3, body="Great, sign me up.")
+    # then the third is a new turn, and its prompt's thread holds both earlier messages
+    assert third.created is True
+    facts = prompt_facts(outreach=Outreach.objects.get(pk=third.outreach_id))
+    assert [e["body"] for e in facts.thread] == [
+        "What does it cost?",
+        "And is there a trial?",
+        "Ten euros; yes.",
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("state", [State.AWAITING_APPROVAL, State.APPROVED, State.DISPATCHED, State.SENDING])
+def test_a_message_after_the_answer_is_written_starts_the_next_turn(state: State) -> None:
+    # given an answer whose draft is written (waiting for review, or on its way to SMTP)
+    lead = make_lead()
+    written = make_draft(lead=lead, kind=Outreach.Kind.REPLY, state=state, context={"inbound": {"body": "a"}})
+    # when another message arrives
+    result = _receive(lead, n=9, body="One more thing")
+    # then it is answered separately: the written draft does not have its text
+    assert (result.created, result.joined) == (True, False)
+    assert Outreach.objects.get(pk=written.pk).inbound_joined == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_joined_while_the_answer_is_being_written_discards_the_draft_and_rewrites_it(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
+) -> None:
+    # given a dispatched answer being written by a worker (on its own thread and connection)
+    lead = make_lead()
+    reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
+    _dispatch(budget, reply_id)
+    llm_stub.push(StubResponse(delay_s=1.0))  # the first provider call is slow
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        job = pool.submit(_generate_on_thread, budget, reply_id)
+        _wait(lambda: len(llm_stub.requests) == 1, what="the first provider call")
+        # when the second message arrives mid-call
+        assert _receive(lead, n=2, body="And is there a trial?").joined is True
+        state = job.result(timeout=30)
+    # then that draft was discarded: the answer is queued again at once, no attempt charged
+    assert state == State.QUEUED
+    row = Outreach.objects.get(pk=reply_id)
+    assert (row.state, row.draft_body, row.attempts, row.inbound_joined) == (State.QUEUED, "", 0, 1)
+    assert row.not_before <= timezone.now()
+    assert row.events.order_by("-id")[0].note.startswith("a later message from the lead joined")
+    assert smtp_sink.messages == []
+    # when it is dispatched and written again, then sent
+    _dispatch(budget, reply_id)
+    assert _generate_on_thread(budget, reply_id) == State.DISPATCHED
+    assert outreach_send(outreach_id=reply_id) == State.SENT
+    # then one email left, written from prompts holding both messages (the discarded one had one)
+    assert len(smtp_sink.wait_for(1)) == 1
+    assert "And is there a trial?" not in _prompt_text(llm_stub.requests[0])
+    rewritten = [_prompt_text(r) for r in llm_stub.requests[3:]]
+    assert len(rewritten) == 3
+    assert all("What does it cost?" in p and "And is there a trial?" in p for p in rewritten)
+
+
+def _generate_on_thread(budget: Budget, outreach_id: int) -> State | None:
+    try:
+        return outreach_generate(outreach_id=outreach_id, budget=budget)
+    finally:
+        connection.close()
+
+
+def _wait(check: Any, *, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.django_db
+def test_a_message_joined_while_dispatched_before_generation_reads_is_in_the_first_draft(
+    budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a dispatched answer whose job has not started yet
+    lead = make_lead()
+    reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
+    _dispatch(budget, reply_id)
+    # when a second message joins it before the worker picks it up
+    assert _receive(lead, n=2, body="And is there a trial?").joined is True
+    with django_capture_on_commit_callbacks(execute=False):
+        state = outreach_generate(outreach_id=reply_id, budget=budget)
+    # then the first draft already answers both and is kept
+    assert state == State.DISPATCHED
+    assert all("And is there a trial?" in _prompt_text(r) for r in llm_stub.requests)
+
+
+@pytest.mark.django_db
+def test_a_draft_record_is_guarded_on_the_joined_count() -> None:
+    # given a reply being written after one message joined it
+    row = make_outreach(kind=Outreach.Kind.REPLY, state=State.GENERATING, inbound_joined=1)
+    # when a job that read it before that join records its draft
+    with pytest.raises(TransitionLost):
+        transition(
+            outreach_id=row.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, guard=Q(inbound_joined=0)
+        )
+    # then nothing moved; a job that read the current count may
+    assert Outreach.objects.get(pk=row.pk).state == State.GENERATING
+    transition(
+        outreach_id=row.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, guard=Q(inbound_joined=1)
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_messages_arriving_at_once_make_one_answer() -> None:
+    # given a lead with nothing pending, and two different messages delivered at the same instant
+    lead = make_lead()
+    barrier = Barrier(2)
+
+    def deliver(n: int) -> Any:
+        try:
+            barrier.wait(timeout=10)
+            return _post(Client(), lead, n=n, body=f"message {n}").json()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(deliver, [1, 2]))
+    # then one created the answer and the other joined it
+    assert sorted((r["created"], r["joined"]) for r in results) == [(False, True), (True, False)]
+    reply = Outreach.objects.get(lead=lead, kind=Outreach.Kind.REPLY)
+    assert reply.inbound_joined == 1

@@ -1,0 +1,158 @@
+"""The learned cost of an owner's jobs (orchestrator.dispatch.owner_tokens) and how the dispatch
+cycle uses it: picks charged in tokens (DISPATCH_FAIRNESS=tokens), reservations of that size.
+Real PostgreSQL and Redis; the worker's side is called as the generation task calls it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+
+from devtools.llm_stub import LLMStub
+from devtools.processes import free_port
+from nurture.generation import outreach_generate
+from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
+from orchestrator.dispatch.owner_tokens import KEY, owner_tokens_load, owner_tokens_record
+from orchestrator.dispatch.selection import Cursor
+from outreach.models import Outreach, State
+from tests.factories import make_lead, make_outreach, make_owner
+from tests.orchestrator.conftest import FakeClock
+
+
+def test_the_estimate_is_a_moving_average_of_settled_jobs(redis_client: redis.Redis) -> None:
+    # given an owner's jobs settling at 1,000 then 3,000 then 3,000 tokens
+    assert owner_tokens_record(owner_id=7, tokens=1_000) == 1_000  # the first job is the estimate
+    assert owner_tokens_record(owner_id=7, tokens=3_000) == 1_400  # 1,000 + 0.2 x 2,000
+    assert owner_tokens_record(owner_id=7, tokens=3_000) == pytest.approx(1_720)
+    # then the dispatcher reads it (rounded up) and the configured estimate for owners without history
+    assert owner_tokens_load(owner_ids=[7, 8], default=1_800) == {7: 1_720, 8: 1_800}
+    assert redis_client.hget(KEY, "7") == b"1720.000"
+
+
+def test_without_redis_the_configured_estimate_stands_in(settings: Any) -> None:
+    # given a REDIS_URL nobody answers on
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    # then recording loses the sample and loading gives the configured estimate, neither raises
+    assert owner_tokens_record(owner_id=7, tokens=1_000) is None
+    assert owner_tokens_load(owner_ids=[7], default=1_800) == {7: 1_800}
+
+
+@pytest.mark.django_db
+def test_a_finished_job_teaches_its_owner_estimate(
+    budget: Budget, redis_client: redis.Redis, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a dispatched job holding a reservation
+    reservation = budget.reserve(requests=3, tokens=1_800)
+    assert isinstance(reservation, Reservation)
+    outreach = make_outreach(state=State.DISPATCHED, reservation_id=reservation.id)
+    # when the worker writes it
+    with django_capture_on_commit_callbacks():
+        outreach_generate(outreach_id=outreach.pk, budget=budget)
+    # then its settled tokens are its owner's estimate
+    outreach.refresh_from_db()
+    assert outreach.tokens_used > 0
+    assert owner_tokens_load(owner_ids=[outreach.owner_id], default=1) == {
+        outreach.owner_id: outreach.tokens_used
+    }
+
+
+def _two_owners_cycle(
+    settings: Any, budget: Budget, redis_client: redis.Redis, captured: Any
+) -> dict[str, Any]:
+    """Owners whose jobs settled at 1,000 and 3,000 tokens, eight intros each; one cycle of 4 slots."""
+    settings.DISPATCH_MAX_IN_FLIGHT = 4
+    cheap, costly = make_owner(), make_owner()
+    owner_tokens_record(owner_id=cheap.pk, tokens=1_000)
+    owner_tokens_record(owner_id=costly.pk, tokens=3_000)
+    for owner in (cheap, costly):
+        for _ in range(8):
+            make_outreach(lead=make_lead(owner=owner))
+    with captured(execute=False):
+        report = dispatch_cycle(budget=budget)
+    picks = Counter(pick.owner_id for pick in report.picks)
+    reserved = {
+        owner: {
+            _text(redis_client.hget(budget.key("res"), rid)).split(":")[1]
+            for rid in Outreach.objects.filter(owner_id=owner, state=State.DISPATCHED).values_list(
+                "reservation_id", flat=True
+            )
+        }
+        for owner in (cheap.pk, costly.pk)
+    }
+    return {
+        "picks": (picks[cheap.pk], picks[costly.pk]),
+        "reserved": (reserved[cheap.pk], reserved[costly.pk]),
+    }
+
+
+def _text(raw: object) -> str:
+    assert isinstance(raw, bytes), raw
+    return raw.decode()
+
+
+@pytest.mark.django_db
+def test_tokens_fairness_gives_the_cheap_owner_three_picks_for_one_and_reserves_each_estimate(
+    settings: Any, budget: Budget, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.DISPATCH_FAIRNESS = "tokens"
+    seen = _two_owners_cycle(settings, budget, redis_client, django_capture_on_commit_callbacks)
+    # then equal tokens: 3 x 1,000 for the cheap owner, 1 x 3,000 for the other, each reserving its own
+    assert seen == {"picks": (3, 1), "reserved": ({"1000"}, {"3000"})}
+
+
+@pytest.mark.django_db
+def test_count_fairness_gives_equal_picks_and_still_reserves_each_estimate(
+    settings: Any, budget: Budget, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.DISPATCH_FAIRNESS = "count"
+    seen = _two_owners_cycle(settings, budget, redis_client, django_capture_on_commit_callbacks)
+    assert seen == {"picks": (2, 2), "reserved": ({"1000"}, {"3000"})}
+
+
+@pytest.mark.django_db
+def test_an_estimate_beyond_the_buckets_capacity_reserves_the_capacity_and_still_dispatches(
+    redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a budget whose token bucket holds ~3,100 tokens and an owner whose jobs used more
+    # (the cycle once failed here: "can never fit these scopes")
+    budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=80_000))
+    largest = budget.largest_tokens()
+    owner = make_owner()
+    owner_tokens_record(owner_id=owner.pk, tokens=largest + 500)
+    outreach = make_outreach(lead=make_lead(owner=owner))
+    # when the dispatcher runs
+    with django_capture_on_commit_callbacks(execute=False):
+        report = dispatch_cycle(budget=budget)
+    # then the job goes, holding the most one reservation can
+    assert report.generation == [outreach.pk]
+    outreach.refresh_from_db()
+    assert _text(redis_client.hget(budget.key("res"), outreach.reservation_id)).split(":")[1] == str(largest)
+
+
+@pytest.mark.django_db
+def test_a_costly_pick_the_bucket_refuses_keeps_its_turn(
+    settings: Any, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a bucket (frozen clock) with room for a 1,000-token job but not for a 3,000-token
+    # one, and the costly owner first in the round (bench/fairness.py showed costly owners
+    # starved: charged for picks the budget refused while cheap ones took the room)
+    settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL = 3, 100
+    clock = FakeClock()
+    budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=80_000), clock=clock)
+    assert isinstance(budget.reserve(requests=3, tokens=budget.largest_tokens() - 1_500), Reservation)
+    costly, cheap = make_owner(), make_owner()
+    owner_tokens_record(owner_id=costly.pk, tokens=3_000)
+    owner_tokens_record(owner_id=cheap.pk, tokens=1_000)
+    first = make_outreach(lead=make_lead(owner=costly))
+    make_outreach(lead=make_lead(owner=cheap))
+    # when a cycle runs: the costly pick is refused, so the cheap one after it waits too
+    with django_capture_on_commit_callbacks(execute=False):
+        assert dispatch_cycle(budget=budget).generation == []
+    # then nobody was charged a turn, and once the bucket refilled the costly job goes first
+    assert Cursor.from_json(redis_client.get(CURSOR_KEY)).leads == ()
+    clock.now += 60_000
+    with django_capture_on_commit_callbacks(execute=False):
+        assert dispatch_cycle(budget=budget).generation[0] == first.pk

@@ -1,0 +1,142 @@
+"""Pauses (orchestrator.pauses): paused work stays QUEUED (or APPROVED) and says why; nothing
+paused is left DISPATCHED; resuming lets the next cycle take it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nurture.generation import outreach_generate
+from nurture.sending import outreach_send
+from orchestrator import pauses
+from orchestrator.budget import Budget, Reservation
+from orchestrator.dispatch.cycle import dispatch_cycle
+from orchestrator.models import Pause
+from outreach.models import Outreach, State
+from outreach.tiers import Tier
+from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner, make_user
+
+pytestmark = pytest.mark.django_db
+
+
+def _cycle(budget: Budget, capture: Any) -> tuple[set[int], set[int]]:
+    with capture(execute=True):
+        report = dispatch_cycle(budget=budget)
+    return set(report.generation), set(report.send)
+
+
+def test_a_paused_owner_waits_queued_with_the_reason_and_goes_after_the_resume(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given two owners with queued work, one paused by an operator
+    alice = make_user("alice")
+    paused_owner, other = make_owner(name="Ann"), make_owner()
+    waiting = make_outreach(lead=make_lead(owner=paused_owner))
+    going = make_outreach(lead=make_lead(owner=other))
+    stop, created = pauses.pause(owner=paused_owner, by=alice, reason="checking the copy")
+    assert created
+    # when a cycle runs
+    generation, _ = _cycle(budget, django_capture_on_commit_callbacks)
+    # then only the other owner's work went, and the paused one says who paused it and why
+    assert generation == {going.pk}
+    waiting.refresh_from_db()
+    assert waiting.state == State.QUEUED
+    assert waiting.blocked_reason.startswith("paused by alice at ")
+    assert waiting.blocked_reason.endswith("(owner Ann): checking the copy")
+    # when the pause is lifted, the next cycle takes it
+    assert pauses.resume(pauses=[stop], by=alice) == 1
+    generation, _ = _cycle(budget, django_capture_on_commit_callbacks)
+    assert generation == {waiting.pk}
+
+
+def test_an_organization_pause_stops_all_its_owners_and_no_other(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    org, other = make_org(), make_org()
+    stopped = [make_outreach(lead=make_lead(owner=make_owner(organization=org))).pk for _ in range(2)]
+    going = make_outreach(lead=make_lead(owner=make_owner(organization=other))).pk
+    pauses.pause(organization=org, by=make_user())
+    generation, _ = _cycle(budget, django_capture_on_commit_callbacks)
+    assert generation == {going}
+    assert set(Outreach.objects.filter(id__in=stopped).values_list("state", flat=True)) == {State.QUEUED}
+
+
+def test_a_tier_pause_holds_that_tier_only_for_new_work_and_approved_drafts(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an organization whose nudges are paused, with a queued intro, a queued nudge and an
+    # approved draft of each
+    org = make_org()
+    owner = make_owner(organization=org)
+    intro = make_outreach(lead=make_lead(owner=owner))
+    nudge = make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.NUDGE)
+    approved_intro = make_draft(lead=make_lead(owner=owner), state=State.APPROVED)
+    approved_nudge = make_draft(lead=make_lead(owner=owner), state=State.APPROVED, kind=Outreach.Kind.NUDGE)
+    pauses.pause(organization=org, tier=Tier.NUDGE, by=make_user("bob"))
+    # when a cycle runs
+    generation, send = _cycle(budget, django_capture_on_commit_callbacks)
+    # then the intros went and the nudges wait, the queued one saying why
+    assert (generation, send) == ({intro.pk}, {approved_intro.pk})
+    nudge.refresh_from_db()
+    approved_nudge.refresh_from_db()
+    assert (nudge.state, approved_nudge.state) == (State.QUEUED, State.APPROVED)
+    assert "paused by bob" in nudge.blocked_reason
+    assert "tier nudge" in nudge.blocked_reason
+
+
+def test_a_sender_domain_pause_stops_the_organizations_sending_from_it(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    on_domain = make_org(sender_email="Sales <sales@Mail.Example.com>")
+    elsewhere = make_org(sender_email="hi@other.example")
+    stopped = make_outreach(lead=make_lead(owner=make_owner(organization=on_domain)))
+    going = make_outreach(lead=make_lead(owner=make_owner(organization=elsewhere)))
+    pauses.pause(
+        sender_domain="mail.example.com", reason="hard-bounce rate 7% > 5%", source=Pause.Source.BOUNCES
+    )
+    generation, _ = _cycle(budget, django_capture_on_commit_callbacks)
+    assert generation == {going.pk}
+    stopped.refresh_from_db()
+    assert stopped.blocked_reason.startswith("paused automatically at ")
+    assert stopped.blocked_reason.endswith("(sender domain mail.example.com): hard-bounce rate 7% > 5%")
+
+
+def test_pausing_the_same_scope_twice_is_one_pause() -> None:
+    owner = make_owner()
+    first, created = pauses.pause(owner=owner, by=make_user())
+    again, created_again = pauses.pause(owner=owner, by=make_user())
+    assert (created, created_again, again.pk) == (True, False, first.pk)
+    assert first.organization_id == owner.organization_id  # tenancy checks see whose it is
+
+
+def test_generation_dispatched_before_the_pause_goes_back_to_the_queue_refunded_and_uncharged(
+    budget: Budget,
+) -> None:
+    # given a job dispatched (budget reserved) before its owner was paused
+    owner = make_owner()
+    reservation = budget.reserve(requests=3, tokens=1_800)
+    assert isinstance(reservation, Reservation)
+    outreach = make_outreach(
+        lead=make_lead(owner=owner), state=State.DISPATCHED, reservation_id=reservation.id
+    )
+    pauses.pause(owner=owner, by=make_user("carol"))
+    # when the worker picks it up
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.QUEUED
+    # then it waits queued with the reason, no attempt charged, its reservation given back
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.attempts, outreach.reservation_id) == (State.QUEUED, 0, "")
+    assert outreach.blocked_reason.startswith("paused by carol")
+    assert budget.refund(reservation_id=reservation.id) is False  # already refunded
+    assert outreach.events.filter(from_state=State.DISPATCHED, to_state=State.QUEUED, note="paused").exists()
+
+
+def test_a_send_dispatched_before_the_pause_waits_approved_and_nothing_leaves(smtp_sink: Any) -> None:
+    owner = make_owner()
+    draft = make_draft(lead=make_lead(owner=owner), state=State.DISPATCHED)
+    pauses.pause(owner=owner, by=make_user())
+    assert outreach_send(outreach_id=draft.pk) == State.APPROVED
+    draft.refresh_from_db()
+    assert (draft.state, draft.send_attempts) == (State.APPROVED, 0)
+    assert draft.blocked_reason.startswith("paused by ")
+    assert smtp_sink.messages == []

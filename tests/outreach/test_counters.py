@@ -1,0 +1,158 @@
+"""Counters counted where the event happens (outreach.counters): pure increments per move,
+and the transaction they are counted in."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from outreach.counters import (
+    COMPLETION_LATENCY,
+    SHARDS,
+    Increment,
+    Move,
+    counters_add,
+    counters_read,
+    move_increments,
+    observation,
+)
+from outreach.models import ErrorClass, MetricCounter, Outreach, State
+from outreach.tiers import Tier
+from outreach.transitions import TransitionLost, transition
+from tests.factories import make_outreach
+from tests.subprocesses import send_all
+
+S = State
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def test_a_send_counts_sent_and_its_latency_from_due() -> None:
+    move = Move(
+        from_state=S.SENDING,
+        to=S.SENT,
+        error_class="",
+        tier=Tier.REPLY,
+        at=T0,
+        due_at=T0 - timedelta(seconds=40),
+    )
+    assert move_increments(move) == [
+        Increment("outreach_sent", (), 1),
+        Increment("outreach_completion_latency_seconds_bucket", (("tier", "reply"), ("le", "60.0")), 1),
+        Increment("outreach_completion_latency_seconds_sum_ms", (("tier", "reply"),), 40_000),
+        Increment("outreach_completion_latency_seconds_count", (("tier", "reply"),), 1),
+    ]
+
+
+def test_an_approved_send_is_sent_but_its_completion_was_the_draft() -> None:
+    move = Move(
+        from_state=S.SENDING, to=S.SENT, error_class="", tier=Tier.INTRO, at=T0, due_at=T0, approved_at=T0
+    )
+    assert move_increments(move) == [Increment("outreach_sent", (), 1)]
+
+
+def test_a_generated_draft_counts_its_calls_and_tokens() -> None:
+    move = Move(
+        from_state=S.GENERATING, to=S.AWAITING_APPROVAL, error_class="", tier=Tier.NUDGE,
+        at=T0, due_at=T0 + timedelta(hours=1), llm_calls=3, tokens=900,
+    )  # fmt: skip
+    assert move_increments(move) == [
+        Increment("outreach_generated", (("tier", "nudge"),), 1),
+        Increment("outreach_llm_requests", (), 3),
+        Increment("outreach_llm_tokens", (), 900),
+        # due after the move (a clock skew): never a negative wait
+        Increment("outreach_completion_latency_seconds_bucket", (("tier", "nudge"), ("le", "5.0")), 1),
+        Increment("outreach_completion_latency_seconds_sum_ms", (("tier", "nudge"),), 0),
+        Increment("outreach_completion_latency_seconds_count", (("tier", "nudge"),), 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("to", "error_class", "expected"),
+    [
+        (S.QUEUED, ErrorClass.TRANSIENT, [Increment("outreach_retries", (), 1)]),
+        (S.QUEUED, ErrorClass.RATE_LIMITED, [Increment("outreach_provider_429s", (), 1)]),
+        (S.DEAD, ErrorClass.POLICY, [Increment("outreach_dead_letters", (("class", "policy"),), 1)]),
+        (S.DEAD, ErrorClass.RATE_LIMITED, [
+            Increment("outreach_dead_letters", (("class", "rate_limited"),), 1),
+            Increment("outreach_provider_429s", (), 1),
+        ]),
+        (S.CANCELLED, "", []),
+    ],
+)  # fmt: skip
+def test_failures_count_by_their_class(to: State, error_class: str, expected: list[Increment]) -> None:
+    move = Move(from_state=S.GENERATING, to=to, error_class=error_class, tier=Tier.INTRO)
+    assert move_increments(move) == expected
+
+
+def test_an_observation_past_the_last_bucket_goes_to_inf() -> None:
+    assert observation(COMPLETION_LATENCY, (), 100_000)[0].labels == (("le", "+Inf"),)
+
+
+@pytest.mark.django_db
+def test_a_committed_move_is_counted_once_and_a_lost_one_not_at_all() -> None:
+    # given a row sending
+    outreach = make_outreach(state=S.SENDING)
+    due = timezone.now() - timedelta(seconds=100)
+    Outreach.objects.filter(pk=outreach.pk).update(created_at=due, not_before=due)
+    # when it is sent, and a racing duplicate tries the same move
+    transition(outreach_id=outreach.pk, from_=S.SENDING, to=S.SENT)
+    with pytest.raises(TransitionLost):
+        transition(outreach_id=outreach.pk, from_=S.SENDING, to=S.SENT)
+    # then one send and one completion are counted
+    stored = counters_read()
+    assert stored["outreach_sent"] == {(): 1}
+    assert stored["outreach_completion_latency_seconds_count"] == {(("tier", "intro"),): 1}
+    assert stored["outreach_completion_latency_seconds_bucket"] == {(("le", "120.0"), ("tier", "intro")): 1}
+
+
+@pytest.mark.django_db
+def test_a_move_rolled_back_counts_nothing() -> None:
+    outreach = make_outreach(state=S.GENERATING)
+
+    def move_then_fail() -> None:
+        with transaction.atomic():
+            transition(outreach_id=outreach.pk, from_=S.GENERATING, to=S.DEAD, error_class=ErrorClass.POLICY)
+            raise RuntimeError("the dead letter could not be written")
+
+    with pytest.raises(RuntimeError):
+        move_then_fail()
+    assert "outreach_dead_letters" not in counters_read()
+
+
+@pytest.mark.django_db
+def test_every_process_shard_adds_to_one_total() -> None:
+    # given two other processes' shards of the same series
+    MetricCounter.objects.create(name="outreach_sent", labels="", shard=(os.getpid() + 1) % SHARDS, value=5)
+    MetricCounter.objects.create(name="outreach_sent", labels="", shard=(os.getpid() + 2) % SHARDS, value=7)
+    # when this process counts twice
+    counters_add([Increment("outreach_sent", (), 1)])
+    counters_add([Increment("outreach_sent", (), 1)])
+    # then the total is every shard's sum, and this process used one row
+    assert counters_read()["outreach_sent"] == {(): 14}
+    assert MetricCounter.objects.filter(name="outreach_sent").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_processes_racing_to_send_the_same_rows_count_each_send_once() -> None:
+    # given 30 committed rows sending, and four processes each trying to record all of them
+    ids = [make_outreach(state=S.SENDING).pk for _ in range(30)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [
+        ctx.Process(target=send_all, args=(connection.settings_dict["NAME"], ids[::step], barrier, results))
+        for step in (1, 1, 2, 3)
+    ]
+    # when they race
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(90)
+    wins = [results.get(timeout=5) for _ in procs]
+    # then every row was sent once, and the counter, summed over the processes' shards, says 30
+    assert sum(wins) == 30
+    assert counters_read()["outreach_sent"] == {(): 30}
