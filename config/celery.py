@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import celeryd_init, setup_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -28,3 +28,18 @@ def _django_logging(**_: object) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+@celeryd_init.connect
+def _generation_database_pool(options: dict[str, object], **_: object) -> None:
+    # A worker that runs generation jobs (either lane) keeps its database turns' connections
+    # in a pool (nurture.generation.database_turns_pool), set before anything connects.
+    from config.queues import Queue
+    from nurture.generation import database_turns_pool
+
+    queues = options.get("queues") or ()  # -Q: a list, or a comma-separated string
+    names = (
+        queues.split(",") if isinstance(queues, str) else queues if isinstance(queues, list | tuple) else ()
+    )
+    if {Queue.GENERATION.value, Queue.REPLY.value} & {str(n).strip() for n in names}:
+        database_turns_pool()
