@@ -140,3 +140,30 @@ def test_a_send_dispatched_before_the_pause_waits_approved_and_nothing_leaves(sm
     assert (draft.state, draft.send_attempts) == (State.APPROVED, 0)
     assert draft.blocked_reason.startswith("paused by ")
     assert smtp_sink.messages == []
+
+
+def test_job_pause_finds_the_oldest_pause_that_covers_the_job_and_no_other() -> None:
+    # given an outreach of owner Ann (organization A, sending from a.example), an intro
+    org = make_org(sender_email="sales@A.example")
+    ann, other = make_owner(organization=org, name="Ann"), make_owner(organization=org)
+    job = Outreach.objects.select_related("lead__organization", "owner").get(
+        pk=make_outreach(lead=make_lead(owner=ann), kind=Outreach.Kind.INTRO).pk
+    )
+    by = make_user()
+    # when only pauses that miss it are active, none stops it
+    pauses.pause(organization=make_org(), by=by)
+    pauses.pause(owner=other, by=by)
+    pauses.pause(organization=org, tier=Tier.REPLY, by=by)
+    pauses.pause(sender_domain="b.example", by=by)
+    assert pauses.job_pause(outreach=job) is None
+    # then each kind of scope that covers it does, the oldest one naming the reason
+    domain, _ = pauses.pause(sender_domain="a.example", by=by, reason="bounces")
+    pauses.pause(owner=ann, by=by)
+    assert pauses.job_pause(outreach=job) == domain
+    pauses.resume(pauses=[domain], by=by)
+    found = pauses.job_pause(outreach=job)
+    assert found is not None and found.owner_id == ann.pk
+    assert found.blocked_reason().startswith("paused by ")
+    pauses.resume(pauses=[found], by=by)
+    tier, _ = pauses.pause(organization=org, tier=Tier(job.tier), by=by)
+    assert pauses.job_pause(outreach=job) == tier
