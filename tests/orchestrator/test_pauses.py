@@ -162,7 +162,8 @@ def test_job_pause_finds_the_oldest_pause_that_covers_the_job_and_no_other() -> 
     assert pauses.job_pause(outreach=job) == domain
     pauses.resume(pauses=[domain], by=by)
     found = pauses.job_pause(outreach=job)
-    assert found is not None and found.owner_id == ann.pk
+    assert found is not None
+    assert found.owner_id == ann.pk
     assert found.blocked_reason().startswith("paused by ")
     pauses.resume(pauses=[found], by=by)
     tier, _ = pauses.pause(organization=org, tier=Tier(job.tier), by=by)
