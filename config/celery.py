@@ -9,9 +9,10 @@ them before a process (a bench, the demo) has set its environment.
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 from celery import Celery
-from celery.signals import celeryd_init, setup_logging
+from celery.signals import setup_logging, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -30,16 +31,50 @@ def _django_logging(**_: object) -> None:
     dictConfig(settings.LOGGING)
 
 
-@celeryd_init.connect
-def _generation_database_pool(options: dict[str, object], **_: object) -> None:
-    # A worker that runs generation jobs (either lane) keeps its database turns' connections
-    # in a pool (nurture.generation.database_turns_pool), set before anything connects.
-    from config.queues import Queue
-    from nurture.generation import database_turns_pool
+# Pooled connections unused this long are closed, one at a time (psycopg_pool's max_idle).
+DATABASE_POOL_MAX_IDLE_S = 60.0
 
-    queues = options.get("queues") or ()  # -Q: a list, or a comma-separated string
-    names = (
-        queues.split(",") if isinstance(queues, str) else queues if isinstance(queues, list | tuple) else ()
-    )
-    if {Queue.GENERATION.value, Queue.REPLY.value} & {str(n).strip() for n in names}:
-        database_turns_pool()
+
+# Pooled connections unused this long are closed, one at a time (psycopg_pool's max_idle).
+DATABASE_POOL_MAX_IDLE_S = 60.0
+
+
+@worker_init.connect
+def _threads_database_pool(sender: Any, **_: object) -> None:  # a celery.worker.WorkController
+    """A threads-pool worker keeps its threads' PostgreSQL connections in one pool (Django's
+    psycopg_pool support), set before anything connects. Without it each task starts a new
+    backend: Celery's Django fixup closes a task's connections when it starts and ends, and a
+    generation job also gives its connection back after each database turn (~6 a job).
+
+    Pool size: GENERATION_DB_CONNECTIONS in a worker that runs only generation jobs (their
+    database turns never use more at once, nurture.generation; a larger pool would still grow
+    past them, as psycopg_pool opens connections ahead of demand). Any other: the worker's
+    concurrency, the most its threads can hold (a send holds its connection for its whole
+    job). Prefork workers are left alone: a pool must not cross a fork.
+    """
+    from django.conf import settings
+    from django.db import connections
+
+    from config.queues import Queue
+
+    pool_cls = sender.pool_cls  # the --pool name or class (resolved just after this signal)
+    if "thread" not in str(getattr(pool_cls, "__module__", pool_cls)):
+        return
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql":  # the demo's SQLite: nothing to pool
+        return
+    queues = set(sender.app.amqp.queues.consume_from)
+    if queues and queues <= {Queue.GENERATION.value}:
+        size = settings.GENERATION_DB_CONNECTIONS
+    else:
+        concurrency = sender.concurrency
+        size = concurrency if isinstance(concurrency, int) and concurrency > 0 else (os.cpu_count() or 1)
+    connections.close_all()  # none opened outside the pool: it must put back only its own
+    db["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django refuses both at once
+    pool_options = cast(dict[str, object], db["OPTIONS"])  # always there (config.env.database_from_url)
+    pool_options["pool"] = {
+        "min_size": 0,
+        "max_size": size,
+        "max_idle": DATABASE_POOL_MAX_IDLE_S,
+        "name": "worker",
+    }

@@ -100,14 +100,13 @@ TEMPLATES = [
 # PostgreSQL in production and tests; a SQLite file is the demo's embedded default.
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'demo.sqlite3'}")
 # Connections: CONN_MAX_AGE is 60 s (database_from_url) for web requests. In Celery workers it
-# barely matters: Celery's Django fixup closes a task's connections when the task starts and
-# ends. Django connections are per thread, so a threads-pool worker (generation, config.workers)
-# could open one per running job; a generation job instead connects only for its reads and
-# writes, gives the connection back before its LLM calls, and waits for one of
-# GENERATION_DB_CONNECTIONS turns per process, on connections pooled in that process
-# (nurture.generation.database_turns_pool, turned on by config.celery in such a worker). PostgreSQL's max_connections must cover web + beat + the
-# prefork workers' processes + GENERATION_DB_CONNECTIONS per generation process + the send
-# and reply workers' threads (a send holds its connection while it runs: 48, config.workers).
+# does not apply: Celery's Django fixup closes a task's connections when the task starts and
+# ends, so every threads-pool worker keeps its connections in a pool instead (config.celery).
+# A generation job connects only for its reads and writes, gives the connection back before
+# its LLM calls, and waits for one of GENERATION_DB_CONNECTIONS turns per process
+# (nurture.generation). PostgreSQL's max_connections must cover web + beat + the prefork
+# workers' processes + GENERATION_DB_CONNECTIONS per generation process + the send and reply
+# workers' threads (a send holds its connection while it runs: 48, config.workers).
 DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -8,8 +8,8 @@ Generation runs on a threads pool (config.workers): hundreds of jobs per process
 seconds on the provider. Django connections are per thread, so each job uses the database only
 in short turns (`database_turn`): at most GENERATION_DB_CONNECTIONS at once per process, the
 connection given back at the end of each turn, none held through the LLM calls. A worker that
-runs generation jobs keeps those connections in a pool (`database_turns_pool`, set up when it
-starts), so a turn reuses one instead of starting a PostgreSQL backend. While the row
+runs generation jobs keeps those connections in a pool (config.celery, set up when it starts),
+so a turn reuses one instead of starting a PostgreSQL backend. While the row
 is GENERATING the job holds a lease (orchestrator.job_leases), so if its process dies the row
 is recovered within the lease TTL instead of DISPATCH_STUCK_AFTER_S.
 """
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -224,30 +224,6 @@ def database_turn() -> Iterator[None]:
         finally:
             if not connection.in_atomic_block:
                 connection.close()
-
-
-# Pooled connections unused this long are closed, one at a time (psycopg_pool's max_idle).
-POOL_MAX_IDLE_S = 60.0
-
-
-def database_turns_pool() -> None:
-    """Keep this process's GENERATION_DB_CONNECTIONS connections open between turns: a pool
-    (Django's psycopg_pool support) in place of a new connection, and a new PostgreSQL backend
-    to start, for every turn (~6 an outreach). Called in a worker that runs generation jobs
-    before it connects (config.celery); the turns bound the pool's users, so a turn never
-    waits on the pool itself. Not for SQLite (the demo), which has nothing to pool."""
-    db = settings.DATABASES["default"]
-    if db["ENGINE"] != "django.db.backends.postgresql":
-        return
-    connections.close_all()  # none opened yet outside the pool (it must put back its own)
-    db["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django refuses both at once
-    options = cast(dict[str, object], db["OPTIONS"])  # always there (config.env.database_from_url)
-    options["pool"] = {
-        "min_size": 0,
-        "max_size": settings.GENERATION_DB_CONNECTIONS,
-        "max_idle": POOL_MAX_IDLE_S,
-        "name": "generation",
-    }
 
 
 def _process_turns() -> threading.BoundedSemaphore:

@@ -1,4 +1,4 @@
-"""A threads-pool generation worker and PostgreSQL: many jobs at once, few connections.
+"""Threads-pool workers and PostgreSQL: many jobs at once, few connections, reused.
 
 Django connections are per thread, so a worker running dozens of jobs could hold dozens of
 connections, all idle through seconds of LLM calls. Each job uses the database in short turns
@@ -20,9 +20,10 @@ from config.celery import app
 from config.queues import Queue
 from devtools.llm_stub import StubResponse
 from devtools.processes import celery_worker
+from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, State
 from tests.e2e.conftest import wait_until
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import TimedLLMStub
 
@@ -116,3 +117,34 @@ def test_many_jobs_in_a_threads_worker_use_a_bounded_number_of_connections(
         connections_opened=opened,
         after=after - (baseline - 1),
     )
+
+
+def test_a_send_worker_reuses_its_threads_connections_from_task_to_task(
+    make_stack: StackFactory, smtp_sink: SMTPSink, figures: dict[str, object]
+) -> None:
+    # given 30 dispatched drafts and a send worker of 4 threads (Celery's Django fixup closes a
+    # task's connections at its start and end, whatever CONN_MAX_AGE says)
+    agent = make_owner(organization=make_org(), daily_limit=10_000)
+    ids = [make_draft(lead=make_lead(owner=agent), state=State.DISPATCHED).pk for _ in range(30)]
+    threads = 4
+    stack = make_stack()
+    watch = ConnectionWatch()
+    own = watch.backends_now()
+    stack.start("worker-send", celery_worker(Queue.SEND, concurrency=threads))
+    watch.start()
+    # when every send is enqueued at once
+    for outreach_id in ids:
+        app.send_task("nurture.send", args=[outreach_id])
+    wait_until(
+        lambda: Outreach.objects.filter(pk__in=ids, state=State.SENT).count() == len(ids),
+        timeout_s=90,
+        what="every draft sent",
+        group=stack,
+    )
+    watch.stop()
+    # then the worker opened no more connections than its threads: each task took one from
+    # the worker's pool, not a new PostgreSQL backend
+    opened = len(watch.backends - own)
+    assert len(smtp_sink.messages) == len(ids)
+    assert 1 <= opened <= threads
+    figures.update(sends=len(ids), threads=threads, connections_opened=opened)
