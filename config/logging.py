@@ -78,8 +78,11 @@ def logging_config(*, level: str = "INFO", json_lines: bool = True) -> dict[str,
             "console": {"class": "logging.StreamHandler", "formatter": "json" if json_lines else "kv"}
         },
         "root": {"handlers": ["console"], "level": level},
-        # The openai SDK's HTTP client logs every request at INFO: one line per LLM call (~50 a
-        # second at 3,000 requests/min) that repeats what our own call log and metrics say, and
-        # costs the generation worker CPU. Its warnings and errors still come through.
-        "loggers": {name: {"level": "WARNING"} for name in ("httpx", "httpcore", "openai")},
+        # The LLM client's HTTP library (httpx2) logs every request at INFO: one line per LLM
+        # call (~50 a second at 3,000 requests/min) that repeats what our own call log and
+        # metrics say, and costs the generation worker CPU. Its warnings and errors still come
+        # through. (httpx/openai: the same for the tests' and benches' SDK clients.)
+        "loggers": {
+            name: {"level": "WARNING"} for name in ("httpx2", "httpcore2", "httpx", "httpcore", "openai")
+        },
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Top-level modules of requirements-demo.txt and requirements-dev.txt.
-NOT_IN_PRODUCTION = ("aiosmtpd", "matplotlib", "pytest", "hypothesis", "playwright")
+NOT_IN_PRODUCTION = ("aiosmtpd", "matplotlib", "pytest", "hypothesis", "playwright", "openai")
 PRODUCT = ("config", "outreach", "nurture", "orchestrator")
 
 # Run in a fresh interpreter: this one has the test tools loaded already.
@@ -49,5 +49,5 @@ def test_the_product_imports_without_demo_and_test_packages() -> None:
 
 def test_production_requirements_leave_out_the_demo_and_test_packages() -> None:
     runtime = (ROOT / "requirements.txt").read_text().lower()
-    for package in ("aiosmtpd", "matplotlib", "pytest", "hypothesis", "playwright"):
+    for package in NOT_IN_PRODUCTION:
         assert f"{package}==" not in runtime
