@@ -136,7 +136,9 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
     """Generate the draft for one dispatched outreach; return the state it ends in (None: not ours)."""
     budget = budget or get_budget()
     with database_turn():
-        outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
+        outreach = Outreach.objects.select_related("lead__organization", "owner__organization").get(
+            pk=outreach_id
+        )
         if (stop := job_pause(outreach=outreach)) is not None:
             return _put_back(outreach=outreach, budget=budget, reason=stop.blocked_reason())
         try:
