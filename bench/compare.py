@@ -103,10 +103,14 @@ def workload() -> list[tuple[int, int]]:
     return [(0, BIG_OWNER_LEADS)] + [(o, SMALL_OWNER_LEADS) for o in range(1, SMALL_OWNERS + 1)]
 
 
-def start_sim(*, rpm: int, tpm: int, latency_ms: int) -> Any:
+def start_sim(*, rpm: int, tpm: int, latency_ms: float, sigma: float = 0.0) -> Any:
+    """llm_sim in this process: `latency_ms` +- half (sigma 0), or lognormal with that median."""
     from devtools.llm_sim import LLMSim
 
-    sim = LLMSim(rpm=rpm, tpm=tpm, latency_ms=latency_ms, mode="window", seed=1)
+    shape: dict[str, float] = (
+        {"latency_median_ms": latency_ms, "latency_sigma": sigma} if sigma > 0 else {"latency_ms": latency_ms}
+    )
+    sim = LLMSim(rpm=rpm, tpm=tpm, mode="window", seed=1, **shape)
     sim.start()
     return sim
 

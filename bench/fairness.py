@@ -1,9 +1,11 @@
 """Owners whose jobs differ in tokens share the LLM budget: DISPATCH_FAIRNESS=tokens beside count.
 
     .venv/bin/python bench/fairness.py [--seconds 180] [--warmup 60] [--tpm 80000] [--long-body 3250] [--arms tokens,count]
+    .venv/bin/python bench/fairness.py --median-ms 200 --sigma 0   # the earlier short-latency run
 
 The whole stack as the Procfile's recipe runs it (bench.stack, devtools.processes.start_pipeline),
-against `llm_sim` (usage proportional to the prompt, chars / 4) whose token limit binds. Four
+against `llm_sim` (usage proportional to the prompt, chars / 4; latency lognormal, median
+--median-ms 3000, sigma --sigma 0.5, as a real model writes) whose token limit binds. Four
 owners with deep reply backlogs: two answer short inbound emails, two long ones (the inbound
 body enters every prompt of the job), so the second pair's jobs cost about three times the
 tokens. Measured after the warm-up (the owners' estimates are learned by then): the tokens each
@@ -42,9 +44,11 @@ class ArmResult:
     minutes: float
 
 
-def run_arm(*, fairness: str, seconds: float, warmup: float, tpm: int, long_body: int) -> ArmResult:
+def run_arm(
+    *, fairness: str, seconds: float, warmup: float, tpm: int, long_body: int, median_ms: float, sigma: float
+) -> ArmResult:
     database_url = scratch_database(name="outreach_bench_fairness")
-    sim = start_sim(rpm=6_000, tpm=tpm, latency_ms=200)
+    sim = start_sim(rpm=6_000, tpm=tpm, latency_ms=median_ms, sigma=sigma)
     from devtools.processes import ProcessGroup, stack_env, start_pipeline
     from devtools.smtp_sink import SMTPSink
 
@@ -159,10 +163,20 @@ def main() -> None:
         "--long-body", type=int, default=3_250, help="chars of the long owners' inbound email"
     )
     parser.add_argument("--arms", default="tokens,count")
+    parser.add_argument("--median-ms", type=float, default=3000.0, help="LLM latency median (default 3000)")
+    parser.add_argument(
+        "--sigma", type=float, default=0.5, help="lognormal sigma; 0: fixed +- half (default 0.5)"
+    )
     args = parser.parse_args()
     results = [
         run_arm(
-            fairness=arm, seconds=args.seconds, warmup=args.warmup, tpm=args.tpm, long_body=args.long_body
+            fairness=arm,
+            seconds=args.seconds,
+            warmup=args.warmup,
+            tpm=args.tpm,
+            long_body=args.long_body,
+            median_ms=args.median_ms,
+            sigma=args.sigma,
         )
         for arm in args.arms.split(",")
     ]
