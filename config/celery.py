@@ -35,10 +35,6 @@ def _django_logging(**_: object) -> None:
 DATABASE_POOL_MAX_IDLE_S = 60.0
 
 
-# Pooled connections unused this long are closed, one at a time (psycopg_pool's max_idle).
-DATABASE_POOL_MAX_IDLE_S = 60.0
-
-
 @worker_init.connect
 def _threads_database_pool(sender: Any, **_: object) -> None:  # a celery.worker.WorkController
     """A threads-pool worker keeps its threads' PostgreSQL connections in one pool (Django's
@@ -71,8 +67,8 @@ def _threads_database_pool(sender: Any, **_: object) -> None:  # a celery.worker
         size = concurrency if isinstance(concurrency, int) and concurrency > 0 else (os.cpu_count() or 1)
     connections.close_all()  # none opened outside the pool: it must put back only its own
     db["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django refuses both at once
-    pool_options = cast(dict[str, object], db["OPTIONS"])  # always there (config.env.database_from_url)
-    pool_options["pool"] = {
+    options = cast(dict[str, object], db["OPTIONS"])  # always there (config.env.database_from_url)
+    options["pool"] = {
         "min_size": 0,
         "max_size": size,
         "max_idle": DATABASE_POOL_MAX_IDLE_S,
