@@ -81,7 +81,10 @@ class Usage:
     reservation_id: str = ""
     scopes: tuple[str, ...] = (PROVIDER,)
     requests: int = 0
-    tokens: int = 0
+    tokens: int = 0  # what the calls used (prompt + completion): the bill, Outreach.tokens_used
+    # What the provider's token limit counted for them (each call's prompt estimate + its
+    # max_tokens, as the pacer logged it): what the reservation is settled with.
+    counted: int = 0
     input_tokens: int = 0  # spend: priced apart from output (outreach.spend)
     output_tokens: int = 0
 
@@ -104,6 +107,10 @@ class JobBudget:
     @property
     def tokens(self) -> int:
         return sum(u.tokens for u in self.uses.values())
+
+    @property
+    def counted(self) -> int:
+        return sum(u.counted for u in self.uses.values())
 
     @property
     def input_tokens(self) -> int:
@@ -203,7 +210,8 @@ def _generate(*, outreach: Outreach, budget: Budget) -> State | None:
             call_durations_record(usage.call_durations)
             return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
     _release(budget=budget, outreach=outreach, usage=usage)
-    owner_tokens_record(owner_id=outreach.owner_id, tokens=usage.tokens)  # a whole job's usage only
+    # A whole job's usage only; what it used and what the limit counted (owner_tokens says why both).
+    owner_tokens_record(owner_id=outreach.owner_id, settled=usage.tokens, counted=usage.counted)
     with database_turn():
         call_durations_record(usage.call_durations)
         return _record_draft(outreach=outreach, subject=subject, body=body, usage=usage)
@@ -327,10 +335,12 @@ def _call(
         waited += slot.wait_ms / 1000
         slot = budget.acquire_call(tokens=estimate, scopes=use.scopes)
     use.requests += 1
+    use.counted += estimate
     started = time.monotonic()
     try:
         result = llm.chat(messages=messages, max_tokens=max_tokens, deployment=deployment)
     except RateLimited as exc:
+        use.counted -= estimate  # refused: the provider did not count it, nor does our log now
         budget.report_429(
             retry_after_s=exc.retry_after_s, sent_at_ms=slot.at_ms or None, scope=deployment.scope
         )
@@ -365,8 +375,9 @@ def _call(
 
 
 def _release(*, budget: Budget, outreach: Outreach, usage: JobBudget, refund: bool = False) -> None:
-    """Settle each deployment's reservation with what was really used there (a refund when no
-    call was made, or when `refund` says the calls do not count)."""
+    """Settle each deployment's reservation with what its token limit counted there (prompt +
+    max_tokens a call, the unit the pacer and the provider count in; a refund when no call was
+    made, or when `refund` says the calls do not count)."""
     for use in usage.uses.values():
         if not use.reservation_id:
             continue
@@ -374,7 +385,7 @@ def _release(*, budget: Budget, outreach: Outreach, usage: JobBudget, refund: bo
             budget.refund(reservation_id=use.reservation_id)
         else:
             budget.settle(
-                reservation_id=use.reservation_id, actual_tokens=use.tokens, actual_requests=use.requests
+                reservation_id=use.reservation_id, actual_tokens=use.counted, actual_requests=use.requests
             )
 
 

@@ -135,10 +135,11 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     group_slots = _group_slots(groups=groups, budget=budget)
     weights = {rules.owner_id: weight for rules, weight in owners}
     cursor = Cursor.from_json(client.get(CURSOR_KEY)).keeping_groups(caps)
-    # What each owner's next job is expected to use (its settled history): the reservation's
-    # size, and with fairness in tokens what a pick costs the owner's place in the round.
-    tokens = owner_tokens_load(owner_ids=room, default=_cost()[1])
-    costs = tokens if settings.DISPATCH_FAIRNESS == "tokens" else None
+    # What each owner's next job is expected to cost (owner_tokens: learned from its finished
+    # jobs): with fairness in tokens, what it uses moves the owner's place in the round; what
+    # the provider's limit will count is the reservation's size.
+    expected = owner_tokens_load(owner_ids=room, default=_cost()[1])
+    costs = {o: t.settled for o, t in expected.items()} if settings.DISPATCH_FAIRNESS == "tokens" else None
     candidates = _candidates(
         room=room,
         slots=report.slots,
@@ -159,7 +160,9 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     }
     selection = select_batch(candidates, slots=report.slots, **policy)
     report.picks = list(selection.picks)
-    report.generation = _reserve_and_claim(picks=report.picks, budget=budget, groups=groups, tokens=tokens)
+    report.generation = _reserve_and_claim(
+        picks=report.picks, budget=budget, groups=groups, tokens={o: t.counted for o, t in expected.items()}
+    )
     if len(report.generation) < len(report.picks):
         # The round is charged only what runs: picks the budget refused (or another claimed)
         # leave their owners' places untouched, so a costly job the bucket could not fit this
@@ -345,8 +348,9 @@ def _reserve_and_claim(
     claim the rows, enqueue on commit; refund what was not claimed.
 
     Placement is redone on the headroom of now (routing.routing_plan), picks in order; a pick
-    it cannot place stays QUEUED. Each pick reserves its owner's expected tokens (`tokens`,
-    learned from settled usage; the configured estimate for an owner without history), split
+    it cannot place stays QUEUED. Each pick reserves the tokens its owner's jobs are expected
+    to be counted by the provider's limit (`tokens`, owner_tokens' `counted`; the configured
+    estimate for an owner without history), split
     over the deployments it was placed on by the calls its steps make there (estimate / calls
     per job a call, in place of LLM_EST_TOKENS_PER_CALL). Picks of an organization with its own
     LLM cap reserve from its scope too; any its cap cannot take after all (its workers' calls

@@ -224,7 +224,7 @@ def test_an_owners_learned_estimate_is_reserved_per_call_on_each_deployment_its_
     # message on large
     budget = two_models
     (pk,) = _queue(1)
-    owner_tokens_record(owner_id=Outreach.objects.get(pk=pk).owner_id, tokens=3_000)
+    owner_tokens_record(owner_id=Outreach.objects.get(pk=pk).owner_id, settled=3_000, counted=3_000)
     # when a cycle runs
     assert _cycle(budget, django_capture_on_commit_callbacks) == [pk]
     # then small holds its two calls' share of the estimate and large its one call's, not
@@ -252,8 +252,8 @@ def test_a_deployment_refusing_a_costly_pick_makes_the_cheaper_picks_after_it_wa
     )
     (costly,) = _queue(1)
     (cheap,) = _queue(1)
-    owner_tokens_record(owner_id=Outreach.objects.get(pk=costly).owner_id, tokens=3_000)
-    owner_tokens_record(owner_id=Outreach.objects.get(pk=cheap).owner_id, tokens=1_000)
+    owner_tokens_record(owner_id=Outreach.objects.get(pk=costly).owner_id, settled=3_000, counted=3_000)
+    owner_tokens_record(owner_id=Outreach.objects.get(pk=cheap).owner_id, settled=1_000, counted=1_000)
     # when a cycle runs
     claimed = _cycle(budget, django_capture_on_commit_callbacks)
     # then small refused the costly job and the cheap one after it waits too, holding nothing

@@ -1,5 +1,6 @@
 """The learned cost of an owner's jobs (orchestrator.dispatch.owner_tokens) and how the dispatch
-cycle uses it: picks charged in tokens (DISPATCH_FAIRNESS=tokens), reservations of that size.
+cycle uses it: picks charged the tokens jobs use (DISPATCH_FAIRNESS=tokens), reservations of
+what the provider's limit counts.
 Real PostgreSQL and Redis; the worker's side is called as the generation task calls it."""
 
 from __future__ import annotations
@@ -10,52 +11,70 @@ from typing import Any
 import pytest
 import redis
 
-from devtools.llm_stub import LLMStub
+from devtools.llm_stub import LLMStub, StubRequest
 from devtools.processes import free_port
 from nurture.generation import outreach_generate
 from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
-from orchestrator.dispatch.owner_tokens import KEY, owner_tokens_load, owner_tokens_record
+from orchestrator.dispatch.owner_tokens import KEY, JobTokens, owner_tokens_load, owner_tokens_record
 from orchestrator.dispatch.selection import Cursor
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_outreach, make_owner
 from tests.orchestrator.conftest import FakeClock
 
 
-def test_the_estimate_is_a_moving_average_of_settled_jobs(redis_client: redis.Redis) -> None:
-    # given an owner's jobs settling at 1,000 then 3,000 then 3,000 tokens
-    assert owner_tokens_record(owner_id=7, tokens=1_000) == 1_000  # the first job is the estimate
-    assert owner_tokens_record(owner_id=7, tokens=3_000) == 1_400  # 1,000 + 0.2 x 2,000
-    assert owner_tokens_record(owner_id=7, tokens=3_000) == pytest.approx(1_720)
-    # then the dispatcher reads it (rounded up) and the configured estimate for owners without history
-    assert owner_tokens_load(owner_ids=[7, 8], default=1_800) == {7: 1_720, 8: 1_800}
-    assert redis_client.hget(KEY, "7") == b"1720.000"
+def test_the_estimates_are_moving_averages_of_finished_jobs(redis_client: redis.Redis) -> None:
+    # given an owner's jobs using 1,000 then 3,000 then 3,000 tokens, counted 2,000 then 4,000 twice
+    assert owner_tokens_record(owner_id=7, settled=1_000, counted=2_000) == (1_000, 2_000)  # the first job
+    assert owner_tokens_record(owner_id=7, settled=3_000, counted=4_000) == (1_400, 2_400)  # + 0.2 x diff
+    assert owner_tokens_record(owner_id=7, settled=3_000, counted=4_000) == pytest.approx((1_720, 2_720))
+    # then the dispatcher reads them (rounded up), and the configured estimate for owners without history
+    assert owner_tokens_load(owner_ids=[7, 8], default=1_800) == {
+        7: JobTokens(settled=1_720, counted=2_720),
+        8: JobTokens(settled=1_800, counted=1_800),
+    }
+    assert redis_client.hmget(KEY, ["7", "7:counted"]) == [b"1720.000", b"2720.000"]
 
 
 def test_without_redis_the_configured_estimate_stands_in(settings: Any) -> None:
     # given a REDIS_URL nobody answers on
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     # then recording loses the sample and loading gives the configured estimate, neither raises
-    assert owner_tokens_record(owner_id=7, tokens=1_000) is None
-    assert owner_tokens_load(owner_ids=[7], default=1_800) == {7: 1_800}
+    assert owner_tokens_record(owner_id=7, settled=1_000, counted=2_000) is None
+    assert owner_tokens_load(owner_ids=[7], default=1_800) == {7: JobTokens(settled=1_800, counted=1_800)}
+
+
+def _counted(requests: list[StubRequest]) -> int:
+    """What a provider's token limit counts for these calls: prompt (chars / 4) + max_tokens each."""
+    return sum(
+        sum(len(m["content"]) for m in r.json["messages"]) // 4 + r.json["max_tokens"] for r in requests
+    )
 
 
 @pytest.mark.django_db
-def test_a_finished_job_teaches_its_owner_estimate(
-    budget: Budget, redis_client: redis.Redis, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+def test_a_finished_job_settles_what_the_limit_counted_and_teaches_both_estimates(
+    redis_client: redis.Redis, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
 ) -> None:
-    # given a dispatched job holding a reservation
-    reservation = budget.reserve(requests=3, tokens=1_800)
+    # given a dispatched job holding a reservation of 9,000 tokens, on a frozen clock
+    clock = FakeClock()
+    budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=600_000), clock=clock)
+    reservation = budget.reserve(requests=3, tokens=9_000)
     assert isinstance(reservation, Reservation)
+    held = budget.headroom().tokens
     outreach = make_outreach(state=State.DISPATCHED, reservation_id=reservation.id)
-    # when the worker writes it
+    # when the worker writes it (the stub's calls use 12 + 8 tokens each)
     with django_capture_on_commit_callbacks():
         outreach_generate(outreach_id=outreach.pk, budget=budget)
-    # then its settled tokens are its owner's estimate
+    # then the bucket is charged what the provider's limit counted for its calls (prompt +
+    # max_tokens, far above the 60 tokens they used), not what they used: the bucket and the
+    # call-time pacer count one window in one unit
     outreach.refresh_from_db()
-    assert outreach.tokens_used > 0
+    counted = _counted(llm_stub.requests)
+    assert (outreach.tokens_used, len(llm_stub.requests)) == (60, 3)
+    assert budget.headroom().tokens == pytest.approx(held + 9_000 - counted)
+    # and the owner's estimates learn both: its settled usage (fairness), its counted (reservations)
     assert owner_tokens_load(owner_ids=[outreach.owner_id], default=1) == {
-        outreach.owner_id: outreach.tokens_used
+        outreach.owner_id: JobTokens(settled=60, counted=counted)
     }
 
 
@@ -65,8 +84,8 @@ def _two_owners_cycle(
     """Owners whose jobs settled at 1,000 and 3,000 tokens, eight intros each; one cycle of 4 slots."""
     settings.DISPATCH_MAX_IN_FLIGHT = 4
     cheap, costly = make_owner(), make_owner()
-    owner_tokens_record(owner_id=cheap.pk, tokens=1_000)
-    owner_tokens_record(owner_id=costly.pk, tokens=3_000)
+    owner_tokens_record(owner_id=cheap.pk, settled=1_000, counted=1_500)
+    owner_tokens_record(owner_id=costly.pk, settled=3_000, counted=3_500)
     for owner in (cheap, costly):
         for _ in range(8):
             make_outreach(lead=make_lead(owner=owner))
@@ -99,8 +118,9 @@ def test_tokens_fairness_gives_the_cheap_owner_three_picks_for_one_and_reserves_
 ) -> None:
     settings.DISPATCH_FAIRNESS = "tokens"
     seen = _two_owners_cycle(settings, budget, redis_client, django_capture_on_commit_callbacks)
-    # then equal tokens: 3 x 1,000 for the cheap owner, 1 x 3,000 for the other, each reserving its own
-    assert seen == {"picks": (3, 1), "reserved": ({"1000"}, {"3000"})}
+    # then equal tokens used: 3 x 1,000 for the cheap owner, 1 x 3,000 for the other, each
+    # reserving what the provider's limit will count for its job
+    assert seen == {"picks": (3, 1), "reserved": ({"1500"}, {"3500"})}
 
 
 @pytest.mark.django_db
@@ -109,7 +129,7 @@ def test_count_fairness_gives_equal_picks_and_still_reserves_each_estimate(
 ) -> None:
     settings.DISPATCH_FAIRNESS = "count"
     seen = _two_owners_cycle(settings, budget, redis_client, django_capture_on_commit_callbacks)
-    assert seen == {"picks": (2, 2), "reserved": ({"1000"}, {"3000"})}
+    assert seen == {"picks": (2, 2), "reserved": ({"1500"}, {"3500"})}
 
 
 @pytest.mark.django_db
@@ -121,7 +141,7 @@ def test_an_estimate_beyond_the_buckets_capacity_reserves_the_capacity_and_still
     budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=80_000))
     largest = budget.largest_tokens()
     owner = make_owner()
-    owner_tokens_record(owner_id=owner.pk, tokens=largest + 500)
+    owner_tokens_record(owner_id=owner.pk, settled=largest, counted=largest + 500)
     outreach = make_outreach(lead=make_lead(owner=owner))
     # when the dispatcher runs
     with django_capture_on_commit_callbacks(execute=False):
@@ -144,8 +164,8 @@ def test_a_costly_pick_the_bucket_refuses_keeps_its_turn(
     budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=80_000), clock=clock)
     assert isinstance(budget.reserve(requests=3, tokens=budget.largest_tokens() - 1_500), Reservation)
     costly, cheap = make_owner(), make_owner()
-    owner_tokens_record(owner_id=costly.pk, tokens=3_000)
-    owner_tokens_record(owner_id=cheap.pk, tokens=1_000)
+    owner_tokens_record(owner_id=costly.pk, settled=3_000, counted=3_000)
+    owner_tokens_record(owner_id=cheap.pk, settled=1_000, counted=1_000)
     first = make_outreach(lead=make_lead(owner=costly))
     make_outreach(lead=make_lead(owner=cheap))
     # when a cycle runs: the costly pick is refused, so the cheap one after it waits too
