@@ -10,7 +10,8 @@ owners with deep reply backlogs: two answer short inbound emails, two long ones 
 body enters every prompt of the job), so the second pair's jobs cost about three times the
 tokens. Measured after the warm-up (the owners' estimates are learned by then): the tokens each
 owner's finished jobs used (`Outreach.tokens_used`), Jain's index of those token shares, and the
-emails each got. Prints a table and writes var/bench/fairness.json.
+emails each got, the dispatches the worker's pacer handed back, and how much of the key's token
+limit the provider counted. Prints a table and writes var/bench/fairness.json.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ class ArmResult:
     emails: dict[str, int]
     tokens_per_email: dict[str, float]
     minutes: float
+    # Dispatches handed back by the worker's pacer ("provider window full"), per owner: each
+    # spent its owner's turn and wrote nothing.
+    dispatched: dict[str, int]
+    paced_back: dict[str, int]
+    # Of the key's token limit, what the provider counted (prompt + max_tokens a call), and 429s.
+    key_use: float
+    provider_429s: int
 
 
 def run_arm(
@@ -70,9 +78,10 @@ def run_arm(
     start_pipeline(group)
     try:
         time.sleep(warmup)
-        before, t0 = _used(owners), time.monotonic()
+        before, t0, since, sim0 = _used(owners), time.monotonic(), _now(), sim.stats()
         time.sleep(seconds)
-        after, minutes = _used(owners), (time.monotonic() - t0) / 60
+        after, minutes, sim1 = _used(owners), (time.monotonic() - t0) / 60, sim.stats()
+        dispatched, paced_back = _handed_back(owners, since=since)
     finally:
         group.stop()
         sim.stop()
@@ -90,6 +99,37 @@ def run_arm(
         emails=emails,
         tokens_per_email={n: round(tokens[n] / emails[n], 1) if emails[n] else 0.0 for n in tokens},
         minutes=minutes,
+        dispatched=dispatched,
+        paced_back=paced_back,
+        key_use=(sim1.get("tokens", 0) - sim0.get("tokens", 0)) / (tpm * minutes),
+        provider_429s=sim1.get("rejected_429", 0) - sim0.get("rejected_429", 0),
+    )
+
+
+def _now() -> Any:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+def _handed_back(owners: list[Any], *, since: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """Per owner, since `since`: dispatches to generation, and those the worker's pacer put back."""
+    from django.db.models import Count, Q
+
+    from outreach.models import OutreachEvent, State
+
+    rows = (
+        OutreachEvent.objects.filter(outreach__owner__in=owners, at__gte=since)
+        .values("outreach__owner__name")
+        .annotate(
+            dispatched=Count("id", filter=Q(from_state=State.QUEUED, to_state=State.DISPATCHED)),
+            paced=Count("id", filter=Q(to_state=State.QUEUED, note__contains="provider window full")),
+        )
+    )
+    found = {r["outreach__owner__name"]: (r["dispatched"], r["paced"]) for r in rows}
+    return (
+        {o.name: found.get(o.name, (0, 0))[0] for o in owners},
+        {o.name: found.get(o.name, (0, 0))[1] for o in owners},
     )
 
 
@@ -147,8 +187,13 @@ def report(results: list[ArmResult]) -> None:
         for name in r.tokens:
             print(
                 f"  {name}: {r.tokens[name]:>8} tokens  {r.emails[name]:>4} emails  "
-                f"{r.tokens_per_email[name]:>7} tokens/email"
+                f"{r.tokens_per_email[name]:>7} tokens/email  "
+                f"{r.paced_back[name]:>3} of {r.dispatched[name]:>3} dispatches put back by the pacer"
             )
+        print(
+            f"  tokens used: {sum(r.tokens.values()) / r.minutes:,.0f}/min; the key's token limit "
+            f"counted at {r.key_use:.1%} (prompt + max_tokens a call), {r.provider_429s} 429s"
+        )
     (OUT / "fairness.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
 
 
