@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 from django.db.models import Sum
 from prometheus_client.utils import floatToGoString
 
@@ -133,8 +133,9 @@ def _labels_parse(text: str) -> Labels:
 
 def counters_add(increments: Iterable[Increment]) -> None:
     """Add to the counters in one statement (an upsert per series), inside the caller's
-    transaction if there is one. Rows are locked in sorted order, so two transactions adding
-    to the same series cannot deadlock each other."""
+    transaction if there is one (one statement is atomic on its own: no savepoint, which
+    would cost two more round trips a move). Rows are locked in sorted order, so two
+    transactions adding to the same series cannot deadlock each other."""
     merged: dict[tuple[str, str], int] = defaultdict(int)
     for inc in increments:
         if inc.value:
@@ -146,7 +147,7 @@ def counters_add(increments: Iterable[Increment]) -> None:
     table = MetricCounter._meta.db_table
     values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
     params = [p for (name, labels), value in rows for p in (name, labels, shard, value)]
-    with transaction.atomic(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (name, labels, shard, value) VALUES {values} "
             f"ON CONFLICT (name, labels, shard) DO UPDATE SET value = {table}.value + EXCLUDED.value",

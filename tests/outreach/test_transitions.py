@@ -1,12 +1,24 @@
 from __future__ import annotations
 
 import multiprocessing
+from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+from django.db.models import F, Q
+from django.utils import timezone
 
 from outreach.models import OutreachEvent, State
-from outreach.transitions import IllegalTransition, TransitionLost, transition, transition_many
+from outreach.transitions import (
+    IllegalTransition,
+    TransitionLost,
+    _move_one_statement,
+    _move_portable,
+    transition,
+    transition_many,
+)
 from tests.factories import make_outreach
 from tests.subprocesses import race_transition
 
@@ -132,3 +144,50 @@ def test_two_processes_racing_the_same_transition_exactly_one_wins() -> None:
     # then exactly one wins and exactly one history row exists
     assert outcomes == ["lost", "won"]
     assert OutreachEvent.objects.filter(outreach_id=outreach.pk, to_state=State.DISPATCHED).count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("move", [_move_portable, _move_one_statement], ids=["portable", "one statement"])
+def test_both_ways_of_moving_a_row_write_the_same_row_and_history(move: Any) -> None:
+    # given a sending outreach, and a move with a column expression, a guard, an actor and a
+    # class (PostgreSQL runs the one-statement move; SQLite the portable one: both must agree)
+    outreach = make_outreach(state=State.SENDING, send_attempts=2, inbound_joined=1, attempts=1)
+    actor = User.objects.create(username="op")
+    now = timezone.now()
+    kwargs: dict[str, Any] = {
+        "outreach_id": outreach.pk,
+        "from_states": (State.DISPATCHED, State.SENDING),
+        "event": {
+            "to_state": State.APPROVED,
+            "at": now,
+            "error_class": "transient",
+            "note": "n",
+            "actor_id": actor.pk,
+        },
+    }
+    values = {"state": State.APPROVED, "state_changed_at": now, "send_attempts": F("send_attempts") - 1}
+    # when the guard does not hold, nothing moves
+    assert move(**kwargs, guard=Q(inbound_joined__gt=1), values=values) is None
+    # when it holds, the row moves and its history says from where, with the row's attempt
+    previous = move(**kwargs, guard=Q(inbound_joined=1), values=values)
+    assert previous[:4] == (State.SENDING, 1, outreach.owner_id, outreach.tier)
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.send_attempts, outreach.state_changed_at) == (State.APPROVED, 1, now)
+    event = OutreachEvent.objects.get(outreach=outreach)
+    assert (
+        event.from_state,
+        event.to_state,
+        event.attempt,
+        event.error_class,
+        event.note,
+        event.actor_id,
+    ) == (State.SENDING, State.APPROVED, 1, "transient", "n", actor.pk)
+    assert now <= event.at < now + timedelta(seconds=5)
+    # and a move setting the attempt records the new one; a lost race returns None
+    assert move(
+        **{**kwargs, "from_states": (State.APPROVED,)},
+        guard=None,
+        values={"state": State.DISPATCHED, "attempts": 3},
+    )
+    assert OutreachEvent.objects.filter(outreach=outreach).latest("id").attempt == 3
+    assert move(**{**kwargs, "from_states": (State.SENDING,)}, guard=None, values=values) is None
