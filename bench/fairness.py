@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fairness.py [--seconds 180] [--warmup 60] [--tpm 80000] [--long-body 3250] [--arms tokens,count]
     .venv/bin/python bench/fairness.py --median-ms 200 --sigma 0   # the earlier short-latency run
+    .venv/bin/python bench/fairness.py --set LLM_EST_TOKENS_PER_CALL=1600  # try a setting
 
 The whole stack as the Procfile's recipe runs it (bench.stack, devtools.processes.start_pipeline),
 against `llm_sim` (usage proportional to the prompt, chars / 4; latency lognormal, median
@@ -53,7 +54,15 @@ class ArmResult:
 
 
 def run_arm(
-    *, fairness: str, seconds: float, warmup: float, tpm: int, long_body: int, median_ms: float, sigma: float
+    *,
+    fairness: str,
+    seconds: float,
+    warmup: float,
+    tpm: int,
+    long_body: int,
+    median_ms: float,
+    sigma: float,
+    overrides: dict[str, str],
 ) -> ArmResult:
     database_url = scratch_database(name="outreach_bench_fairness")
     sim = start_sim(rpm=6_000, tpm=tpm, latency_ms=median_ms, sigma=sigma)
@@ -61,17 +70,16 @@ def run_arm(
     from devtools.smtp_sink import SMTPSink
 
     smtp = SMTPSink(keep_messages=False).start()
-    env = stack_env(
-        llm_base_url=sim.base_url,
-        smtp_port=smtp.port,
-        DATABASE_URL=database_url,
-        REDIS_URL="redis://127.0.0.1:6379/12",
-        LLM_RPM="6000",
-        LLM_TPM=str(tpm),
-        DISPATCH_INTERVAL="1",
-        DISPATCH_FAIRNESS=fairness,
-        LOG_LEVEL="WARNING",
-    )
+    settings = {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": "redis://127.0.0.1:6379/12",
+        "LLM_RPM": "6000",
+        "LLM_TPM": str(tpm),
+        "DISPATCH_INTERVAL": "1",
+        "DISPATCH_FAIRNESS": fairness,
+        "LOG_LEVEL": "WARNING",
+    }
+    env = stack_env(llm_base_url=sim.base_url, smtp_port=smtp.port, **(settings | overrides))
     django_start(env=env)
     owners = _seed(long_body=long_body)
     group = ProcessGroup(log_dir=OUT / f"fairness-{fairness}-logs", env=env)
@@ -212,7 +220,12 @@ def main() -> None:
     parser.add_argument(
         "--sigma", type=float, default=0.5, help="lognormal sigma; 0: fixed +- half (default 0.5)"
     )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="A setting for the workers."
+    )
     args = parser.parse_args()
+    if not all("=" in setting for setting in args.set):
+        parser.error("--set: NAME=VALUE")
     results = [
         run_arm(
             fairness=arm,
@@ -222,6 +235,7 @@ def main() -> None:
             long_body=args.long_body,
             median_ms=args.median_ms,
             sigma=args.sigma,
+            overrides=dict(setting.split("=", 1) for setting in args.set),
         )
         for arm in args.arms.split(",")
     ]
