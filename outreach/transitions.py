@@ -195,18 +195,18 @@ def _move_one_statement(
     event: dict[str, Any],
 ) -> tuple[Any, ...] | None:
     """`_move_portable` as one PostgreSQL statement: lock (FOR UPDATE), update and history row
-    in one round trip, built without the ORM's query machinery. A worker makes several moves
-    per outreach and the ORM's three statements were a fifth of its CPU (bench/latency.py,
-    py-spy)."""
+    in one round trip. The ORM compiles only what needs it (a column expression, the guard):
+    a worker makes several moves per outreach and the ORM's three statements were a fifth of
+    its CPU (bench/latency.py, py-spy)."""
     table, events = Outreach._meta.db_table, OutreachEvent._meta.db_table
-    query = UpdateQuery(Outreach)
-    compiler = query.get_compiler(connection=connection)
     sets: list[str] = []
     set_params: list[Any] = []
     for name, value in values.items():
         field = Outreach._meta.get_field(name)
         if hasattr(value, "resolve_expression"):  # F("send_attempts") + 1: the row's own value
-            sql, params = compiler.compile(value.resolve_expression(query, allow_joins=False, for_save=True))
+            query = UpdateQuery(Outreach)
+            expression = value.resolve_expression(query, allow_joins=False, for_save=True)
+            sql, params = query.get_compiler(connection=connection).compile(expression)
         else:
             sql, params = "%s", [field.get_db_prep_save(value, connection)]  # type: ignore[union-attr]
         sets.append(f'"{field.column}" = {sql}')  # type: ignore[union-attr]
