@@ -59,6 +59,7 @@ def test_the_dashboard_refreshes_itself_and_links_to_the_rows_behind_its_figures
     expect(page.locator("#card-ready .qh-value")).to_have_text("3")
     expect(page.locator("#card-dead-open .qh-value")).to_have_text("0")
     page.evaluate("window.notReloaded = true")
+    page.evaluate("window.readyLink = document.querySelector('#card-ready a')")
 
     # when one row is claimed and dies (the real dead-letter path, committed)
     transition(outreach_id=rows[0].pk, from_=State.QUEUED, to=State.DISPATCHED)
@@ -76,10 +77,16 @@ def test_the_dashboard_refreshes_itself_and_links_to_the_rows_behind_its_figures
     expect(page.locator("#card-dead-open .qh-value")).to_have_text("1")
     expect(page.locator('#table-queue-depth tr[data-state="queued"] td[data-tier="intro"]')).to_have_text("2")
     assert page.evaluate("window.notReloaded") is True
+    # (the figure's link is the same element, updated in place, not a copy swapped in)
+    assert page.evaluate("document.querySelector('#card-ready a') === window.readyLink") is True
     page.screenshot(path=SHOTS / "dashboard-refreshed.png", full_page=True)
 
-    # when the operator follows "Ready now"
-    page.click("#card-ready a")
+    # when the operator presses "Ready now" and a refresh lands before they let go
+    page.locator("#card-ready a").hover()
+    page.mouse.down()
+    stamp = page.locator("#qh-generated-at").inner_text()
+    expect(page.locator("#qh-generated-at")).not_to_have_text(stamp, timeout=10_000)
+    page.mouse.up()
     # then the outreach list shows the two ready rows, filtered by state and readiness
     expect(page).to_have_url(re.compile(r"/admin/outreach/outreach/\?.*state__exact=queued"))
     results = page.locator("#result_list tbody tr")
