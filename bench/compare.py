@@ -279,7 +279,7 @@ def _seed_product() -> list[Any]:
                 "agent",
                 100_000,
                 dtime(0),
-                dtime(23, 59),
+                dtime(0),
                 "UTC",
                 working_days="1234567",
                 organization="Bench",

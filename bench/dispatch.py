@@ -41,7 +41,7 @@ def _fill(*, depth: int, owners: int) -> None:
         cur.execute(
             """INSERT INTO outreach_owner (organization_id, name, kind, daily_limit, hours_start, hours_end, working_days,
                    timezone, review_required, weight, active, created_at)
-               SELECT %s, 'owner ' || g, 'agent', 1000000, '00:00', '23:59:59', '1234567', 'UTC', false, 1, true, now()
+               SELECT %s, 'owner ' || g, 'agent', 1000000, '00:00', '00:00', '1234567', 'UTC', false, 1, true, now()
                FROM generate_series(1, %s) g""",
             [org, owners],
         )

@@ -151,9 +151,7 @@ def _seed(*, long_body: int) -> list[Any]:
 
     owners = []
     for o in range(OWNERS):
-        spec = OwnerSpec(
-            f"owner {o}", "agent", 100_000, dtime(0), dtime(23, 59), "UTC", working_days="1234567"
-        )
+        spec = OwnerSpec(f"owner {o}", "agent", 100_000, dtime(0), dtime(0), "UTC", working_days="1234567")
         owner = owner_upsert(spec=spec)[0]
         owners.append(owner)
         body = SHORT_BODY if o < OWNERS // 2 else ("Here is what we run today. " * long_body)[:long_body]

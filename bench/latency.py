@@ -229,7 +229,7 @@ def seed(*, owners: int, leads: int) -> None:
                 "agent",
                 1_000_000,
                 dtime(0),
-                dtime(23, 59),
+                dtime(0),
                 "UTC",
                 working_days="1234567",
                 organization="Latency",

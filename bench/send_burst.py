@@ -66,7 +66,7 @@ def seed(*, args: argparse.Namespace) -> dict[str, Any]:
                 "human",
                 limit,
                 dtime(0),
-                dtime(23, 59),
+                dtime(0),
                 "UTC",
                 review_required=True,
                 working_days="1234567",

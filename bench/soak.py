@@ -166,7 +166,7 @@ def seed(*, count: int, owners: int, review_owners: int, poison_per_kind: int) -
                 "agent" if o >= review_owners else "human",
                 1_000_000,
                 dtime(0),
-                dtime(23, 59),
+                dtime(0),
                 "UTC",
                 working_days="1234567",
                 review_required=o < review_owners,

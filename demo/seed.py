@@ -23,7 +23,7 @@ OWNERS = [
             "agent",
             400,
             time(0),
-            time(23, 59),
+            time(0),  # to midnight: round the clock
             "UTC",
             working_days="1234567",
             weight=2,
@@ -37,7 +37,7 @@ OWNERS = [
             "agent",
             300,
             time(0),
-            time(23, 59),
+            time(0),  # to midnight: round the clock
             "America/New_York",
             working_days="1234567",
             organization=ORG,
@@ -50,7 +50,7 @@ OWNERS = [
             "human",
             60,
             time(0),
-            time(23, 59),
+            time(0),  # to midnight: round the clock
             "Europe/Berlin",
             working_days="1234567",
             review_required=True,

@@ -27,7 +27,7 @@ from outreach.admin_actions import OutreachActions, admin_user, reject_with_reas
 from outreach.compliance import footer_block
 from outreach.csv_export import CsvExportAdmin
 from outreach.draft_policy import check_draft
-from outreach.models import DraftForApproval, Organization, Outreach, OutreachEvent, Owner, State
+from outreach.models import MIDNIGHT, DraftForApproval, Organization, Outreach, OutreachEvent, Owner, State
 from outreach.transitions import TransitionLost
 
 APPROVE_PERMISSION = "outreach.approve_outreach"
@@ -140,8 +140,12 @@ class OwnerForm(forms.ModelForm):
         # The database refuses it too (owner_hours_order); this says so in words, on the field.
         data = super().clean() or self.cleaned_data
         start, end = data.get("hours_start"), data.get("hours_end")
-        if start is not None and end is not None and start >= end:
-            self.add_error("hours_end", "Operating hours must end after they start, e.g. 09:00-17:00.")
+        if start is not None and end is not None and start >= end and end != MIDNIGHT:
+            self.add_error(
+                "hours_end",
+                "Operating hours must end after they start, e.g. 09:00-17:00 (an end of 00:00 is "
+                "midnight: 00:00-00:00 is round the clock).",
+            )
         return data
 
 

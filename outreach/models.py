@@ -34,6 +34,10 @@ working_days_validator = RegexValidator(
 )
 
 
+# An owner's hours that end at 00:00 end at midnight, the end of the day (00:00-00:00: all day).
+MIDNIGHT = time(0)
+
+
 class LeadEmailField(models.EmailField):
     """An email address as a lead's identity: trimmed and lower-cased on the way in.
 
@@ -200,8 +204,10 @@ class Owner(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["organization", "name"], name="owner_unique_name_per_org"),
+            # An end of 00:00 is midnight, the end of the day: 00:00-00:00 is round the clock.
             models.CheckConstraint(
-                condition=Q(hours_start__lt=models.F("hours_end")), name="owner_hours_order"
+                condition=Q(hours_start__lt=models.F("hours_end")) | Q(hours_end=MIDNIGHT),
+                name="owner_hours_order",
             ),
             models.CheckConstraint(condition=Q(daily_limit__gte=1), name="owner_daily_limit_positive"),
             models.CheckConstraint(condition=Q(weight__gte=1), name="owner_weight_positive"),

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from outreach.draft_policy import check_draft
-from outreach.models import Lead, Organization, Outreach, Owner, State
+from outreach.models import MIDNIGHT, Lead, Organization, Outreach, Owner, State
 from outreach.transitions import TransitionLost, transition
 
 
@@ -70,8 +70,13 @@ def owner_upsert(*, spec: OwnerSpec, by: AbstractBaseUser | None = None, via: st
         for field, value in given.items():
             setattr(owner, field, value)
         owner.full_clean(exclude=["organization", "user"])
-        if owner.hours_start >= owner.hours_end:
-            raise ValidationError({"hours": "Operating hours must start before they end, e.g. 09:00-17:00."})
+        if owner.hours_start >= owner.hours_end and owner.hours_end != MIDNIGHT:
+            raise ValidationError(
+                {
+                    "hours": "Operating hours must start before they end, e.g. 09:00-17:00 "
+                    "(an end of 00:00 is midnight: 00:00-00:00 is round the clock)."
+                }
+            )
         owner_review_record(owner=owner, was_required=was_required, by=by, via=via)
         owner.save()
     return owner, created

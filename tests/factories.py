@@ -66,7 +66,7 @@ def make_owner(*, organization: Organization | None = None, **overrides: Any) ->
         "kind": Owner.Kind.AGENT,
         "daily_limit": 50,
         "hours_start": time(0, 0),
-        "hours_end": time(23, 59),
+        "hours_end": time(0),  # midnight: round the clock
         "working_days": "1234567",
         "timezone": "UTC",
     }

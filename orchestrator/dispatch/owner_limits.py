@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from outreach.models import MIDNIGHT
+
 _DAY_NAMES = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
@@ -39,9 +41,10 @@ def local_day_start(*, tz: str, now: datetime) -> datetime:
 
 
 def _is_open(rules: OwnerRules, local: datetime) -> bool:
-    return (
-        str(local.isoweekday()) in rules.working_days and rules.hours_start <= local.time() < rules.hours_end
-    )
+    """Inside the hours on a working day; an end of 00:00 is midnight (00:00-00:00: all day)."""
+    now = local.time()
+    before_end = rules.hours_end == MIDNIGHT or now < rules.hours_end
+    return str(local.isoweekday()) in rules.working_days and rules.hours_start <= now and before_end
 
 
 def next_opening(*, rules: OwnerRules, now: datetime, after_today: bool = False) -> datetime:

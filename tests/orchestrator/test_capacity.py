@@ -55,3 +55,14 @@ def test_hours_follow_local_clock_across_dst() -> None:
     assert owner_capacity(rules=rules, now=_utc(2026, 3, 9, 13, 30), used_today=0).remaining == 10
     assert owner_capacity(rules=rules, now=_utc(2026, 3, 7, 13, 30), used_today=0).remaining == 0
     assert next_opening(rules=rules, now=_utc(2026, 3, 8, 3, 0)).astimezone(UTC) == _utc(2026, 3, 8, 13, 0)
+
+
+@pytest.mark.parametrize("at", [(0, 0, 0), (12, 0, 0), (23, 59, 30), (23, 59, 59)])
+def test_hours_that_end_at_midnight_are_open_to_the_last_second_of_the_day(at: tuple[int, int, int]) -> None:
+    # given an agent working round the clock (00:00-00:00) and one working until midnight
+    all_day = OwnerRules(3, 10, time(0), time(0), "1234567", "UTC")
+    evenings = OwnerRules(4, 10, time(18), time(0), "1234567", "UTC")
+    now = datetime(2026, 11, 26, *at, tzinfo=UTC)
+    # then the first is open at every second of the day, the second from 18:00 to midnight
+    assert owner_capacity(rules=all_day, now=now, used_today=0).remaining == 10
+    assert owner_capacity(rules=evenings, now=now, used_today=0).remaining == (10 if at[0] >= 18 else 0)

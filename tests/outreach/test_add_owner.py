@@ -116,3 +116,15 @@ def test_rerun_without_org_of_a_name_in_two_organizations_asks_which() -> None:
     with pytest.raises(CommandError, match="--org"):
         call_command("add_owner", "Ada", "--weight", "4")
     assert set(Owner.objects.values_list("weight", flat=True)) == {1}
+
+
+@pytest.mark.parametrize(
+    ("hours", "stored"),
+    [("00:00-24:00", ("00:00:00", "00:00:00")), ("18:00-00:00", ("18:00:00", "00:00:00"))],
+)
+def test_hours_may_end_at_midnight_for_round_the_clock_agents(hours: str, stored: tuple[str, str]) -> None:
+    args = list(BASE)
+    args[args.index("--hours") + 1] = hours
+    call_command("add_owner", *args)
+    owner = Owner.objects.get(name="Ada")
+    assert (str(owner.hours_start), str(owner.hours_end)) == stored

@@ -19,7 +19,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from outreach.models import Owner
+from outreach.models import MIDNIGHT, Owner
 from outreach.services import OwnerSpec, owner_upsert
 
 _HOURS = re.compile(r"^(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")
@@ -31,14 +31,19 @@ def parse_hours(value: str) -> tuple[time, time]:
     if not match:
         raise CommandError(f"--hours {value!r}: expected HH:MM-HH:MM, e.g. 09:00-17:00.")
     h1, m1, h2, m2 = (int(g) for g in match.groups())
+    if (h2, m2) == (24, 0):  # the end of the day, stored as midnight
+        h2 = 0
     try:
         start, end = time(h1, m1), time(h2, m2)
     except ValueError:
         raise CommandError(
-            f"--hours {value!r}: not a valid time of day (hours 0-23, minutes 0-59)."
+            f"--hours {value!r}: not a valid time of day (hours 0-23, minutes 0-59; 24:00 ends at midnight)."
         ) from None
-    if start >= end:
-        raise CommandError(f"--hours {value!r}: the start must be before the end, e.g. 09:00-17:00.")
+    if start >= end and end != MIDNIGHT:
+        raise CommandError(
+            f"--hours {value!r}: the start must be before the end, e.g. 09:00-17:00 "
+            "(00:00-24:00 is round the clock)."
+        )
     return start, end
 
 
