@@ -54,7 +54,7 @@ def drafts_expire(*, now: datetime) -> dict[int, int]:
         count = 0
         while ids := list(stale.values_list("id", flat=True)[:EXPIRE_BATCH]):
             moved = transition_many(
-                outreach_ids=ids, from_=State.AWAITING_APPROVAL, to=State.CANCELLED, note=rule.note
+                outreach_ids=ids, from_=State.AWAITING_APPROVAL, to=State.CANCELLED, note=rule.note, at=now
             )
             count += len(moved)
             if not moved:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from django.db import InterfaceError, OperationalError, connection, transaction
@@ -302,9 +303,15 @@ def transition_many(
     to: State,
     note: str = "",
     error_class: ErrorClass | str = "",
+    at: datetime | None = None,
     **fields: Any,
 ) -> list[int]:
     """Move every row of `outreach_ids` still in `from_` to `to`; return the ids that moved.
+
+    `at`: the caller's clock for the move (a dispatch cycle's or an expiry run's `now`), written
+    as the rows' `state_changed_at`, which stuck recovery and expiry later compare with their
+    own `now`: a run decides on one clock whether it is live, a test or a replay (default: the
+    wall clock). The history events keep the wall-clock time they were written.
 
     Rows locked by another transaction are skipped (SKIP LOCKED on PostgreSQL), not waited
     for: two dispatchers claiming overlapping ids end with disjoint sets. On SQLite the
@@ -319,7 +326,7 @@ def transition_many(
         )
     if not outreach_ids:
         return []
-    now = timezone.now()
+    now = at or timezone.now()
     with transaction.atomic():
         rows = list(
             Outreach.objects.select_for_update(skip_locked=True)

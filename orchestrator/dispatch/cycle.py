@@ -161,7 +161,11 @@ def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) 
     selection = select_batch(candidates, slots=report.slots, **policy)
     report.picks = list(selection.picks)
     report.generation = _reserve_and_claim(
-        picks=report.picks, budget=budget, groups=groups, tokens={o: t.counted for o, t in expected.items()}
+        picks=report.picks,
+        budget=budget,
+        groups=groups,
+        tokens={o: t.counted for o, t in expected.items()},
+        now=now,
     )
     if len(report.generation) < len(report.picks):
         # The round is charged only what runs: picks the budget refused (or another claimed)
@@ -245,7 +249,12 @@ def _dispatch_approved(
         ids = send_flow.round_robin(found, slots=slots, start=turn)
     with transaction.atomic():
         claimed = transition_many(
-            outreach_ids=ids, from_=State.APPROVED, to=State.DISPATCHED, note="send", blocked_reason=""
+            outreach_ids=ids,
+            from_=State.APPROVED,
+            to=State.DISPATCHED,
+            note="send",
+            blocked_reason="",
+            at=now,
         )
         _enqueue_on_commit(SEND_TASK, claimed)
     if slots is not None:
@@ -342,7 +351,12 @@ def _candidates(
 
 
 def _reserve_and_claim(
-    *, picks: list[Pick], budget: Budget, groups: Mapping[int, str], tokens: Mapping[int, int] | None = None
+    *,
+    picks: list[Pick],
+    budget: Budget,
+    groups: Mapping[int, str],
+    now: datetime,
+    tokens: Mapping[int, int] | None = None,
 ) -> list[int]:
     """Place each pick on deployments, reserve what its steps draw from each (all or nothing),
     claim the rows, enqueue on commit; refund what was not claimed.
@@ -398,7 +412,7 @@ def _reserve_and_claim(
             _say_capped(picks=[pick for pick, _ in group[len(ids) :]], bucket=capped[0])
     with transaction.atomic():
         claimed = transition_many(
-            outreach_ids=list(placed), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason=""
+            outreach_ids=list(placed), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason="", at=now
         )
         _record_reservations({i: placed[i] for i in claimed})
         replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}

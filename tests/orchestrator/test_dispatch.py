@@ -15,7 +15,7 @@ from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.lease import dispatch_lease
 from outreach.models import Outreach, OutreachEvent, State
 from outreach.tiers import Tier
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
 from tests.subprocesses import claim_overlapping, run_cycles
 
 pytestmark = pytest.mark.django_db
@@ -159,6 +159,27 @@ def test_stuck_work_is_recovered_and_its_reservation_refunded(
     assert budget.headroom().requests >= before + 3 - 3 * len(report.generation) - 0.5
     stuck.refresh_from_db()
     assert stuck.attempts == 1
+
+
+@pytest.mark.parametrize("days", [-3, 3])
+def test_a_cycle_decides_and_stamps_its_claims_on_the_clock_it_is_given(
+    days: int, budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a cycle run days away from the wall clock (a replay, a test, a night across midnight),
+    # with an intro and an approved draft due a minute before it
+    settings.DISPATCH_STUCK_AFTER_S = 600
+    now = timezone.now().replace(microsecond=0) + timedelta(days=days)
+    due = now - timedelta(minutes=1)
+    intro = make_outreach(not_before=due, state_changed_at=due)
+    approved = make_draft(state=State.APPROVED, not_before=due, state_changed_at=due)
+    # when it runs
+    report = _cycle(budget, django_capture_on_commit_callbacks, now=now)
+    # then it hands out both, and its claims carry its clock, not the wall clock
+    assert (report.generation, report.send) == ([intro.pk], [approved.pk])
+    assert set(Outreach.objects.values_list("state_changed_at", flat=True)) == {now}
+    # so a cycle past the stuck timeout on that same clock recovers them, and one before it does not
+    assert _cycle(budget, django_capture_on_commit_callbacks, now=now + timedelta(seconds=599)).recovered == 0
+    assert _cycle(budget, django_capture_on_commit_callbacks, now=now + timedelta(seconds=601)).recovered == 2
 
 
 def test_second_dispatcher_skips_while_the_lease_is_held(budget: Budget, redis_client: redis.Redis) -> None:

@@ -106,7 +106,7 @@ def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Bu
     assert isinstance(budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, scope)), Reservation)
     picks = [Pick(outreach_id=i, owner_id=owner.pk, tier=Tier.INTRO, reason="test") for i in ids]
     # when they are reserved and claimed
-    claimed = _reserve_and_claim(picks=picks, budget=budget, groups=groups)
+    claimed = _reserve_and_claim(picks=picks, budget=budget, groups=groups, now=timezone.now())
     # then none is claimed, and each says which bucket stopped it
     assert claimed == []
     rows = Outreach.objects.filter(id__in=ids)

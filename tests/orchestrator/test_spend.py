@@ -93,7 +93,12 @@ def test_work_beyond_the_daily_spend_cap_waits_with_the_reason_and_resumes_the_n
         generated_at=now - timedelta(hours=2),
     )
     queued = make_outreach(lead=make_lead(owner=owner), not_before=now - timedelta(hours=1))
-    approved = make_outreach(lead=make_lead(owner=owner), state=State.APPROVED, state_changed_at=now)
+    approved = make_outreach(
+        lead=make_lead(owner=owner),
+        state=State.APPROVED,
+        state_changed_at=now,
+        not_before=now - timedelta(hours=1),
+    )
     other = make_outreach(lead=make_lead(owner=make_owner()), not_before=now - timedelta(hours=1))
     # when the dispatcher runs today
     with django_capture_on_commit_callbacks(execute=False):
