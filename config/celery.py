@@ -74,3 +74,29 @@ def _threads_database_pool(sender: Any, **_: object) -> None:  # a celery.worker
         "max_idle": DATABASE_POOL_MAX_IDLE_S,
         "name": "worker",
     }
+    pool = cast(Any, connections["default"]).pool  # built here (not opened) from OPTIONS["pool"]
+    if pool is not None:
+        sweep_on_failed_check(pool)
+
+
+def sweep_on_failed_check(pool: Any) -> None:
+    """Make the check a pool runs on each connection before handing it out sweep the whole
+    pool when it fails.
+
+    One dead connection means the server dropped its clients (a failover, a restart, a proxy, an
+    operator's pg_terminate_backend), so the others idle in the pool are dead too. psycopg_pool
+    alone checks them one per try and doubles its wait between tries (1, 2, 4, 8, 16 s): with
+    five dead ones a job waits past the pool's 30 s timeout and fails, though the server is up.
+    Sweeping replaces every broken idle connection at once (psycopg_pool's `check()`), so the
+    next try, one short wait later, is given a live one."""
+    from psycopg_pool import ConnectionPool
+
+    def check(conn: Any) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            pool.check()
+            raise
+
+    # Django passes psycopg_pool's own check (CONN_HEALTH_CHECKS) and takes no other.
+    pool._check = check

@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -146,41 +146,58 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
         outreach = Outreach.objects.select_related("lead__organization", "owner__organization").get(
             pk=outreach_id
         )
-        if (stop := job_pause(outreach=outreach)) is not None:
-            return _put_back(outreach=outreach, budget=budget, reason=stop.blocked_reason())
-        try:
-            transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.GENERATING)
-        except TransitionLost:
-            log.info("generate skipped: not dispatched any more", extra=outreach_log_context(outreach))
-            return None
+        stop = job_pause(outreach=outreach)
+        if stop is None:
+            try:
+                transition(outreach_id=outreach_id, from_=State.DISPATCHED, to=State.GENERATING)
+            except TransitionLost:
+                log.info("generate skipped: not dispatched any more", extra=outreach_log_context(outreach))
+                return None
+    if stop is not None:
+        return _put_back(outreach=outreach, budget=budget, reason=stop.blocked_reason())
     leases = job_leases()
     leases.take(outreach_id=outreach_id)
     try:
         return _generate(outreach=outreach, budget=budget)
+    except (OperationalError, InterfaceError):
+        # The database dropped the job's connection (a failover, a restart, a proxy) before its
+        # outcome was recorded: not the job's failure, so no attempt is charged. Still
+        # unreachable: the task goes back to the broker (nurture.tasks), and recovery has the row.
+        return _put_back(outreach=outreach, budget=budget, from_=State.GENERATING, reason="")
     finally:
         # After the outcome is recorded: recovery must never see this row GENERATING and
         # unleased while this job still runs. (Left GENERATING by an error: recovered soon.)
         leases.drop(outreach_id=outreach_id)
 
 
-def _put_back(*, outreach: Outreach, budget: Budget, reason: str) -> State | None:
-    """Paused after dispatch: back to the queue with the pause's reason, the reservation
-    refunded and no attempt charged (None: another delivery or recovery had the row)."""
-    try:
-        transition(
-            outreach_id=outreach.pk,
-            from_=State.DISPATCHED,
-            to=State.QUEUED,
-            note="paused",
-            blocked_reason=reason,
-            reservation_id="",
-        )
-    except TransitionLost:
-        return None
-    if outreach.reservation_id:
-        job_scopes(budget=budget, reservation_id=outreach.reservation_id)  # loads the caps it names
-        budget.refund(reservation_id=outreach.reservation_id)
-    log.info("generate put back: paused", extra=outreach_log_context(outreach))
+def _put_back(
+    *, outreach: Outreach, budget: Budget, reason: str, from_: State = State.DISPATCHED
+) -> State | None:
+    """Back to the queue, the reservation refunded (what was settled already stays settled)
+    and no attempt charged: paused after dispatch (`reason`: the pause's), or the database lost
+    mid-job (from GENERATING, recorded on a fresh connection). None: another delivery or
+    recovery had the row."""
+    note = "paused" if reason else "database connection lost: back to the queue, no attempt charged"
+    with database_turn():
+        try:
+            transition_durably(
+                outreach_id=outreach.pk,
+                from_=from_,
+                to=State.QUEUED,
+                note=note,
+                blocked_reason=reason,
+                reservation_id="",
+            )
+        except TransitionLost:
+            return None
+    rids = reservation_ids(outreach.reservation_id)
+    if rids:
+        with database_turn():
+            for rid in rids:
+                job_scopes(budget=budget, reservation_id=rid)  # loads the caps it names
+        for rid in rids:
+            budget.refund(reservation_id=rid)
+    log.info("generate put back: %s", note, extra=outreach_log_context(outreach))
     return State.QUEUED
 
 

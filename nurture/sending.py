@@ -25,6 +25,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import InterfaceError, OperationalError
 from django.db.models import F
 from django.utils import timezone
 
@@ -70,7 +71,20 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
         log.info("send skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
     outreach.message_id = message_id
-    gate = sequence_gate(outreach=outreach)
+    try:
+        gate = sequence_gate(outreach=outreach)
+    except (OperationalError, InterfaceError):
+        # The database dropped the connection before SMTP (a failover, a restart, a proxy):
+        # nothing left, so the try is not counted and the draft waits APPROVED, recorded on a
+        # fresh connection. Still unreachable: back to the broker (nurture.tasks).
+        budget.release_send(reservation_id=grant.id, sent=False)
+        return _back_to_approved(
+            outreach_id=outreach_id,
+            note="database connection lost before SMTP: back to approved, the try not counted",
+            reason="",
+            from_=State.SENDING,
+            send_attempts=F("send_attempts") - 1,
+        )
     if gate.stop:  # a reply or conversion landed after the draft was written
         budget.release_send(reservation_id=grant.id, sent=False)
         transition(outreach_id=outreach_id, from_=State.SENDING, to=State.CANCELLED, note=gate.reason)
@@ -133,14 +147,21 @@ def _put_back(*, outreach: Outreach, reason: str) -> State | None:
 
 
 def _back_to_approved(
-    *, outreach_id: int, note: str, reason: str, not_before: datetime | None = None
+    *,
+    outreach_id: int,
+    note: str,
+    reason: str,
+    not_before: datetime | None = None,
+    from_: State = State.DISPATCHED,
+    **fields: Any,
 ) -> State | None:
-    """DISPATCHED -> APPROVED saying why it waits, no attempt charged (None: not ours any more)."""
-    fields: dict[str, Any] = {"not_before": not_before} if not_before is not None else {}
+    """Back to APPROVED saying why it waits, no attempt charged (None: not ours any more)."""
+    if not_before is not None:
+        fields["not_before"] = not_before
     try:
-        transition(
+        transition_durably(
             outreach_id=outreach_id,
-            from_=State.DISPATCHED,
+            from_=from_,
             to=State.APPROVED,
             note=note,
             blocked_reason=reason[:200],

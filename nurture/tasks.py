@@ -1,8 +1,12 @@
-"""Celery adapters for the pipeline: ids in, one service call, no retries here.
+"""Celery adapters for the pipeline: ids in, one service call.
 
 Retries are rules applied in the database (nurture.retry_rules sets `not_before`; the dispatcher
 re-dispatches), not Celery autoretry: a retry must pass through the budget and the owner's
-limits again, which only the dispatcher can grant. acks_late + reject_on_worker_lost
+limits again, which only the dispatcher can grant. One exception: a job that cannot reach the
+database (a failover, a restart, a proxy dropping its connections) can record nothing there, so
+its message goes back to the broker to be tried again a little later (DATABASE_UNREACHABLE),
+costing no attempt; once the database answers, the job's guarded first move decides as for any
+redelivery. acks_late + reject_on_worker_lost
 (settings) make a killed worker's message come back (for a whole killed worker, only after the
 broker's visibility timeout: its GENERATING rows come back sooner through their job leases,
 orchestrator.job_leases); the guarded first transition makes any late redelivery harmless.
@@ -12,27 +16,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from celery import shared_task
-from django.db import OperationalError, transaction
+from django.db import InterfaceError, OperationalError, transaction
 
 from nurture.generation import outreach_generate
 from nurture.intake.assignment import assignment_chunk_process, assignment_chunks
 from nurture.sending import outreach_send
 
+# Back to the broker while the database cannot be reached: tried again after 1, 2, 4 ... 30 s
+# (with jitter, so a worker's jobs do not all return at once), for as long as it takes.
+DATABASE_UNREACHABLE: dict[str, Any] = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": None,
+}
 
-@shared_task(name="nurture.generate", ignore_result=True)
+
+@shared_task(name="nurture.generate", ignore_result=True, **DATABASE_UNREACHABLE)
 def generate(outreach_id: int) -> None:
     outreach_generate(outreach_id=int(outreach_id))
 
 
-@shared_task(name="nurture.generate_reply", ignore_result=True)
+@shared_task(name="nurture.generate_reply", ignore_result=True, **DATABASE_UNREACHABLE)
 def generate_reply(outreach_id: int) -> None:
     """The same job as `generate`, routed to the reply lane (config.queues.Queue.REPLY)."""
     outreach_generate(outreach_id=int(outreach_id))
 
 
-@shared_task(name="nurture.send", ignore_result=True)
+@shared_task(name="nurture.send", ignore_result=True, **DATABASE_UNREACHABLE)
 def send(outreach_id: int) -> None:
     outreach_send(outreach_id=int(outreach_id))
 

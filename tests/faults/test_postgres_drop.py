@@ -1,8 +1,10 @@
 """PostgreSQL connections dropped mid-run: every backend of the test database but the test's own
 is terminated (pg_terminate_backend) several times while outreach flow through the pipeline.
 
-Workers reconnect (CONN_HEALTH_CHECKS: a dead pooled connection is replaced at the next task);
-a task whose connection died under it fails, and stuck recovery puts its row back to work.
+Workers reconnect: a pool that finds one dead connection sweeps the others (config.celery), a
+job that could not reach the database goes back to the broker, and one that lost it after its
+claim puts its row back itself, with no attempt charged (nurture.tasks, nurture.generation,
+nurture.sending).
 The mail server is slow to answer DATA, so drops also land between the SMTP call and the
 recording of SENT: that is where a lost connection could turn into a second email.
 """
@@ -13,10 +15,11 @@ import time
 
 import pytest
 from django.db import connection
+from django.db.models import Q
 
 from devtools.llm_stub import StubResponse
 from devtools.smtp_sink import SMTPSink
-from outreach.models import State
+from outreach.models import Outreach, State
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
@@ -52,7 +55,9 @@ def test_dropped_database_connections_lose_nothing_and_send_nothing_twice(
     ids = [make_outreach(lead=make_lead(owner=agent)).pk for _ in range(pick(12, 40))]
     stub.default = StubResponse(delay_s=0.2)
     smtp_sink.data_delay_s = 0.5
-    stack = make_stack(DISPATCH_MAX_IN_FLIGHT="4")
+    # (stuck recovery well past a drop's reconnect: a job that lost the database must come back
+    # by itself, not through recovery's charged attempt)
+    stack = make_stack(DISPATCH_MAX_IN_FLIGHT="4", DISPATCH_STUCK_AFTER_S="30")
     start_pipeline(stack)
     wait_until(lambda: states(ids)[State.SENT] >= 1, timeout_s=30, what="the first SENT", group=stack)
     # when every other connection to the database is terminated, again and again, mid-run
@@ -64,6 +69,9 @@ def test_dropped_database_connections_lose_nothing_and_send_nothing_twice(
     # then the workers recover (none died), and every outreach ends SENT exactly once
     wait_until(all_in(ids, State.SENT), timeout_s=pick(60, 120), what="every outreach SENT", group=stack)
     assert set(sent_events(ids).values()) == {1}
+    # and no job was charged an attempt or a send try for the database's failure
+    charged = Outreach.objects.filter(pk__in=ids).filter(Q(attempts__gt=0) | Q(send_attempts__gt=1))
+    assert list(charged.values_list("pk", "attempts", "send_attempts")) == []
     seen = delivery(smtp_sink, ids)
     assert seen.unique_ids == len(ids)
     assert seen.ids_match_db

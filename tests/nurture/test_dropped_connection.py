@@ -20,8 +20,10 @@ from django.utils import timezone
 
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.smtp_sink import SMTPSink
+from nurture import generation, sending
 from nurture.generation import outreach_generate
 from nurture.sending import outreach_send
+from nurture.tasks import generate
 from orchestrator.budget import Budget, Reservation
 from outreach.models import Outreach, OutreachEvent, OwnerDailySends, State
 from outreach.transitions import TransitionLost, transition_durably
@@ -57,6 +59,79 @@ def kill_my_backend() -> Iterator[Any]:
     yield kill
     for thread in threads:
         thread.join(10)
+
+
+def terminate_my_backend() -> None:
+    """Terminate this test's database backend from another connection, waiting until it is gone."""
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    with psycopg.connect(_dsn(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+
+
+def test_a_job_that_cannot_reach_the_database_goes_back_to_the_broker_without_an_attempt(
+    llm_stub: LLMStub,
+) -> None:
+    # given a dispatched intro, and the worker's database connection dropped before the job starts
+    outreach = make_outreach(lead=make_lead(owner=make_owner(review_required=True)), state=State.DISPATCHED)
+    terminate_my_backend()
+    # when the task runs: its first read fails on the dead connection
+    result = generate.apply(args=[outreach.pk])
+    # then the message was tried again (not failed) and, the database answering, the draft written
+    # with no attempt charged and one claim in its history
+    assert result.successful(), result.traceback
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.attempts) == (State.AWAITING_APPROVAL, 0)
+    assert OutreachEvent.objects.filter(outreach=outreach, to_state=State.GENERATING).count() == 1
+
+
+def test_a_job_that_loses_the_database_after_its_claim_goes_back_to_the_queue_uncharged(
+    budget: Budget, llm_stub: LLMStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a dispatched intro holding a reservation, and the connection dropped right after the
+    # job claimed the row (fault injection: a real termination before the job's next read)
+    outreach = _dispatched(budget)
+    reservation_id = outreach.reservation_id
+    real_gate = generation.sequence_gate
+
+    def gate_after_a_drop(**kwargs: Any) -> Any:
+        terminate_my_backend()
+        return real_gate(**kwargs)
+
+    monkeypatch.setattr(generation, "sequence_gate", gate_after_a_drop)
+    # when the job runs
+    state = outreach_generate(outreach_id=outreach.pk, budget=budget)
+    # then the row is back in the queue on a fresh connection, no attempt charged, nothing
+    # called, its reservation given back
+    assert state == State.QUEUED
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.attempts, outreach.reservation_id) == (State.QUEUED, 0, "")
+    assert OutreachEvent.objects.filter(
+        outreach=outreach, note__startswith="database connection lost"
+    ).exists()
+    assert llm_stub.requests == []
+    assert budget.refund(reservation_id=reservation_id) is False  # refunded already (at most once)
+
+
+def test_a_send_that_loses_the_database_before_smtp_waits_approved_with_the_try_uncounted(
+    smtp_sink: SMTPSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a written draft handed to `send`, and the connection dropped right after the claim
+    outreach = make_outreach(state=State.DISPATCHED, draft_subject="Hi", draft_body="Hello there")
+    real_gate = sending.sequence_gate
+
+    def gate_after_a_drop(**kwargs: Any) -> Any:
+        terminate_my_backend()
+        return real_gate(**kwargs)
+
+    monkeypatch.setattr(sending, "sequence_gate", gate_after_a_drop)
+    # when the send job runs
+    state = outreach_send(outreach_id=outreach.pk)
+    # then nothing left, the draft waits APPROVED (recorded on a fresh connection), the try not counted
+    assert state == State.APPROVED
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.send_attempts, outreach.attempts) == (State.APPROVED, 0, 0)
+    assert smtp_sink.messages == []
 
 
 def _dispatched(budget: Budget, **owner: Any) -> Outreach:
