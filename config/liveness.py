@@ -18,11 +18,16 @@ BEAT_STALE_AFTER_S = 60.0
 
 
 def beat_alive(*, heartbeat_file: Path, now: float, stale_after_s: float = BEAT_STALE_AFTER_S) -> str | None:
-    """None when beat ticked recently, else why not."""
+    """None when beat ticked recently, else why not. The file holds the tick's time (config.beat);
+    an empty one (written by a beat from before that) counts by its mtime."""
     try:
-        age = now - heartbeat_file.stat().st_mtime
+        text = heartbeat_file.read_text().strip()
+        ticked = float(text) if text else heartbeat_file.stat().st_mtime
     except FileNotFoundError:
         return f"no heartbeat file {heartbeat_file}: beat has not ticked yet"
+    except ValueError:
+        return f"heartbeat file {heartbeat_file} holds no time: {text[:40]!r}"
+    age = now - ticked
     return None if age <= stale_after_s else f"beat's last tick was {age:.0f} s ago"
 
 

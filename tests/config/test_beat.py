@@ -39,8 +39,11 @@ def test_beat_touches_its_heartbeat_file_on_each_tick(tmp_path: Path, settings: 
 def test_beat_liveness_says_why_it_is_not_alive(tmp_path: Path) -> None:
     heartbeat = tmp_path / "beat.heartbeat"
     assert "has not ticked yet" in str(beat_alive(heartbeat_file=heartbeat, now=time.time()))
-    heartbeat.touch()
-    assert "last tick was 120 s ago" in str(beat_alive(heartbeat_file=heartbeat, now=time.time() + 120))
+    ticked = time.time()
+    heartbeat.write_text(f"{ticked}\n")  # as beat writes it (config.beat)
+    assert "last tick was 120 s ago" in str(beat_alive(heartbeat_file=heartbeat, now=ticked + 120))
+    heartbeat.write_text("garbage")
+    assert "holds no time" in str(beat_alive(heartbeat_file=heartbeat, now=ticked))
 
 
 def test_retention_prune_is_scheduled_daily_on_the_orchestrator_queue(settings: Any) -> None:
