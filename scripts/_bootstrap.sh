@@ -84,3 +84,20 @@ ensure_rabbitmq() {
   fi
   return 1
 }
+
+use_test_clock() {
+  # TEST_CLOCK="2026-12-31 23:59:30": run the tests, and every Python process they start
+  # (workers, beat), with the wall clock moved to that UTC time and ticking on from there
+  # (devtools/test_clock/sitecustomize.py, time-machine). One offset for every process;
+  # monotonic clocks untouched; PostgreSQL, Redis and the browser keep the real time, as other
+  # hosts would.
+  [ -n "${TEST_CLOCK:-}" ] || return 0
+  local target
+  if ! target="$(date -u -d "$TEST_CLOCK" +%s 2>/dev/null)"; then
+    echo "TEST_CLOCK=$TEST_CLOCK: not a date; give a UTC time such as '2026-12-31 23:59:30'." >&2
+    exit 1
+  fi
+  export TEST_CLOCK_OFFSET_S="$((target - $(date -u +%s)))"
+  export PYTHONPATH="$ROOT/devtools/test_clock${PYTHONPATH:+:$PYTHONPATH}"
+  echo "==> the tests' clock starts at $TEST_CLOCK UTC (TEST_CLOCK_OFFSET_S=$TEST_CLOCK_OFFSET_S)"
+}

@@ -14,7 +14,8 @@ echo "==> mypy"
 mypy .
 echo "==> migrations are up to date"
 DJANGO_SETTINGS_MODULE=config.test_settings python manage.py makemigrations --check --dry-run
-echo "==> pytest"
+echo "==> pytest (in random order: pytest-randomly; -p no:randomly for the file order)"
+use_test_clock
 python -m pytest "$@"
 
 if [ $# -eq 0 ]; then
