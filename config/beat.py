@@ -11,6 +11,8 @@ a minute means a wedged or dead beat.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,12 +20,17 @@ from typing import Any
 from django.conf import settings
 from django_celery_beat.schedulers import DatabaseScheduler
 
+log = logging.getLogger(__name__)
+
 
 class HeartbeatScheduler(DatabaseScheduler):
     def tick(self, *args: Any, **kwargs: Any) -> float:
         delay = super().tick(*args, **kwargs)
         heartbeat = Path(settings.BEAT_HEARTBEAT_FILE)
-        fresh = heartbeat.with_name(heartbeat.name + ".tmp")
-        fresh.write_text(f"{time.time():.3f}\n")
-        fresh.replace(heartbeat)  # atomic: a check never reads half a number
+        fresh = heartbeat.with_name(f"{heartbeat.name}.{os.getpid()}.tmp")  # one per beat process
+        try:
+            fresh.write_text(f"{time.time():.3f}\n")
+            fresh.replace(heartbeat)  # atomic: a check never reads half a number
+        except OSError as exc:  # a full or read-only disk must not stop the schedule
+            log.warning("beat heartbeat not written to %s: %s", heartbeat, exc)
         return float(delay)
