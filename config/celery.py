@@ -1,8 +1,8 @@
 """The Celery app: queues from config.queues, settings from Django (CELERY_ namespace).
 
-The dispatch cycle, the only periodic entry, is CELERY_BEAT_SCHEDULE in config/settings.py;
-django-celery-beat's DatabaseScheduler copies it into its tables at start (operators may then
-pause it in admin). Nothing here reads settings at import: importing `config` must not freeze
+The periodic entries (the dispatch cycle, the alert checks, retention's prune and draft expiry)
+are CELERY_BEAT_SCHEDULE in config/settings.py; django-celery-beat's DatabaseScheduler copies
+them into its tables at start (operators may then pause one in admin). Nothing here reads settings at import: importing `config` must not freeze
 them before a process (a bench, the demo) has set its environment.
 """
 
