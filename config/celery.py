@@ -2,8 +2,9 @@
 
 The periodic entries (the dispatch cycle, the alert checks, retention's prune and draft expiry)
 are CELERY_BEAT_SCHEDULE in config/settings.py; django-celery-beat's DatabaseScheduler copies
-them into its tables at start (operators may then pause one in admin). Nothing here reads settings at import: importing `config` must not freeze
-them before a process (a bench, the demo) has set its environment.
+them into its tables at start (operators may then pause one in admin). Nothing here reads
+settings at import: importing `config` must not freeze them before a process (a bench, the
+demo) has set its environment.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
                 log.info("generate skipped: not dispatched any more", extra=outreach_log_context(outreach))
                 return None
     if stop is not None:
-        return _put_back(outreach=outreach, budget=budget, reason=stop.blocked_reason())
+        return _put_back(outreach=outreach, budget=budget, note="paused", reason=stop.blocked_reason())
     leases = job_leases()
     leases.take(outreach_id=outreach_id)
     try:
@@ -163,7 +163,13 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
         # The database dropped the job's connection (a failover, a restart, a proxy) before its
         # outcome was recorded: not the job's failure, so no attempt is charged. Still
         # unreachable: the task goes back to the broker (nurture.tasks), and recovery has the row.
-        return _put_back(outreach=outreach, budget=budget, from_=State.GENERATING, reason="")
+        return _put_back(
+            outreach=outreach,
+            budget=budget,
+            note="database connection lost: back to the queue, no attempt charged",
+            reason="",
+            from_=State.GENERATING,
+        )
     finally:
         # After the outcome is recorded: recovery must never see this row GENERATING and
         # unleased while this job still runs. (Left GENERATING by an error: recovered soon.)
@@ -171,14 +177,14 @@ def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> Stat
 
 
 def _put_back(
-    *, outreach: Outreach, budget: Budget, reason: str, from_: State = State.DISPATCHED
+    *, outreach: Outreach, budget: Budget, note: str, reason: str, from_: State = State.DISPATCHED
 ) -> State | None:
     """Back to the queue, the reservation refunded (what was settled already stays settled)
     and no attempt charged: paused after dispatch (`reason`: the pause's), or the database lost
     mid-job (from GENERATING, recorded on a fresh connection). None: another delivery or
     recovery had the row."""
-    note = "paused" if reason else "database connection lost: back to the queue, no attempt charged"
-    with database_turn():
+    rids = reservation_ids(outreach.reservation_id)
+    with database_turn():  # one turn: the move, then the caps the reservations name
         try:
             transition_durably(
                 outreach_id=outreach.pk,
@@ -190,13 +196,10 @@ def _put_back(
             )
         except TransitionLost:
             return None
-    rids = reservation_ids(outreach.reservation_id)
-    if rids:
-        with database_turn():
-            for rid in rids:
-                job_scopes(budget=budget, reservation_id=rid)  # loads the caps it names
         for rid in rids:
-            budget.refund(reservation_id=rid)
+            job_scopes(budget=budget, reservation_id=rid)
+    for rid in rids:
+        budget.refund(reservation_id=rid)
     log.info("generate put back: %s", note, extra=outreach_log_context(outreach))
     return State.QUEUED
 
