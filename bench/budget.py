@@ -36,7 +36,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from devtools.processes import RedisServer
 from orchestrator.budget import Budget, Limits, Reservation, connect
-from orchestrator.metrics.figures import percentile
+from orchestrator.figures import percentile
 
 LIMITS = Limits(rpm=10**9, tpm=10**11)  # never the bottleneck: we measure Redis + the client
 

@@ -9,7 +9,7 @@ owner assigned a big backlog first, nine owners with smaller ones, and replies a
 few seconds during the run. Steady-state figures are measured after the first minute (the
 first window is a ramp). Prints a table and writes var/bench/compare.svg and compare.json.
 
-Retries and reply latency mean what they mean on the dashboard (orchestrator.metrics.figures):
+Retries and reply latency mean what they mean on the dashboard (orchestrator.figures):
 a retry is a failed attempt run again (5xx, connection error), not a wait for budget (429s
 are their own row); latency runs from when the work fell due (enqueued) to done (sent). The
 product arm reads them with the dashboard's own selector (`product_figures`).
@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
 from bench.stack import OUT, ROOT, bench_lead, django_start, scratch_database
-from orchestrator.metrics.figures import Quantiles, quantiles_of, retry_rate
+from orchestrator.figures import Quantiles, quantiles_of, retry_rate
 
 BIG_OWNER_LEADS, SMALL_OWNERS, SMALL_OWNER_LEADS = 700, 9, 60
 
@@ -71,7 +71,7 @@ def jain(values: list[int]) -> float:
 
 @dataclass(frozen=True)
 class RunFigures:
-    """An arm's retries, completed work and reply latency (orchestrator.metrics.figures)."""
+    """An arm's retries, completed work and reply latency (orchestrator.figures)."""
 
     retries: int
     completed: int
@@ -270,7 +270,7 @@ def _seed_product() -> list[Any]:
 
     from outreach.idempotency import intro_key
     from outreach.models import Lead, Outreach, State
-    from outreach.services import OwnerSpec, owner_upsert
+    from outreach.services.owners import OwnerSpec, owner_upsert
 
     owners = [
         owner_upsert(
@@ -312,7 +312,7 @@ def _seed_product() -> list[Any]:
 def _reply(owners: list[Any], k: int) -> None:
     from outreach.idempotency import reply_key
     from outreach.models import Lead, Outreach
-    from outreach.services import outreach_enqueue
+    from outreach.services.queue import outreach_enqueue
 
     lead = Lead.objects.filter(owner=owners[k % len(owners)]).order_by("id")[k // len(owners)]
     outreach_enqueue(

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
 from bench.stack import database_for, django_env, django_start, redis_for
-from orchestrator.metrics.figures import percentile
+from orchestrator.figures import percentile
 
 
 def _fill(*, depth: int, owners: int) -> None:

@@ -147,7 +147,8 @@ def _seed(*, long_body: int) -> list[Any]:
 
     from outreach.idempotency import reply_key
     from outreach.models import Lead, Outreach
-    from outreach.services import OwnerSpec, outreach_enqueue, owner_upsert
+    from outreach.services.owners import OwnerSpec, owner_upsert
+    from outreach.services.queue import outreach_enqueue
 
     owners = []
     for o in range(OWNERS):

@@ -220,7 +220,7 @@ def seed(*, owners: int, leads: int) -> None:
     from django.utils import timezone
 
     from outreach.models import Lead, Outreach
-    from outreach.services import OwnerSpec, owner_upsert
+    from outreach.services.owners import OwnerSpec, owner_upsert
 
     made = [
         owner_upsert(
@@ -329,7 +329,7 @@ def sample_take(*, t: float, workers: Any, stats_url: str, offset: dict[str, flo
 def figures(
     *, run: Run, args: argparse.Namespace, samples: list[Sample], stats: dict[str, Any], sink: Any
 ) -> None:
-    from orchestrator.metrics.figures import percentile
+    from orchestrator.figures import percentile
 
     def pct(values: list[float], fraction: float) -> float | None:
         found = percentile(values=values, fraction=fraction)

@@ -5,7 +5,7 @@
 Starts llm_sim (limits far above the load, `--latency-ms` mean, no jitter), then in a fresh
 interpreter per mode, with Django set up as in a worker, makes `--calls` chat completions at
 once and prints wall time, CPU seconds (user + system) and peak RSS:
-- threads: one OS thread per call through the product's client (nurture.llm.chat: the sync
+- threads: one OS thread per call through the product's client (nurture.writing.llm.chat: the sync
   openai client, one shared connection pool), as a `--pool threads` generation worker runs;
 - asyncio: one coroutine per call through openai.AsyncOpenAI on one event loop.
 Figures and the choice they support: docs/benchmarks.md.
@@ -53,7 +53,7 @@ def _measure(mode: str, *, calls: int, base_url: str) -> dict[str, float]:
 def _threads(calls: int) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from nurture import llm
+    from nurture.writing import llm
 
     def one(_: int) -> bool:
         return bool(llm.chat(messages=MESSAGES, max_tokens=200).text)  # type: ignore[arg-type]

@@ -69,7 +69,7 @@ def outreach(self: Any, job_id: str, owner: int, kind: str, enqueued_at: float) 
 
 @task_retry.connect
 def _count_retry(reason: Any = None, **_: object) -> None:
-    # The product's definition (orchestrator.metrics.figures.retry_rate): a retry is a failed
+    # The product's definition (orchestrator.figures.retry_rate): a retry is a failed
     # attempt run again; a 429 is a wait for budget, counted by the provider, not a retry.
     # `reason` is Celery's Retry, whose `exc` is a pickle-safe stand-in (openai's errors come
     # back as plain OpenAIError); `excs` keeps the original's repr, class name first.

@@ -4,7 +4,7 @@
     .venv/bin/python bench/send_burst.py --drafts 1000 --rate 10      # a quick look
 
 --drafts written drafts of --owners sellers (review required) in --domains organizations, each
-sending from its own domain, are approved at once (outreach.services.drafts_approve, what the
+sending from its own domain, are approved at once (nurture.review.drafts_approve, what the
 admin's bulk action calls) before any worker starts. Then the Procfile's orchestrator, send and
 beat lines run exactly as written, with EMAIL_RATE_PER_SECOND=--rate and
 EMAIL_DOMAIN_DAILY_LIMIT=--domain-daily (and EMAIL_RATE_MARGIN_MS=--margin-ms), against an SMTP sink in this process, a scratch
@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
 from bench.stack import OUT, bench_intro, bench_lead, database_for, private_redis_django
-from orchestrator.metrics.figures import event_rate, most_in_window, window_counts
+from orchestrator.figures import event_rate, most_in_window, window_counts
 
 DB_NAME = "outreach_bench_send_burst"
 LINES = ("orchestrator", "send", "beat")  # the Procfile's: approved drafts need no generation
@@ -54,7 +54,7 @@ def seed(*, args: argparse.Namespace) -> dict[str, Any]:
     from django.utils import timezone
 
     from outreach.models import Lead, Organization, Outreach, State
-    from outreach.services import OwnerSpec, owner_upsert
+    from outreach.services.owners import OwnerSpec, owner_upsert
 
     owners, limits = [], {}
     for o in range(args.owners):
@@ -98,8 +98,8 @@ def seed(*, args: argparse.Namespace) -> dict[str, Any]:
 
 def approve_all(*, reviewer: Any) -> float:
     """Approve every draft as the admin's bulk action does; seconds it took."""
+    from nurture.review import drafts_approve
     from outreach.models import Outreach, State
-    from outreach.services import drafts_approve
 
     started = time.monotonic()
     drafts_approve(drafts=Outreach.objects.filter(state=State.AWAITING_APPROVAL).order_by("id"), by=reviewer)

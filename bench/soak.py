@@ -19,7 +19,7 @@ the policy twice, a 400, a 500 on every try), so the dead-letter path runs under
 
 Every ~10 s it samples the dispatcher's cycle time (the orchestrator worker's "dispatch cycle"
 log lines carry `ms=`), the RSS of every process and its pool children (/proc), and the row
-counts of the tables retention prunes (orchestrator.retention.table_sizes). Beat runs the prune
+counts of the tables retention prunes (orchestrator.controls.retention.table_sizes). Beat runs the prune
 (orchestrator.prune) as in production; to see it keep the tables flat within a run, set short
 ages in the environment, e.g. RETENTION_EVENTS_DAYS=0.001 METRICS_WINDOW_S=60
 RETENTION_PRUNE_INTERVAL_S=20. At the end it
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file
 
 from bench.stack import OUT, bench_lead, django_start, process_trees, scratch_database
 from devtools.smtp_sink import SMTPSink, normalise_message_id
-from orchestrator.metrics.figures import percentile, retry_rate
+from orchestrator.figures import percentile, retry_rate
 
 LOG_DIR = OUT / "soak-logs"
 DB_NAME = "outreach_bench_soak"
@@ -79,7 +79,7 @@ class Figures:
     finished: bool = False
     states: dict[str, int] = field(default_factory=dict)
     requeued: dict[str, int] = field(default_factory=dict)  # back to the queue, by error class
-    retries: int = 0  # transient retries (orchestrator.metrics.figures.retry_rate)
+    retries: int = 0  # transient retries (orchestrator.figures.retry_rate)
     completed: int = 0
     retry_rate: float | None = None
     dead_letters: dict[str, int] = field(default_factory=dict)
@@ -157,7 +157,7 @@ def seed(*, count: int, owners: int, review_owners: int, poison_per_kind: int) -
 
     from outreach.idempotency import intro_key
     from outreach.models import Lead, Outreach, State
-    from outreach.services import OwnerSpec, owner_upsert
+    from outreach.services.owners import OwnerSpec, owner_upsert
 
     made = [
         owner_upsert(
@@ -314,9 +314,9 @@ def _loop(
     samples: list[Sample],
     handler: SMTPSink,
 ) -> bool:
-    from orchestrator.retention import table_sizes
+    from nurture.review import drafts_approve
+    from orchestrator.controls.retention import table_sizes
     from outreach.models import Outreach, State
-    from outreach.services import drafts_approve
 
     ids = list(seeded.ids)
     procs = {name: proc for group in groups for name, proc in group.procs.items()}

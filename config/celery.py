@@ -44,7 +44,7 @@ def _threads_database_pool(sender: Any, **_: object) -> None:  # a celery.worker
     generation job also gives its connection back after each database turn (~6 a job).
 
     Pool size: GENERATION_DB_CONNECTIONS in a worker that runs only generation jobs (their
-    database turns never use more at once, nurture.generation; a larger pool would still grow
+    database turns never use more at once, nurture.writing.generation; a larger pool would still grow
     past them, as psycopg_pool opens connections ahead of demand). Any other: the worker's
     concurrency, the most its threads can hold (a send holds its connection for its whole
     job). Prefork workers are left alone: a pool must not cross a fork.

@@ -50,7 +50,7 @@ SECRET_KEY_FALLBACKS = env_list("DJANGO_SECRET_KEY_FALLBACKS", "")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "backoffice.apps.BackofficeAdminConfig",  # django.contrib.admin on the product's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "outreach",
     "nurture",
     "orchestrator",
+    "backoffice",  # the admin layer on top: every ModelAdmin and the dashboard
     "devtools",  # llm_sim: the provider simulator (demo, benchmarks, tests)
     "demo",  # the one-command demo
 ]
@@ -104,7 +105,7 @@ DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'demo.sql
 # ends, so every threads-pool worker keeps its connections in a pool instead (config.celery).
 # A generation job connects only for its reads and writes, gives the connection back before
 # its LLM calls, and waits for one of GENERATION_DB_CONNECTIONS turns per process
-# (nurture.generation). PostgreSQL's max_connections must cover web + beat + the prefork
+# (nurture.writing.generation). PostgreSQL's max_connections must cover web + beat + the prefork
 # workers' processes + GENERATION_DB_CONNECTIONS per generation process + the send and reply
 # workers' threads (a send holds its connection while it runs: 48, config.workers).
 DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
@@ -278,7 +279,7 @@ DISPATCH_STUCK_AFTER_S = env_int("DISPATCH_STUCK_AFTER_S", 600, minimum=1)
 # moving average of their settled tokens: equal weights get equal tokens) or "count" (equal
 # emails, the behaviour before). Reservations use the learned cost either way (docs/dispatch.md).
 DISPATCH_FAIRNESS = env_choice("DISPATCH_FAIRNESS", ["tokens", "count"], "tokens")
-# A generation job's lease (orchestrator.job_leases): a key with this TTL, re-set by its worker
+# A generation job's lease (orchestrator.failures.leases): a key with this TTL, re-set by its worker
 # process every RENEW seconds. A GENERATING row older than the TTL whose lease is gone has lost
 # its worker and is recovered at once. RENEW at most half the TTL: one missed beat (a slow
 # Redis round trip) must not expire a live job's lease.
@@ -300,7 +301,7 @@ RETRY_MAX_RATE_LIMITED = env_int("RETRY_MAX_RATE_LIMITED", 100, minimum=1)
 # --- Inbound webhook ------------------------------------------------------------------------
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
 
-# --- Bounces and complaints (orchestrator.deliverability; docs/email.md) ---------------------
+# --- Bounces and complaints (orchestrator.controls.deliverability; docs/email.md) ---------------------
 # An owner or sender domain is paused when, over its last BOUNCE_WINDOW_SENDS delivery attempts
 # (at least BOUNCE_MIN_SENDS of them), more than BOUNCE_RATE_MAX hard-bounced or more than
 # COMPLAINT_RATE_MAX were reported as spam. Fractions of 1: 0.05 = 5 %, 0.003 = 0.3 %.
@@ -314,13 +315,12 @@ BOUNCE_MIN_SENDS = env_int("BOUNCE_MIN_SENDS", 20, minimum=1)
 # needs `Authorization: Bearer <METRICS_TOKEN>`. Debug (demo, development): empty = open.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "" if DEBUG else REQUIRED)
 METRICS_WINDOW_S = env_int("METRICS_WINDOW_S", 86_400, minimum=60)  # window of latency/rate figures
-LLM_COST_PER_1K_TOKENS = env_float("LLM_COST_PER_1K_TOKENS", 0.0, minimum=0.0)  # for cost per outreach
 BUDGET_SAMPLE_RETENTION_DAYS = env_int("BUDGET_SAMPLE_RETENTION_DAYS", 7, minimum=1)
 DASHBOARD_REFRESH_S = env_int(
     "DASHBOARD_REFRESH_S", 15, minimum=1
 )  # the queue-health page refetches its figures
 
-# --- Alerts (orchestrator.alerts: a beat task checks the conditions, a webhook tells people) ---
+# --- Alerts (orchestrator.metrics.alerts: a beat task checks the conditions, a webhook tells people) ---
 # Slack-compatible incoming webhook (POST {"text": ...}); empty = alerts are logged only.
 ALERT_WEBHOOK_URL = env_str("ALERT_WEBHOOK_URL", "")
 if ALERT_WEBHOOK_URL and not ALERT_WEBHOOK_URL.startswith(("https://", "http://")):
@@ -333,7 +333,7 @@ ALERT_DEAD_LETTER_AGE_S = env_int("ALERT_DEAD_LETTER_AGE_S", 86_400, minimum=1) 
 ALERT_IDLE_MINUTES = env_int("ALERT_IDLE_MINUTES", 10, minimum=1)
 ALERT_IDLE_BUDGET_PERCENT = env_float("ALERT_IDLE_BUDGET_PERCENT", 20.0, minimum=0.0, maximum=100.0)
 
-# --- Retention (orchestrator.retention: a scheduled prune in bounded batches) ----------------
+# --- Retention (orchestrator.controls.retention: a scheduled prune in bounded batches) ----------------
 # Days of history kept (fractions allowed: a soak prunes minutes-old rows). The dashboard's window
 # figures read the transition history, so it is kept for at least METRICS_WINDOW_S.
 RETENTION_EVENTS_DAYS = env_float("RETENTION_EVENTS_DAYS", 90.0, minimum=0.0)
@@ -348,7 +348,7 @@ RETENTION_ASSIGNMENT_ITEMS_DAYS = env_float("RETENTION_ASSIGNMENT_ITEMS_DAYS", 3
 # Rows per DELETE statement, each its own transaction: short locks, bounded WAL per commit.
 RETENTION_BATCH_ROWS = env_int("RETENTION_BATCH_ROWS", 5000, minimum=1)
 RETENTION_PRUNE_INTERVAL_S = env_int("RETENTION_PRUNE_INTERVAL_S", 86_400, minimum=1)  # daily
-# Seconds between runs of draft expiry (outreach.expiry; the age is per organization, its
+# Seconds between runs of draft expiry (orchestrator.controls.draft_expiry; the age is per organization, its
 # draft_expiry_days): a draft may outlive its age by up to one interval.
 DRAFT_EXPIRY_INTERVAL_S = env_int("DRAFT_EXPIRY_INTERVAL_S", 3600, minimum=1)  # hourly
 
@@ -386,7 +386,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Redis re-delivers an unacknowledged message after visibility_timeout. Every time limit is
 # well under it, so a slow-but-alive task is killed long before Redis would hand its message
-# to a second worker (which would run it twice).
+# to a second worker (which would run it twice). Celery enforces the limits on the prefork
+# workers only; on the threads pools each call's own timeout bounds a job (docs/reliability.md).
 CELERY_BROKER_VISIBILITY_TIMEOUT_S = 3600
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT_S}
 CELERY_TASK_SOFT_TIME_LIMIT = 240
@@ -408,14 +409,14 @@ CELERY_BEAT_SCHEDULE = {
         # `expires`: django-celery-beat copies only the former into its table.
         "options": {"queue": Queue.ORCHESTRATOR.value, "expire_seconds": DISPATCH_INTERVAL},
     },
-    # Alerts (orchestrator.alerts): each condition notifies at most once per ALERT_INTERVAL_SECONDS.
+    # Alerts (orchestrator.metrics.alerts): each condition notifies at most once per ALERT_INTERVAL_SECONDS.
     # On the dead-letter queue: its webhook I/O never holds up a dispatch cycle.
     "alerts-check": {
         "task": "orchestrator.alerts_check",
         "schedule": ALERT_CHECK_INTERVAL_S,
         "options": {"queue": Queue.DEAD_LETTER.value, "expire_seconds": ALERT_CHECK_INTERVAL_S},
     },
-    # Retention (orchestrator.retention): the orchestrator queue is for short work, so one run
+    # Retention (orchestrator.controls.retention): the orchestrator queue is for short work, so one run
     # deletes for about one dispatch interval and queues its own continuation if rows remain.
     "retention-prune": {
         "task": "orchestrator.prune",

@@ -6,7 +6,7 @@ from django.urls import include, path
 
 urlpatterns = [
     # Before admin/: the queue-health dashboard lives under /admin/queue-health/.
-    path("", include("orchestrator.urls")),
+    path("", include("backoffice.urls")),
     path("admin/", admin.site.urls),
     path("", include("nurture.urls")),
 ]

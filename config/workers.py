@@ -10,7 +10,7 @@ each job makes its calls one after another, so it needs 150 jobs running at once
 spends a process (~130 MB) per job; the threads pool spends a thread (an idle socket wait, a
 few hundred KB) per job, so one process runs 200 (150 plus a third for slow tails; the
 measurements are in docs/benchmarks.md). Each job holds a PostgreSQL connection only while
-it reads or writes, never during its LLM calls (nurture.generation), so 200 threads do not
+it reads or writes, never during its LLM calls (nurture.writing.generation), so 200 threads do not
 mean 200 connections.
 """
 
@@ -74,7 +74,7 @@ WORKERS: dict[Queue, WorkerRecipe] = {
     # SMTP and two short database writes per email: waiting on I/O, so threads as well. At 3,000
     # requests/min the tier sends ~17 emails/s; 4 prefork processes at ~0.2-0.6 s per send (the
     # SMTP dialogue, SENDING and SENT) topped out at ~7/s in bench/latency.py and cost 535 MB.
-    # With a send budget each email also leaves a fixed 1 s after its grant (nurture.sending
+    # With a send budget each email also leaves a fixed 1 s after its grant (nurture.mail.sending
     # SEND_ALIGN_S), so a thread is held ~1.5-2 s a send: 20/s needs ~40 of them. 5,000 approvals
     # at 20/s (bench/send_burst.py): 16 threads 13.9/s, 48 threads 14.6/s (15.5/s steady, the
     # strict rate with the default margin being 15.8/s). A send holds its database connection

@@ -13,9 +13,9 @@ from typing import Any
 from django.utils import timezone
 
 from demo.live import Sample
+from orchestrator.figures import retry_rate
 from orchestrator.metrics.activity import owner_share, recent_activity
 from orchestrator.metrics.charts import latency_chart, owner_share_chart, requests_chart, svg_document
-from orchestrator.metrics.figures import retry_rate
 
 CHARTS = ("llm_requests_per_min.svg", "share_per_owner.svg", "latency_per_tier.svg")
 

@@ -25,8 +25,8 @@ from demo.report import write_report
 from demo.seed import seed_demo
 from devtools.processes import ProcessGroup, flower, stack_env, start_pipeline, web
 from nurture.intake.replies import signature_header
+from nurture.review import drafts_approve
 from outreach.models import Outreach, State
-from outreach.services import drafts_approve
 
 
 @dataclass(frozen=True)

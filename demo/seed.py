@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from outreach.idempotency import intro_key
 from outreach.models import Lead, Organization, Outreach, Owner, State
-from outreach.services import OwnerSpec, owner_upsert
+from outreach.services.owners import OwnerSpec, owner_upsert
 
 ORG = "Demo Co"
 OWNERS = [

@@ -1,5 +1,5 @@
 """A small real HTTP server that receives alert webhooks (Slack-compatible JSON) and records
-them: for tests of orchestrator.alerts, and to watch alerts locally (ALERT_WEBHOOK_URL=its url).
+them: for tests of orchestrator.notify, and to watch alerts locally (ALERT_WEBHOOK_URL=its url).
 
 `status` is what it answers (set 500 to play a broken receiver); `received` holds each POST's
 JSON body, whatever the answer.

@@ -12,8 +12,8 @@ class NurtureConfig(AppConfig):
         from anymail.signals import inbound, tracking
 
         from nurture.intake.inbound_email import inbound_email_received
-        from nurture.mail_events import tracking_received
+        from nurture.mail.events import tracking_received
 
         inbound.connect(inbound_email_received, dispatch_uid="nurture.inbound_email_received")
         # Bounces and complaints from a provider's tracking webhook (docs/email.md).
-        tracking.connect(tracking_received, dispatch_uid="nurture.mail_events.tracking_received")
+        tracking.connect(tracking_received, dispatch_uid="nurture.mail.events.tracking_received")

@@ -1,6 +1,6 @@
 """One error taxonomy for the pipeline: what a failure means for the job, decided once.
 
-The LLM client (nurture.llm) and the mail module (nurture.mail) translate provider and SMTP
+The LLM client (nurture.writing.llm) and the mail module (nurture.mail.transport) translate provider and SMTP
 errors into these classes at the boundary; everything above them (tasks, dead letters) only
 ever asks "which class is this?", never looks at status codes or SDK exceptions again.
 
@@ -91,7 +91,7 @@ class RateLimited(PipelineError):
 class ConfigurationFault(PermanentError):
     """The provider refused the deployment itself: 401 (key), 403 (permission), 404 (model not
     found). Every call to it would fail alike, so it is not the job's fault: the job goes back
-    to the queue uncharged and the deployment's breaker (orchestrator.routing.health) stops
+    to the queue uncharged and the deployment's breaker (orchestrator.deployments.breaker) stops
     work going there until a probe call succeeds. A PermanentError for any handler that does
     not know this class."""
 
@@ -106,7 +106,7 @@ class ConfigurationFault(PermanentError):
 
 
 class PolicyViolation(PermanentError):
-    """A generated draft failed outreach.draft_policy.check_draft (after its one regeneration)."""
+    """A generated draft failed nurture.writing.draft_policy.check_draft (after its one regeneration)."""
 
     error_class = "policy"
     suggested_action = "edit the draft by hand or replay to regenerate"
@@ -119,7 +119,7 @@ class PolicyViolation(PermanentError):
 class RecipientRefused(PermanentError):
     """The recipient's mail server refused the address for good (5xx at RCPT, or a 5.1.x
     "no such user" at DATA): a hard bounce. The lead is marked undeliverable and its work
-    cancelled (nurture.mail_events), not dead-lettered: there is nothing to replay."""
+    cancelled (nurture.mail.events), not dead-lettered: there is nothing to replay."""
 
     suggested_action = "none: the address does not accept mail"
 
@@ -137,7 +137,17 @@ class PossiblySent(PipelineError):
     """The mail server may have accepted the email: the connection died or timed out after the
     DATA command, before its answer. Neither a success nor a plain transient failure: resending
     may email the prospect twice, so it is resent at most once and then left to a person
-    (orchestrator.dispatch.recovery.send_unconfirmed)."""
+    (orchestrator.failures.recovery.send_unconfirmed)."""
 
     error_class = "possibly_sent"
     suggested_action = "confirm whether the prospect got it before replaying"
+
+
+class Paced(PipelineError):
+    """Our call-time pacer says the provider window is full for longer than a worker should wait."""
+
+    error_class = ""
+
+    def __init__(self, *, wait_s: float, cause: str = "provider window full") -> None:
+        super().__init__(f"{cause} for {wait_s:.1f}s: re-queued")
+        self.wait_s = wait_s

@@ -1,5 +1,8 @@
 """What a failed generation or send does next, decided in one place by the error's class.
 
+Each rule is one row of RULES (the error's class, an optional condition, the handler); the
+first row that matches decides, and anything no row matches is retried as transient:
+
 - RateLimited (the provider said 429) or Paced (our own pacer says the window is full): back
   to the queue with `not_before` = the wait; not a failed attempt. Never slept off in a worker.
   A provider that keeps refusing is not waited on for ever: after RETRY_MAX_RATE_LIMITED
@@ -10,8 +13,6 @@
   back to the queue with exponential backoff and jitter, until RETRY_MAX_ATTEMPTS; then DEAD.
 - ConfigurationFault (401/403/404: the deployment's key, permission or model): back to the queue
   uncharged with a blocked reason; the deployment's breaker holds its work until a probe succeeds.
-- RecipientRefused (the recipient's server refused the address for good): a hard bounce, not
-  a failure to replay: CANCELLED, the lead suppressed, its rates checked (nurture.mail_events).
 - PermanentError (400/422, policy, other SMTP 5xx): DEAD at once.
 "Back to the queue" is QUEUED for work without a draft and APPROVED for a written draft: a
 retry never pays the LLM twice for an email it already has.
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import random
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -32,19 +35,16 @@ from django.utils import timezone
 from config.logging import outreach_log_context
 from nurture.errors import (
     ConfigurationFault,
+    Paced,
     PermanentError,
-    PipelineError,
     PolicyViolation,
     PossiblySent,
     RateLimited,
-    RecipientRefused,
     TransientError,
 )
-from nurture.mail_events import send_refused
-from orchestrator.dead_letters import dead_letter
-from orchestrator.dispatch.recovery import send_unconfirmed
+from orchestrator.work import attempts_exhausted, dead_letter, send_unconfirmed
 from outreach.models import ErrorClass, Outreach, State
-from outreach.transitions import transition
+from outreach.transitions import back_to_queue, transition
 
 log = logging.getLogger(__name__)
 
@@ -54,122 +54,160 @@ BACKOFF_CAP_S = 900.0
 CONFIGURATION_FAULT_RECHECK_S = 5.0
 
 
-class Paced(PipelineError):
-    """Our call-time pacer says the provider window is full for longer than a worker should wait."""
-
-    error_class = ""
-
-    def __init__(self, *, wait_s: float, cause: str = "provider window full") -> None:
-        super().__init__(f"{cause} for {wait_s:.1f}s: re-queued")
-        self.wait_s = wait_s
-
-
 def backoff_s(*, attempt: int, rng: random.Random | None = None) -> float:
     """Exponential backoff with jitter: base * 2^(attempt-1), capped, then scaled by U(0.5, 1)."""
     ceiling = min(BACKOFF_CAP_S, settings.RETRY_BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
     return ceiling * (rng or random).uniform(0.5, 1.0)
 
 
+@dataclass(frozen=True)
+class Failure:
+    """One failed try, as the rules see it."""
+
+    outreach: Outreach
+    from_: State
+    exc: BaseException
+    job_type: str
+    now: datetime
+
+    @property
+    def reason(self) -> str:
+        return failure_reason(self.exc)
+
+    @property
+    def retry_to(self) -> State:
+        return back_to_queue(self.outreach)
+
+
 def fail(*, outreach: Outreach, from_: State, exc: BaseException, job_type: str) -> State:
     """Apply the rule for `exc` to an outreach in `from_`; return the state it ended in."""
-    retry_to = State.APPROVED if outreach.draft_body else State.QUEUED
-    now = timezone.now()
-    if isinstance(exc, RateLimited) and outreach.rate_limited >= settings.RETRY_MAX_RATE_LIMITED:
-        reason = (
-            f"the provider kept refusing: 429 {outreach.rate_limited + 1} times "
-            f"(cap RETRY_MAX_RATE_LIMITED={settings.RETRY_MAX_RATE_LIMITED}); last: {_reason(exc)}"
-        )
-        dead_letter(
-            outreach=outreach,
-            from_=from_,
-            failure_class=ErrorClass.RATE_LIMITED,
-            reason=reason,
-            job_type=job_type,
-        )
-        return State.DEAD
-    if isinstance(exc, RateLimited | Paced):
-        wait = exc.retry_after_s if isinstance(exc, RateLimited) else exc.wait_s
-        counted: dict[str, Any] = (
-            {"rate_limited": F("rate_limited") + 1} if isinstance(exc, RateLimited) else {}
-        )
-        transition(
-            outreach_id=outreach.pk,
-            from_=from_,
-            to=retry_to,
-            note=str(exc),
-            error_class=exc.error_class,
-            not_before=now + timedelta(seconds=wait),
-            reservation_id="",
-            **counted,
-        )
-        return retry_to
-    if isinstance(exc, ConfigurationFault):
-        # The deployment's fault, not the job's: back to the queue uncharged, saying why. The
-        # dispatcher holds it there while the deployment's breaker is open (routing.health).
-        transition(
-            outreach_id=outreach.pk,
-            from_=from_,
-            to=retry_to,
-            note=str(exc),
-            blocked_reason=str(exc)[:200],
-            not_before=now + timedelta(seconds=CONFIGURATION_FAULT_RECHECK_S),
-            reservation_id="",
-            llm_route="",
-        )
-        return retry_to
-    if isinstance(exc, PossiblySent) and from_ == State.SENDING:
-        return send_unconfirmed(
-            outreach=outreach,
-            why=_reason(exc),
-            error_class=ErrorClass.POSSIBLY_SENT,
-            attempts=outreach.attempts + 1,
-            last_error=_reason(exc),
-            not_before=now + timedelta(seconds=backoff_s(attempt=outreach.attempts + 1)),
-        )
-    if isinstance(exc, RecipientRefused) and from_ == State.SENDING:
-        return send_refused(outreach=outreach, reason=_reason(exc))
-    if isinstance(exc, PermanentError):
-        failure = ErrorClass.POLICY if isinstance(exc, PolicyViolation) else ErrorClass.PERMANENT
-        dead_letter(
-            outreach=outreach, from_=from_, failure_class=failure, reason=_reason(exc), job_type=job_type
-        )
-        return State.DEAD
-    attempts = outreach.attempts + 1
-    if attempts >= settings.RETRY_MAX_ATTEMPTS:
-        reason = f"{_reason(exc)} (attempt {attempts} of {settings.RETRY_MAX_ATTEMPTS}: giving up)"
-        dead_letter(
-            outreach=outreach,
-            from_=from_,
-            failure_class=ErrorClass.EXHAUSTED,
-            reason=reason,
-            job_type=job_type,
-        )
-        return State.DEAD
+    failure = Failure(outreach=outreach, from_=from_, exc=exc, job_type=job_type, now=timezone.now())
+    for kind, applies, handler in RULES:
+        if isinstance(exc, kind) and (applies is None or applies(failure)):
+            return handler(failure)
+    return _retry_later(failure)
+
+
+def failure_reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _dead(failure: Failure, *, failure_class: ErrorClass, reason: str) -> State:
+    dead_letter(
+        outreach=failure.outreach,
+        from_=failure.from_,
+        failure_class=failure_class,
+        reason=reason,
+        job_type=failure.job_type,
+    )
+    return State.DEAD
+
+
+def _refused_too_often(failure: Failure) -> State:
+    """A provider that keeps answering 429 is not waited on for ever."""
+    count, cap = failure.outreach.rate_limited + 1, settings.RETRY_MAX_RATE_LIMITED
+    reason = f"the provider kept refusing: 429 {count} times (cap RETRY_MAX_RATE_LIMITED={cap}); last: {failure.reason}"
+    return _dead(failure, failure_class=ErrorClass.RATE_LIMITED, reason=reason)
+
+
+def _wait_for_window(failure: Failure) -> State:
+    """429 or our pacer: back to the queue after the wait, not a failed attempt."""
+    exc = failure.exc
+    assert isinstance(exc, RateLimited | Paced)
+    wait = exc.retry_after_s if isinstance(exc, RateLimited) else exc.wait_s
+    counted: dict[str, Any] = {"rate_limited": F("rate_limited") + 1} if isinstance(exc, RateLimited) else {}
+    transition(
+        outreach_id=failure.outreach.pk,
+        from_=failure.from_,
+        to=failure.retry_to,
+        note=str(exc),
+        error_class=exc.error_class,
+        not_before=failure.now + timedelta(seconds=wait),
+        reservation_id="",
+        **counted,
+    )
+    return failure.retry_to
+
+
+def _hold_for_deployment(failure: Failure) -> State:
+    """The deployment's fault, not the job's: back to the queue uncharged, saying why. The
+    dispatcher holds it there while the deployment's breaker is open."""
+    transition(
+        outreach_id=failure.outreach.pk,
+        from_=failure.from_,
+        to=failure.retry_to,
+        note=str(failure.exc),
+        blocked_reason=str(failure.exc)[:200],
+        not_before=failure.now + timedelta(seconds=CONFIGURATION_FAULT_RECHECK_S),
+        reservation_id="",
+        llm_route="",
+    )
+    return failure.retry_to
+
+
+def _resend_once(failure: Failure) -> State:
+    attempts = failure.outreach.attempts + 1
+    return send_unconfirmed(
+        outreach=failure.outreach,
+        why=failure.reason,
+        error_class=ErrorClass.POSSIBLY_SENT,
+        attempts=attempts,
+        last_error=failure.reason,
+        not_before=failure.now + timedelta(seconds=backoff_s(attempt=attempts)),
+    )
+
+
+def _dead_at_once(failure: Failure) -> State:
+    failure_class = ErrorClass.POLICY if isinstance(failure.exc, PolicyViolation) else ErrorClass.PERMANENT
+    return _dead(failure, failure_class=failure_class, reason=failure.reason)
+
+
+def _retry_later(failure: Failure) -> State:
+    """Transient (or unclassified): attempts + 1, back to the queue after a backoff, until the
+    attempt cap; the try that reaches it is a dead letter."""
+    attempts = failure.outreach.attempts + 1
+    if attempts_exhausted(attempts):
+        reason = f"{failure.reason} (attempt {attempts} of {settings.RETRY_MAX_ATTEMPTS}: giving up)"
+        return _dead(failure, failure_class=ErrorClass.EXHAUSTED, reason=reason)
     delay = backoff_s(attempt=attempts)
     # The server refused or was never reached: this try certainly did not send, so it does not
     # count towards the resend-once rule (send_attempts counts tries that may have arrived).
     # (Greatest: a row put in SENDING by hand, never claimed, has nothing to give back.)
     uncounted: dict[str, Any] = (
-        {"send_attempts": Greatest(F("send_attempts") - 1, 0)} if from_ == State.SENDING else {}
+        {"send_attempts": Greatest(F("send_attempts") - 1, 0)} if failure.from_ == State.SENDING else {}
     )
     transition(
-        outreach_id=outreach.pk,
-        from_=from_,
-        to=retry_to,
-        note=f"{_reason(exc)}; retry in {delay:.0f}s",
+        outreach_id=failure.outreach.pk,
+        from_=failure.from_,
+        to=failure.retry_to,
+        note=f"{failure.reason}; retry in {delay:.0f}s",
         error_class=ErrorClass.TRANSIENT,
         attempts=attempts,
-        last_error=_reason(exc),
-        not_before=now + timedelta(seconds=delay),
+        last_error=failure.reason,
+        not_before=failure.now + timedelta(seconds=delay),
         reservation_id="",
         **uncounted,
     )
-    if not isinstance(exc, TransientError):
+    if not isinstance(failure.exc, TransientError):
         log.error(
-            "unclassified failure treated as transient", exc_info=exc, extra=outreach_log_context(outreach)
+            "unclassified failure treated as transient",
+            exc_info=failure.exc,
+            extra=outreach_log_context(failure.outreach),
         )
-    return retry_to
+    return failure.retry_to
 
 
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+Rule = tuple[
+    type[BaseException] | tuple[type[BaseException], ...],
+    Callable[[Failure], bool] | None,
+    Callable[[Failure], State],
+]
+
+# (error class, condition or None, handler): the first row that matches decides.
+RULES: tuple[Rule, ...] = (
+    (RateLimited, lambda f: f.outreach.rate_limited >= settings.RETRY_MAX_RATE_LIMITED, _refused_too_often),
+    ((RateLimited, Paced), None, _wait_for_window),
+    (ConfigurationFault, None, _hold_for_deployment),
+    (PossiblySent, lambda f: f.from_ == State.SENDING, _resend_once),
+    (PermanentError, None, _dead_at_once),
+)

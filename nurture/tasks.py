@@ -9,21 +9,19 @@ costing no attempt; once the database answers, the job's guarded first move deci
 redelivery. acks_late + reject_on_worker_lost
 (settings) make a killed worker's message come back (for a whole killed worker, only after the
 broker's visibility timeout: its GENERATING rows come back sooner through their job leases,
-orchestrator.job_leases); the guarded first transition makes any late redelivery harmless.
+orchestrator.failures.leases); the guarded first transition makes any late redelivery harmless.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError
 
-from nurture.generation import outreach_generate
-from nurture.intake.assignment import assignment_chunk_process, assignment_chunks
-from nurture.sending import outreach_send
+from nurture.intake import tasks as intake_tasks  # noqa: F401  (registers nurture.intake_chunk)
+from nurture.mail.sending import outreach_send
+from nurture.writing.generation import outreach_generate
 
 # Back to the broker while the database cannot be reached: tried again after 1, 2, 4 ... 30 s
 # (with jitter, so a worker's jobs do not all return at once), for as long as it takes.
@@ -50,23 +48,3 @@ def generate_reply(outreach_id: int) -> None:
 @shared_task(name="nurture.send", ignore_result=True, **DATABASE_UNREACHABLE)
 def send(outreach_id: int) -> None:
     outreach_send(outreach_id=int(outreach_id))
-
-
-@shared_task(
-    name="nurture.intake_chunk",
-    ignore_result=True,
-    # A dropped connection or a deadlock with a concurrent run passes on a retry; the chunk is
-    # idempotent (it only touches children still PENDING), so a retry cannot double-load.
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=5,
-)
-def intake_chunk(batch_id: int, first_id: int, last_id: int) -> None:
-    assignment_chunk_process(batch_id=int(batch_id), first_id=int(first_id), last_id=int(last_id))
-
-
-def intake_enqueue(*, batch_id: int, child_ids: Sequence[int]) -> None:
-    """Hand a batch's children to the orchestrator workers, one intake_chunk per chunk: ids only
-    (no lead data on the broker), published once the children are committed."""
-    for first_id, last_id in assignment_chunks(child_ids=child_ids):
-        transaction.on_commit(partial(intake_chunk.delay, batch_id, first_id, last_id))

@@ -8,6 +8,6 @@ app_name = "nurture"
 
 urlpatterns = [
     path("hooks/replies/", views.replies_webhook, name="replies_webhook"),
-    # The List-Unsubscribe header of every email points here (nurture.mail.unsubscribe_url).
+    # The List-Unsubscribe header of every email points here (nurture.mail.transport.unsubscribe_url).
     path("unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
 ]

@@ -25,8 +25,8 @@ from nurture.intake.replies import (
     reply_receive,
     signature_verify,
 )
-from nurture.intake.sequence import lead_get, lead_opt_out
-from nurture.mail import lead_id_from_token
+from nurture.mail.transport import lead_id_from_token
+from nurture.sequence import lead_get, lead_opt_out
 from outreach.models import Lead
 
 log = logging.getLogger(__name__)

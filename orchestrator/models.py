@@ -1,17 +1,17 @@
 """The orchestrator's own records: samples of the shared LLM budget, dead letters, and pauses.
 
 BudgetSample: the budget itself lives in Redis (orchestrator.budget) and only knows "now"; a
-chart of the last hour needs history, so `orchestrator.metrics.budget_sample_record()` copies
+chart of the last hour needs history, so `orchestrator.metrics.budget_use.budget_sample_record()` copies
 one snapshot per minute here. The writer and readers live in orchestrator/metrics/.
 
 DeadLetter: a terminal failure waiting for an operator. Dead letters live together in this
 app: the record here, the one dead-letter path and the ways out of it (replay, cancel,
-escalate) in orchestrator/dead_letters.py, their admin in orchestrator/admin.py, the replay
+escalate) in orchestrator/failures/dead_letters.py, their admin in backoffice/admin/organizations.py, the replay
 command in orchestrator/management/commands/replay_dead_letters.py.
 
 Pause: a stop on part of the work (an organization, an owner, a tier, a sender domain, or
 several at once), set by an operator or by an automatic rule, and lifted by an operator. The
-rules that read it live in orchestrator/pauses.py.
+rules that read it live in orchestrator/controls/pauses.py.
 
 Fields only.
 """

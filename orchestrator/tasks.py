@@ -9,6 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from orchestrator.dispatch.cycle import dispatch_cycle
+from orchestrator.metrics.budget_use import budget_sample_record
 
 log = logging.getLogger(__name__)
 
@@ -17,14 +18,15 @@ log = logging.getLogger(__name__)
 def dispatch() -> None:
     # acks_late off: a lost cycle is simply the next beat's cycle; redelivering it is pointless.
     dispatch_cycle()
+    budget_sample_record()  # the budget chart: one row a minute, cluster-wide
 
 
 @shared_task(name="orchestrator.prune", ignore_result=True, acks_late=False)
 def prune() -> None:
-    """Retention (orchestrator.retention). A run deletes for about one dispatch interval; while
+    """Retention (orchestrator.controls.retention). A run deletes for about one dispatch interval; while
     rows remain it queues the next run, so dispatch cycles get the worker in between."""
     # acks_late off: a run lost with its worker leaves rows for the next run, which deletes them.
-    from orchestrator.retention import retention_prune
+    from orchestrator.controls.retention import retention_prune
 
     report = retention_prune()
     log.info("retention prune: %s", report.deleted, extra={"finished": report.finished})
@@ -34,9 +36,9 @@ def prune() -> None:
 
 @shared_task(name="orchestrator.expire_drafts", ignore_result=True, acks_late=False)
 def expire_drafts() -> None:
-    """Draft expiry (outreach.expiry): drafts awaiting approval past their organization's age."""
+    """Draft expiry (orchestrator.controls.draft_expiry): drafts awaiting approval past their organization's age."""
     # acks_late off: a run lost with its worker leaves the drafts for the next run.
-    from outreach.expiry import drafts_expire
+    from orchestrator.controls.draft_expiry import drafts_expire
 
     expired = drafts_expire(now=timezone.now())
     if expired:
@@ -45,8 +47,8 @@ def expire_drafts() -> None:
 
 @shared_task(name="orchestrator.alerts_check", ignore_result=True, acks_late=False)
 def alerts_check() -> None:
-    """Beat entry `alerts-check` (orchestrator.alerts). A lost check is the next tick's check."""
-    from orchestrator.alerts import alerts_check as check
+    """Beat entry `alerts-check` (orchestrator.metrics.alerts). A lost check is the next tick's check."""
+    from orchestrator.metrics.alerts import alerts_check as check
 
     notified = check()
     if notified:

@@ -78,7 +78,7 @@ class Organization(models.Model):
         max_length=500, blank=True, help_text="Comma-separated domains links in emails may point to."
     )
     sender_email = models.EmailField(blank=True)
-    # The prompt forbids phone numbers; outreach.draft_policy refuses them unless this is set.
+    # The prompt forbids phone numbers; nurture.writing.draft_policy refuses them unless this is set.
     allow_phone_numbers = models.BooleanField(
         default=False, db_default=False, help_text="Drafts may contain phone numbers."
     )
@@ -88,7 +88,7 @@ class Organization(models.Model):
         max_length=50, default="3,7", db_default="3,7", validators=[validate_nudge_days], help_text="e.g. 3,7"
     )
     # A draft nobody approves goes stale: after this many days awaiting approval it is cancelled
-    # with the reason in its history (outreach.expiry, beat entry `drafts-expire`).
+    # with the reason in its history (orchestrator.controls.draft_expiry, beat entry `drafts-expire`).
     draft_expiry_days = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -96,7 +96,7 @@ class Organization(models.Model):
         help_text="Drafts awaiting approval longer than this many days are cancelled; empty = never.",
     )
     # Compliance text (postal address, opt-out sentence) that code appends below every email at
-    # send time (outreach.compliance.email_body): never shown to the model, never written by it.
+    # send time (nurture.mail.compliance.email_body): never shown to the model, never written by it.
     compliance_footer = models.TextField(
         blank=True,
         default="",
@@ -105,9 +105,9 @@ class Organization(models.Model):
         help_text="Appended below every email at send time, e.g. the postal address and how to opt out.",
     )
     # Who works this organization's drafts: a non-superuser reviewer sees and approves only the
-    # drafts of owners in organizations they are a member of (outreach.admin.ApprovalQueueAdmin).
+    # drafts of owners in organizations they are a member of (backoffice.admin.outreach.ApprovalQueueAdmin).
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="organizations")
-    # LLM spend per UTC day (outreach.spend): work beyond it waits QUEUED until the next day.
+    # LLM spend per UTC day (orchestrator.controls.spend): work beyond it waits QUEUED until the next day.
     daily_spend_cap = models.DecimalField(
         max_digits=10,
         decimal_places=2,
@@ -144,7 +144,7 @@ class Organization(models.Model):
 class VerifiedDomain(models.Model):
     """A mail domain an organization proved it owns: its sender_email must be on one of these.
 
-    Kept by superusers only (orchestrator.admin.VerifiedDomainAdmin), so one tenant cannot send
+    Kept by superusers only (backoffice.admin.organizations.VerifiedDomainAdmin), so one tenant cannot send
     as another by typing the other's address into its own sender field.
     """
 
@@ -282,8 +282,8 @@ class ErrorClass(models.TextChoices):
 
 
 # A delivery attempt: an email sent, or one the recipient's server refused for good (a hard
-# bounce at SMTP, cancelled with a permanent error by nurture.mail_events). The bounce and
-# complaint rates are over an owner's or sender domain's latest ones (orchestrator.deliverability).
+# bounce at SMTP, cancelled with a permanent error by nurture.mail.events). The bounce and
+# complaint rates are over an owner's or sender domain's latest ones (orchestrator.controls.deliverability).
 DELIVERY_ATTEMPT = Q(state="sent") | Q(state="cancelled", error_class="permanent")
 
 
@@ -324,7 +324,7 @@ class Outreach(models.Model):
     blocked_reason = models.CharField(max_length=200, blank=True, help_text="Why queued work is waiting.")
     # One LLM budget reservation per deployment the job uses, space-separated (budget.reservation_ids).
     reservation_id = models.CharField(max_length=255, blank=True)
-    # Where each step runs (orchestrator.routing.placement.Route): the dispatcher's placement.
+    # Where each step runs (orchestrator.deployments.placement.Route): the dispatcher's placement.
     llm_route = models.CharField(max_length=255, blank=True)
     draft_subject = models.CharField(max_length=300, blank=True)
     draft_body = models.TextField(blank=True)
@@ -346,7 +346,7 @@ class Outreach(models.Model):
     esp_message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
     tokens_used = models.PositiveIntegerField(default=0)
     llm_calls = models.PositiveSmallIntegerField(default=0)
-    # Spend (outreach.spend): the provider's counts of the written draft, their price at
+    # Spend (orchestrator.controls.spend): the provider's counts of the written draft, their price at
     # LLM_PRICES, and when it was written (the UTC day its organization's daily cap counts it in).
     llm_input_tokens = models.PositiveIntegerField(default=0, db_default=0)
     llm_output_tokens = models.PositiveIntegerField(default=0, db_default=0)
@@ -383,7 +383,7 @@ class Outreach(models.Model):
                 condition=Q(state="approved"),
                 name="outreach_approved_by_owner",
             ),
-            # orchestrator.dispatch.recovery.recover_stuck: in-flight work older than the timeout.
+            # orchestrator.failures.recovery.recover_stuck: in-flight work older than the timeout.
             models.Index(
                 fields=["state_changed_at"],
                 condition=Q(state__in=["dispatched", "generating", "sending"]),
@@ -407,7 +407,7 @@ class Outreach(models.Model):
             models.Index(
                 fields=["esp_message_id"], condition=~Q(esp_message_id=""), name="outreach_esp_message_id"
             ),
-            # orchestrator.deliverability._window: an owner's latest delivery attempts
+            # orchestrator.controls.deliverability._window: an owner's latest delivery attempts
             # (ORDER BY state_changed_at DESC LIMIT BOUNCE_WINDOW_SENDS), read at every bounce
             # or complaint; partial, so the scan stops after the window, whatever the history.
             models.Index(

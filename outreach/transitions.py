@@ -47,8 +47,27 @@ ALLOWED: dict[State, frozenset[State]] = {
     S.CANCELLED: frozenset(),
 }
 
+# The state groups: every module that asks "is this row ...?" asks here.
 TERMINAL = frozenset(state for state, targets in ALLOWED.items() if not targets)
 UNFINISHED = frozenset(State) - TERMINAL - {S.DEAD}
+# Waiting, no worker on it: a sequence stop or an operator's action may still change it.
+AT_REST = (S.QUEUED, S.AWAITING_APPROVAL, S.APPROVED)
+# Handed to a worker and not back yet: it counts against its owner's day, and is recovered if stuck.
+IN_FLIGHT = (S.DISPATCHED, S.GENERATING, S.SENDING)
+# Holding (or about to hold) an LLM reservation.
+LLM_IN_FLIGHT = (S.DISPATCHED, S.GENERATING)
+# Ended without an email leaving.
+ENDED_UNSENT = (S.CANCELLED, S.DEAD, S.REJECTED)
+# A reply not written yet: a later message from the same lead joins it instead of a second reply.
+REPLY_JOINABLE = (S.QUEUED, S.DISPATCHED, S.GENERATING)
+
+
+def back_to_queue(outreach: Outreach, *, sendable: bool = True) -> State:
+    """Where work goes back to wait (a retry, recovery, a replay): APPROVED when it has a
+    sendable written draft (the send is what failed: the LLM is never paid twice for one
+    email), else QUEUED to be written. `sendable=False`: the draft may not go out (it failed
+    the policy check) and is written again."""
+    return S.APPROVED if outreach.draft_body and sendable else S.QUEUED
 
 
 class IllegalTransition(ValueError):
@@ -94,7 +113,7 @@ def transition(
     """Move one outreach from `from_` (one state or several) to `to`, setting `fields` too.
 
     `guard`: the row must match it too, checked under the same lock (e.g. "no message joined
-    this reply since its draft was started": nurture.generation). Raises IllegalTransition if
+    this reply since its draft was started": nurture.writing.generation). Raises IllegalTransition if
     the table forbids it, TransitionLost if the row was not in `from_` (or failed `guard`). The event row (and for SENT, the owner's count for the day) is written in
     the same transaction as the move.
     """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: lint, types, migrations check, then the whole pytest suite against real
+# The test command: lint, types, import contracts, migrations check, then the whole pytest suite against real
 # PostgreSQL and Redis (started here if installed but not running), then the pipeline tests
 # again with RabbitMQ as the Celery broker. Arguments go to pytest and skip that second pass.
 source "$(dirname "$0")/_bootstrap.sh"
@@ -12,6 +12,8 @@ ruff check .
 ruff format --check .
 echo "==> mypy"
 mypy .
+echo "==> import contracts (pyproject.toml: layers, the workers' door, no cycles)"
+lint-imports --no-cache
 echo "==> migrations are up to date"
 DJANGO_SETTINGS_MODULE=config.test_settings python manage.py makemigrations --check --dry-run
 echo "==> pytest (in random order: pytest-randomly; -p no:randomly for the file order)"

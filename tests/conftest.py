@@ -46,7 +46,7 @@ def smtp_sink(settings: Any) -> Iterator[SMTPSink]:
 
 @pytest.fixture
 def llm_stub(settings: Any) -> Iterator[LLMStub]:
-    """A real HTTP server speaking chat completions; nurture.llm pointed at it."""
+    """A real HTTP server speaking chat completions; nurture.writing.llm pointed at it."""
     stub = LLMStub().start()
     settings.LLM_BASE_URL, settings.LLM_API_KEY = stub.base_url, "sk-test"
     settings.LLM_MODEL, settings.LLM_TIMEOUT_S = "stub-1", 5.0

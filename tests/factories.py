@@ -15,7 +15,7 @@ from outreach.models import Lead, Organization, Outreach, Owner, OwnerDailySends
 
 _seq = itertools.count(1)
 
-# A draft that passes outreach.draft_policy.check_draft (so a reviewer may approve it as it stands), and
+# A draft that passes nurture.writing.draft_policy.check_draft (so a reviewer may approve it as it stands), and
 # an edit of it that does too. Tests about a bad draft spell out their own text.
 DRAFT_SUBJECT = "Quick question about your reporting"
 DRAFT_BODY = "Hi Pat,\n\nWould a short call next week help your team ship reports faster?\n\nBest,\nSam"

@@ -119,7 +119,7 @@ def _facts(prompt: str) -> dict[str, str]:
 
 
 def _data_block(prompt: str) -> dict[str, Any]:
-    """The JSON between '<<<DATA ...' and 'DATA>>>' that nurture.prompts writes; {} if absent."""
+    """The JSON between '<<<DATA ...' and 'DATA>>>' that nurture.writing.prompts writes; {} if absent."""
     start, end = prompt.find("<<<DATA"), prompt.rfind("DATA>>>")
     if start < 0 or end < start:
         return {}

@@ -21,7 +21,7 @@ from anymail.signals import AnymailInboundEvent
 from django.utils.html import strip_tags
 
 from nurture.intake.replies import InboundReply, PayloadError, UnknownLead, reply_receive, reply_validate
-from nurture.mail import message_ids
+from nurture.mail.transport import message_ids
 
 log = logging.getLogger(__name__)
 

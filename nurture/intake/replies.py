@@ -27,12 +27,12 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import F, Max, Q
 
-from nurture.intake.sequence import sequence_stop
-from nurture.mail import message_id_normalised, message_ids
+from nurture.mail.transport import message_id_normalised, message_ids
+from nurture.sequence import sequence_stop
 from outreach.idempotency import reply_key
 from outreach.models import SUPPRESSED, Lead, Outreach, State
-from outreach.services import outreach_enqueue
-from outreach.transitions import transition
+from outreach.services.queue import outreach_enqueue
+from outreach.transitions import REPLY_JOINABLE, transition
 
 log = logging.getLogger(__name__)
 
@@ -210,20 +210,19 @@ def reply_receive(*, reply: InboundReply) -> ReplyReceived:
 
 # An answer not written yet: a later message can still be in it. DISPATCHED also holds drafts
 # on their way to SMTP, hence the empty-draft condition too.
-JOINABLE = (State.QUEUED, State.DISPATCHED, State.GENERATING)
 
 
 def _reply_join(*, lead_id: int, inbound: dict[str, str]) -> int | None:
     """Add `inbound` to the lead's reply whose draft is not written yet; its id, or None.
 
     The row lock orders this against the generation worker recording a draft (a guarded
-    transition on `inbound_joined`, nurture.generation): either the join lands first and that
+    transition on `inbound_joined`, nurture.writing.generation): either the join lands first and that
     draft, written without this text, is discarded and written again; or the draft lands first,
     the row no longer matches, and this message starts the next turn.
     """
     pending = (
         Outreach.objects.select_for_update()
-        .filter(lead_id=lead_id, kind=Outreach.Kind.REPLY, state__in=JOINABLE, draft_body="")
+        .filter(lead_id=lead_id, kind=Outreach.Kind.REPLY, state__in=REPLY_JOINABLE, draft_body="")
         .order_by("id")
         .first()
     )

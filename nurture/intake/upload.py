@@ -13,7 +13,7 @@ from datetime import datetime
 
 from nurture.intake.assignment import AssignmentStart, assignment_start, owner_directory_load
 from nurture.intake.csv_file import RowError, csv_decode, parse_assignment_csv
-from nurture.tasks import intake_enqueue
+from nurture.intake.tasks import intake_enqueue
 from outreach.models import Organization
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import threading
 
+from config.redis_client import connect
 from orchestrator.budget.breaker import CircuitBreaker
-from orchestrator.budget.core import BudgetUnavailable, connect
+from orchestrator.budget.core import BudgetUnavailable
 from orchestrator.budget.maths import burst_for_cycle
 from orchestrator.budget.pacing import Pacing
 from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_ids, reservation_scopes

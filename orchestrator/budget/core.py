@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
-from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
-from redis.retry import Retry
 
+from config.redis_client import Client
 from orchestrator.budget import lua
 from orchestrator.budget.breaker import CircuitBreaker
 from orchestrator.budget.values import PROVIDER, SCOPE_RE, Adaptive, FailurePolicy, Limits, Spread
@@ -46,33 +44,6 @@ SCRIPTS: Final = (
     "SEND_RESERVE",
     "SEND_RELEASE",
 )
-
-
-CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-
-Client = redis.Redis | RedisCluster
-
-
-def connect(url: str, *, timeout_s: float = 0.5) -> Client:
-    """A Redis client fit for the budget: it fails fast. Short timeouts and one immediate retry
-    (a pooled connection gone stale across a Redis restart); the circuit breaker, not client
-    retries with backoff, decides when to try again. (redis.Redis() built directly retries
-    with backoff for seconds: every budget call would stall that long during an outage.)
-
-    A redis+cluster:// (or rediss+cluster://) URL names one node of a Redis Cluster: the client
-    discovers the others and sends each script to the node of its keys' slot (they share one,
-    see the module docstring). Cluster has no databases, so such a URL has no /db path."""
-    scheme, sep, rest = url.partition("://")
-    if scheme in CLUSTER_SCHEMES:
-        return RedisCluster.from_url(
-            f"{CLUSTER_SCHEMES[scheme]}{sep}{rest}",
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1),
-        )
-    return redis.Redis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1)
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,22 +22,22 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any, cast
 
-import redis
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config import redis_client
 from config.celery import app
 from config.deployments import deployments
-from orchestrator import pauses
+from config.redis_client import Client
 from orchestrator.budget import PROVIDER, Budget, get_budget, reservation_ids
+from orchestrator.controls import pauses
+from orchestrator.deployments.placement import Route
 from orchestrator.dispatch import reads, send_flow
+from orchestrator.dispatch.deployment_plan import probes_mark, routing_plan
 from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
-from orchestrator.dispatch.lease import Lease, dispatch_lease
 from orchestrator.dispatch.owner_limits import Capacity, OwnerRules, owner_capacity
 from orchestrator.dispatch.owner_tokens import owner_tokens_load
-from orchestrator.dispatch.recovery import recover_stuck
-from orchestrator.dispatch.routing import probes_mark, routing_plan
 from orchestrator.dispatch.selection import (
     Candidates,
     Cursor,
@@ -46,8 +46,8 @@ from orchestrator.dispatch.selection import (
     rows_to_load,
     select_batch,
 )
-from orchestrator.metrics import budget_sample_record
-from orchestrator.routing.placement import Route
+from orchestrator.dispatch.singleton import Lease, dispatch_lease
+from orchestrator.failures.recovery import recover_stuck
 from outreach.models import Outreach, State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
@@ -78,13 +78,9 @@ class CycleReport:
     held: tuple[float, float] = (0.0, 0.0)  # wall-clock span the lease was held (metrics, tests)
 
 
-def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-
-
 def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None) -> CycleReport:
     """Run one cycle if no other is running anywhere; return what it did."""
-    client = redis_client()
+    client = redis_client.shared(timeout_s=2.0)
     started = time.perf_counter()
     with dispatch_lease(client, ttl_s=max(30.0, 10 * settings.DISPATCH_INTERVAL)) as lease:
         if lease is None:
@@ -93,7 +89,6 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
         report = _cycle(lease=lease, client=client, now=now or timezone.now(), budget=budget or get_budget())
         report.held = (held_from, time.time())
     report.duration_ms = (time.perf_counter() - started) * 1000
-    budget_sample_record(budget=budget or get_budget())  # the budget chart: one row a minute, cluster-wide
     log.info(
         "dispatch cycle",
         extra={
@@ -108,7 +103,7 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
     return report
 
 
-def _cycle(*, lease: Lease, client: redis.Redis, now: datetime, budget: Budget) -> CycleReport:
+def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> CycleReport:
     caps = reads.organization_caps_load(budget=budget)  # first: recovery may refund capped reservations
     report = CycleReport(
         recovered=recover_stuck(
@@ -199,7 +194,7 @@ def _capacity(*, owners: list[OwnerRules], now: datetime) -> dict[int, Capacity]
 
 
 def _note_deferrals(
-    *, client: redis.Redis, deferred: Mapping[int, str], paused_tiers: Mapping[int, Mapping[Tier, str]]
+    *, client: Client, deferred: Mapping[int, str], paused_tiers: Mapping[int, Mapping[Tier, str]]
 ) -> None:
     """Say on each deferred owner's (or paused tier's) next-in-line rows why they wait, only
     when the reason changed.
@@ -265,7 +260,7 @@ def _dispatch_approved(
     return claimed
 
 
-def _llm_slots(*, budget: Budget, client: redis.Redis) -> int:
+def _llm_slots(*, budget: Budget, client: Client) -> int:
     """min(room under the in-flight target, how many whole outreach the deployments can take
     now: each placed whole on the pools its steps use, so the scarcest deployment bounds it).
 
@@ -283,7 +278,7 @@ def _llm_slots(*, budget: Budget, client: redis.Redis) -> int:
     return min(in_flight_room, len(routing.placement.routes))
 
 
-def _note_llm_blocked(*, client: redis.Redis, reason: str) -> None:
+def _note_llm_blocked(*, client: Client, reason: str) -> None:
     """Say on the next rows in line why LLM work waits (a misconfigured deployment), only when
     the reason changed: bounded to 100 rows a change. Claimed rows clear it."""
     if (_text(client.get(LLM_BLOCKED_KEY) or b"")) == reason:
@@ -377,7 +372,7 @@ def _reserve_and_claim(
     """
     if not picks:
         return []
-    client = redis_client()
+    client = redis_client.shared(timeout_s=2.0)
     routing = routing_plan(budget=budget, client=client, count=len(picks))
     _, default_tokens = _cost()
     expected = tokens or {}

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -35,9 +34,9 @@ from typing import Final
 import redis
 from django.conf import settings
 
+from config import redis_client
 from orchestrator.budget import Headroom
-from orchestrator.budget.core import Client, connect
-from orchestrator.metrics.figures import Quantiles, quantiles_of
+from orchestrator.figures import Quantiles, quantiles_of
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ def call_latency_record(*, step: str, seconds: float) -> None:
     fails the job: without the sample the dispatcher sizes on the older ones."""
     key = KEY_PREFIX + step
     try:
-        pipe = redis_fast().pipeline(transaction=False)
+        pipe = redis_client.shared().pipeline(transaction=False)
         pipe.lpush(key, round(seconds * 1000))
         pipe.ltrim(key, 0, WINDOW_CALLS - 1)
         pipe.expire(key, KEY_TTL_S)
@@ -138,7 +137,7 @@ def latency_observed() -> dict[str, Quantiles]:
     """p50/p95 (seconds) of each step's last WINDOW_CALLS calls; empty Quantiles when Redis is
     unreachable (the cold default then sizes the cycle)."""
     try:
-        pipe = redis_fast().pipeline(transaction=False)
+        pipe = redis_client.shared().pipeline(transaction=False)
         for step in STEPS:
             pipe.lrange(KEY_PREFIX + step, 0, WINDOW_CALLS - 1)
         found = pipe.execute()
@@ -158,17 +157,3 @@ def _ceil(value: float) -> int:
     """Ceiling after rounding away float noise: 10 outreach/s x 0.3 s x 1.0 is 3.0000000000000004
     in floats, and must ask for 3 slots, not 4."""
     return math.ceil(round(value, 6))
-
-
-_clients: dict[str, Client] = {}
-_lock = threading.Lock()
-
-
-def redis_fast() -> Client:
-    """One fast-failing client per Redis URL per process (threads share it: redis-py's pool is
-    thread-safe); keyed by URL because tests point settings at their own database."""
-    url = settings.REDIS_URL
-    if url not in _clients:
-        with _lock:
-            _clients.setdefault(url, connect(url))
-    return _clients[url]

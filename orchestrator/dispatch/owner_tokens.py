@@ -31,7 +31,7 @@ from typing import Final
 
 import redis
 
-from orchestrator.dispatch.inflight import redis_fast
+from config import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def owner_tokens_record(*, owner_id: int, settled: int, counted: int) -> tuple[f
     """Fold one finished job's tokens into its owner's averages; the new (settled, counted)
     averages, or None when Redis failed (logged: the estimates only lose this sample)."""
     try:
-        raw = redis_fast().eval(
+        raw = redis_client.shared().eval(
             _RECORD, 1, KEY, ALPHA, str(owner_id), settled, f"{owner_id}:counted", counted
         )
     except redis.RedisError as exc:
@@ -87,7 +87,7 @@ def owner_tokens_load(*, owner_ids: Collection[int], default: int) -> dict[int, 
         return {}
     fields = [name for o in ids for name in (str(o), f"{o}:counted")]
     try:
-        raw = redis_fast().hmget(KEY, fields)
+        raw = redis_client.shared().hmget(KEY, fields)
     except redis.RedisError as exc:
         log.warning("owner token estimates unavailable, using %s tokens: %s", default, exc)
         raw = [None] * len(fields)

@@ -30,17 +30,16 @@ from orchestrator.budget import (
     organization_scope,
     reservation_scopes,
 )
+from orchestrator.controls.spend import spend_cap_reason, spend_day
 from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
 from orchestrator.dispatch.selection import Candidate
-from outreach.models import Organization, Outreach, Owner, OwnerDailySends, State
-from outreach.spend import spend_cap_reason, spend_day
+from outreach.models import Organization, Outreach, Owner, OwnerDailySends
 from outreach.tiers import Tier
+from outreach.transitions import IN_FLIGHT, LLM_IN_FLIGHT
 
 log = logging.getLogger(__name__)
 TABLE = Outreach._meta.db_table
-LLM_IN_FLIGHT = (State.DISPATCHED, State.GENERATING)
 # What counts against an owner's daily limit besides SENT today: emails on their way out.
-SEND_IN_FLIGHT = (State.DISPATCHED, State.GENERATING, State.SENDING)
 
 
 def active_owners() -> list[tuple[OwnerRules, int]]:
@@ -70,9 +69,7 @@ def used_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, int]
         today |= Q(day=day, owner_id__in=ids)
     used: Counter[int] = Counter(dict(OwnerDailySends.objects.filter(today).values_list("owner_id", "sent")))
     wanted = {owner_id for ids in days.values() for owner_id in ids}
-    in_flight = (
-        Outreach.objects.filter(state__in=SEND_IN_FLIGHT).values_list("owner_id").annotate(n=Count("id"))
-    )
+    in_flight = Outreach.objects.filter(state__in=IN_FLIGHT).values_list("owner_id").annotate(n=Count("id"))
     for owner_id, n in in_flight:
         if owner_id in wanted:
             used[owner_id] += n

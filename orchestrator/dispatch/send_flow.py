@@ -1,7 +1,7 @@
 """Approved drafts go to `send` no faster than the mail provider takes them.
 
 The send worker reserves each message of the send budget right before SMTP
-(nurture.sending); this is flow control in front of it. With a send rate configured, each
+(nurture.mail.sending); this is flow control in front of it. With a send rate configured, each
 cycle hands out only what the rate sends in SEND_LOOKAHEAD cycles, less the sends already in
 flight: 5,000 approvals at once leave PostgreSQL a cycle's worth at a time, instead of 5,000
 tasks in the broker whose workers would spin on the budget. The rest stay APPROVED, and the

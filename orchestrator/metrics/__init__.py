@@ -12,34 +12,7 @@
 - LLM work in flight (in_flight.py): the count against the dispatcher's Little's-law target and
   the observed provider latency per step the target is sized on.
 
-What each figure means (percentiles, retry rate) is defined once, in figures.py: pure
+What each figure means (percentiles, retry rate) is defined once, in orchestrator/figures.py: pure
 functions that the demo report and the benchmarks call too. charts.py draws the SVG charts of
 the dashboard and of the demo report.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from orchestrator.metrics.budget_use import budget_sample_record
-    from orchestrator.metrics.health import QueueHealth, queue_health
-
-__all__ = ["QueueHealth", "budget_sample_record", "queue_health"]
-
-_LAZY = {
-    "QueueHealth": "orchestrator.metrics.health",
-    "queue_health": "orchestrator.metrics.health",
-    "budget_sample_record": "orchestrator.metrics.budget_use",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Import the selectors on first use. Why: the package's pure module (figures.py) must be
-    importable by a benchmark before Django is set up, and importing the package runs this file;
-    the selectors import the models, which need a configured Django."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(_LAZY[name]), name)

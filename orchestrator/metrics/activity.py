@@ -34,8 +34,8 @@ from django.db.models import (
 )
 from django.db.models.functions import Greatest, Least
 
+from orchestrator.figures import EMPTY, Quantiles, ratio
 from orchestrator.metrics.depth import TIER_NAMES
-from orchestrator.metrics.figures import EMPTY, Quantiles, ratio
 from orchestrator.metrics.sql import first_id_since, for_organizations, quantiles_by
 from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State
 
@@ -75,6 +75,7 @@ class Activity:
     generated: int
     llm_requests: int
     tokens: int
+    cost: float  # dollars: the drafts' stored llm_cost (LLM_PRICES, orchestrator.controls.spend)
     approved: int
     rejected: int
     latency: dict[str, Quantiles]
@@ -102,13 +103,17 @@ def recent_activity(*, since: datetime, organization_ids: Collection[int] | None
         rejected=Count("id", filter=REJECTED),
     )
     usage = events.filter(GENERATED).aggregate(
-        generated=Count("id"), llm_requests=Sum("outreach__llm_calls"), tokens=Sum("outreach__tokens_used")
+        generated=Count("id"),
+        llm_requests=Sum("outreach__llm_calls"),
+        tokens=Sum("outreach__tokens_used"),
+        cost=Sum("outreach__llm_cost"),
     )
     return Activity(
         **totals,
         generated=usage["generated"],
         llm_requests=usage["llm_requests"] or 0,
         tokens=usage["tokens"] or 0,
+        cost=float(usage["cost"] or 0),
         latency=latency_by_tier(events=events),
         success_by_kind=success_by_kind(events=events),
         time_to_approval=time_to_approval(events=events),

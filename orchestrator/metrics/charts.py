@@ -19,9 +19,9 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 if TYPE_CHECKING:  # types only: a benchmark draws charts without a configured Django
+    from orchestrator.figures import Quantiles
     from orchestrator.metrics.activity import OwnerShare
     from orchestrator.metrics.budget_use import BudgetPoint
-    from orchestrator.metrics.figures import Quantiles
 
 WIDTH, LEFT, RIGHT, TOP, BOTTOM = 720, 64, 16, 30, 30
 HOUR = timedelta(hours=1)

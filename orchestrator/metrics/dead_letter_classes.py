@@ -12,7 +12,7 @@ from datetime import datetime
 
 from django.db.models import Count, Min, Q, QuerySet
 
-from orchestrator.dead_letters import ACTIONABLE
+from orchestrator.failures.dead_letters import ACTIONABLE
 from orchestrator.metrics.sql import for_organizations
 from orchestrator.models import DeadLetter
 

@@ -1,5 +1,5 @@
 """Each LLM deployment now: its limits, what its last 60 s window used, its headroom and its
-breaker (orchestrator.routing.health). One snapshot round trip for all scopes, one headroom
+breaker (orchestrator.deployments.breaker). One snapshot round trip for all scopes, one headroom
 read per deployment and one for the breakers: O(deployments)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import redis
 
 from config.deployments import deployments
 from orchestrator.budget import Budget, get_budget
+from orchestrator.deployments.breaker import health_client, healths
 from orchestrator.dispatch.reads import organization_caps_load
-from orchestrator.routing.health import health_client, healths
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Work held or dropped by people: every active pause, and the drafts rejected in the window
 counted by reason (docs/operators.md). Shown on the dashboard and by `queue_stats`.
 
-Pauses: a handful of rows on a partial index (orchestrator.pauses.active). Rejections: the
+Pauses: a handful of rows on a partial index (orchestrator.controls.pauses.active). Rejections: the
 window's REJECTED events (a primary-key range, as every window figure in activity.py), grouped
 by the reason kept on the outreach.
 """
@@ -14,7 +14,7 @@ from datetime import datetime
 
 from django.db.models import Count
 
-from orchestrator import pauses
+from orchestrator.controls import pauses
 from orchestrator.metrics.activity import REJECTED, window_events
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import redis
 
 from orchestrator.budget import Budget, get_budget
+from orchestrator.deployments.breaker import health_client
 from orchestrator.dispatch.reads import llm_in_flight, organization_caps_load
-from orchestrator.metrics.figures import Quantiles
-from orchestrator.routing.health import health_client
+from orchestrator.figures import Quantiles
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class InFlightNow:
 def in_flight_now(*, budget: Budget | None = None) -> InFlightNow:
     # Imported here: dispatch.inflight takes its percentiles from this package (metrics.sql), so
     # importing it while this package initialises would be circular.
+    from orchestrator.dispatch.deployment_plan import deployments_rate
     from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
-    from orchestrator.dispatch.routing import deployments_rate
 
     budget = budget or get_budget()
     requests, tokens = outreach_cost()

@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from orchestrator.dispatch.inflight import STEPS
-from orchestrator.metrics.health import QueueHealth, queue_health
+from orchestrator.metrics.queue_health import QueueHealth, queue_health
 from outreach import counters as c
 from outreach.counters import Labels
 
@@ -118,7 +118,7 @@ def _window(h: QueueHealth) -> Iterator[Metric]:
     yield _one("outreach_tokens_per_completed", "LLM tokens per generated draft.", h.tokens_per_completed)
     yield _one(
         "outreach_cost_per_completed",
-        "LLM cost per generated draft (LLM_COST_PER_1K_TOKENS).",
+        "LLM cost per generated draft, in dollars at LLM_PRICES.",
         h.cost_per_completed,
     )
 

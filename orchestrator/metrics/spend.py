@@ -1,4 +1,4 @@
-"""LLM spend today (the UTC day, outreach.spend.spend_day): per owner and per organization, with
+"""LLM spend today (the UTC day, orchestrator.controls.spend.spend_day): per owner and per organization, with
 each organization's daily cap, for the dashboard's figures, `queue_stats --json` and /metrics.
 
 Two grouped sums over the drafts written today (index outreach_spend_by_owner); scoped like the
@@ -13,8 +13,8 @@ from datetime import datetime
 
 from django.db.models import Count, Sum
 
+from orchestrator.controls.spend import spend_day
 from outreach.models import Organization, Outreach
-from outreach.spend import spend_day
 
 
 @dataclass(frozen=True)

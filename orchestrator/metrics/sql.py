@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Aggregate, Count, Expression, F, FloatField, Func, Model, QuerySet
 
-from orchestrator.metrics.figures import Quantiles, quantiles_of
+from orchestrator.figures import Quantiles, quantiles_of
 
 
 def for_organizations(

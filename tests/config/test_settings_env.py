@@ -335,11 +335,11 @@ def test_bad_redis_url_stops_the_process_without_printing_the_password() -> None
 def test_unsubscribe_links_signed_before_a_key_rotation_keep_working_with_the_old_key_as_fallback() -> None:
     # given a link signed by a process running on the old key
     old = {**PRODUCTION_ENV, "DJANGO_SECRET_KEY": "old-" + "k" * 60}
-    sign = "from nurture.mail import unsubscribe_token; print(unsubscribe_token(lead_id=7))"
+    sign = "from nurture.mail.transport import unsubscribe_token; print(unsubscribe_token(lead_id=7))"
     token = _manage("shell", "-v", "0", "-c", sign, env=old).stdout.strip()
     # when the key is rotated: a new DJANGO_SECRET_KEY, the old one in DJANGO_SECRET_KEY_FALLBACKS
     read = (
-        "from django.core.signing import BadSignature; from nurture.mail import lead_id_from_token\n"
+        "from django.core.signing import BadSignature; from nurture.mail.transport import lead_id_from_token\n"
         f"try: print(lead_id_from_token(token={token!r}))\n"
         "except BadSignature: print('refused')"
     )

@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import BrowserContext, Page, expect
 
-from orchestrator.dead_letters import dead_letter
+from orchestrator.failures.dead_letters import dead_letter
 from outreach.models import ErrorClass, Organization, Outreach, State
 from outreach.transitions import transition
 from tests.e2e.conftest import SHOTS

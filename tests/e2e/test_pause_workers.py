@@ -1,6 +1,6 @@
 """A pause with real workers: jobs already in the broker when an owner is paused are put back
 by the workers (nothing is left DISPATCHED, nothing is generated or sent), and resuming sends
-them (orchestrator.pauses.job_pause; docs/operators.md, "Pause and resume")."""
+them (orchestrator.controls.pauses.job_pause; docs/operators.md, "Pause and resume")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from config.queues import Queue
 from devtools.llm_stub import LLMStub
 from devtools.processes import ProcessGroup, celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
-from orchestrator import pauses
+from orchestrator.controls import pauses
 from outreach.models import Outreach, State
 from tests.e2e.conftest import wait_until
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner, make_user

@@ -9,8 +9,8 @@ from config.queues import Queue
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.processes import ProcessGroup, celery_worker
 from devtools.smtp_sink import SMTPSink
+from nurture.review import draft_approve
 from outreach.models import Outreach, OutreachEvent, State
-from outreach.services import draft_approve
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner, make_reviewer
 

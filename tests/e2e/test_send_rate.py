@@ -8,9 +8,9 @@ import pytest
 
 from devtools.processes import ProcessGroup
 from devtools.smtp_sink import SMTPSink
-from orchestrator.metrics.figures import most_in_window
+from nurture.review import drafts_approve
+from orchestrator.figures import most_in_window
 from outreach.models import Outreach, State
-from outreach.services import drafts_approve
 from tests.e2e.conftest import start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner, make_reviewer
 

@@ -6,7 +6,7 @@ the test can check that no two cycles ever held it at once. $FAULTS_LEASE_HOLD_S
 won lease that much longer: a cycle slower than the dispatch interval, so that the second
 beat's cycles really do arrive while one is running.
 
-It wraps `orchestrator.dispatch.lease.dispatch_lease` before `orchestrator.dispatch` imports it (Celery
+It wraps `orchestrator.dispatch.singleton.dispatch_lease` before `orchestrator.dispatch` imports it (Celery
 imports task modules after this runs); the product's lease logic itself is untouched.
 """
 
@@ -18,15 +18,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import redis
-
-from orchestrator.dispatch import lease
+from config.redis_client import Client
+from orchestrator.dispatch import singleton as lease
 
 _original = lease.dispatch_lease
 
 
 @contextmanager
-def observed_lease(client: redis.Redis, *, ttl_s: float) -> Iterator[lease.Lease | None]:
+def observed_lease(client: Client, *, ttl_s: float) -> Iterator[lease.Lease | None]:
     with _original(client, ttl_s=ttl_s) as lease:
         if lease is None:
             yield None

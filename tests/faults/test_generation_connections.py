@@ -2,7 +2,7 @@
 
 Django connections are per thread, so a worker running dozens of jobs could hold dozens of
 connections, all idle through seconds of LLM calls. Each job uses the database in short turns
-(nurture.generation.database_turn), at most GENERATION_DB_CONNECTIONS per process, on
+(nurture.writing.generation.database_turn), at most GENERATION_DB_CONNECTIONS per process, on
 connections the worker keeps in a pool; this test watches pg_stat_activity while a real worker
 runs N jobs against a slow provider.
 """

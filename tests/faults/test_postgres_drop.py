@@ -3,8 +3,8 @@ is terminated (pg_terminate_backend) several times while outreach flow through t
 
 Workers reconnect: a pool that finds one dead connection sweeps the others (config.celery), a
 job that could not reach the database goes back to the broker, and one that lost it after its
-claim puts its row back itself, with no attempt charged (nurture.tasks, nurture.generation,
-nurture.sending).
+claim puts its row back itself, with no attempt charged (nurture.tasks, nurture.writing.generation,
+nurture.mail.sending).
 The mail server is slow to answer DATA, so drops also land between the SMTP call and the
 recording of SENT: that is where a lost connection could turn into a second email.
 """

@@ -4,7 +4,7 @@ workers: still one dispatch cycle at a time, and no outreach claimed twice.
 Both beats use django-celery-beat's DatabaseScheduler on the test database, each with its own
 in-memory schedule, so each sends its own dispatch task every interval. The orchestrator
 workers run under tests/faults/lease_probe.py, which records the span of every cycle that won
-the Redis lease (orchestrator/dispatch/lease.py) and holds the lease 1.5 s, longer than the 1 s interval,
+the Redis lease (orchestrator/dispatch/singleton.py) and holds the lease 1.5 s, longer than the 1 s interval,
 so cycles from the two beats really do collide.
 """
 
@@ -20,7 +20,7 @@ import redis
 from config.queues import Queue
 from devtools.processes import celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
-from orchestrator.dispatch.lease import FENCE_KEY
+from orchestrator.dispatch.singleton import FENCE_KEY
 from outreach.models import State
 from tests.e2e.conftest import wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner

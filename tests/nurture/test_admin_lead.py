@@ -1,4 +1,4 @@
-"""The lead admin (nurture/admin.py): "Mark converted" stops a lead's sequence, and the lead form
+"""The lead admin (backoffice/admin/leads.py): "Mark converted" stops a lead's sequence, and the lead form
 keeps a lead's owner inside its organization."""
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from django.template.defaultfilters import filesizeformat
 from django.test import Client
 from django.urls import reverse
 
+from backoffice.admin.uploads import UPLOAD_ERRORS_SHOWN
 from nurture.intake.assignment import assignment_chunk_process
-from nurture.upload_admin import UPLOAD_ERRORS_SHOWN
 from outreach.models import AssignmentBatch, AssignmentItem, Lead, Organization, Outreach
 from tests.factories import logged_in, make_org, make_owner, make_user
 
@@ -110,7 +110,7 @@ def test_a_huge_bad_file_shows_only_the_first_problems_and_counts_the_rest() -> 
 
 def test_a_file_over_the_size_limit_is_refused_before_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # given an upload limit of 1 kB and a 2 kB file of good rows
-    monkeypatch.setattr("nurture.upload_admin.UPLOAD_MAX_BYTES", 1000)
+    monkeypatch.setattr("backoffice.admin.uploads.UPLOAD_MAX_BYTES", 1000)
     org = make_org()
     make_owner(organization=org, name="Ann")
     body = "".join(f"lead{i}@x.example,Pat,Lee,X,CTO,UTC,Ann\n" for i in range(50))

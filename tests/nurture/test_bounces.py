@@ -1,7 +1,7 @@
 """Bounces and complaints: provider tracking webhooks (django-anymail, over the real HTTP
 endpoints with each provider's own authentication) and SMTP refusals from a real server
 suppress the lead; past the threshold the owner and its sender domain are paused
-(nurture.mail_events, orchestrator.deliverability)."""
+(nurture.mail.events, orchestrator.controls.deliverability)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from django.utils import timezone
 
 from devtools.smtp_sink import SMTPSink
 from nurture.errors import PermanentError, RecipientRefused, TransientError
-from nurture.mail import classify_smtp_error
-from nurture.sending import outreach_send
-from orchestrator.deliverability import deliverability, over_threshold, pause_reason
+from nurture.mail.sending import outreach_send
+from nurture.mail.transport import classify_smtp_error
+from orchestrator.controls.deliverability import deliverability, over_threshold, pause_reason
+from orchestrator.controls.pauses import resume
 from orchestrator.models import DeadLetter, Pause
-from orchestrator.pauses import resume
 from outreach.models import ErrorClass, Lead, Outreach, Owner, State
 from tests.factories import logged_in, make_draft, make_lead, make_org, make_outreach, make_owner, make_user
 

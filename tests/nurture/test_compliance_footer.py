@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from devtools.llm_stub import LLMStub
 from devtools.smtp_sink import SMTPSink
-from nurture.generation import outreach_generate
-from nurture.sending import outreach_send
+from nurture.mail.sending import outreach_send
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
 from outreach.models import Organization, State
 from tests.factories import logged_in, make_draft, make_lead, make_org, make_outreach, make_owner, make_user

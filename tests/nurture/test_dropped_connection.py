@@ -20,10 +20,11 @@ from django.utils import timezone
 
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.smtp_sink import SMTPSink
-from nurture import generation, sending
-from nurture.generation import outreach_generate
-from nurture.sending import outreach_send
+from nurture.mail import sending
+from nurture.mail.sending import outreach_send
 from nurture.tasks import generate
+from nurture.writing import generation
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
 from outreach.models import Outreach, OutreachEvent, OwnerDailySends, State
 from outreach.transitions import TransitionLost, transition_durably
@@ -257,7 +258,7 @@ def test_sent_unrecordable_through_a_long_outage_is_resent_once_then_possibly_se
 ) -> None:
     from django.db import InterfaceError, OperationalError
 
-    from orchestrator.dispatch.recovery import recover_stuck
+    from orchestrator.failures.recovery import recover_stuck
     from orchestrator.models import DeadLetter
     from outreach import transitions
     from outreach.models import ErrorClass

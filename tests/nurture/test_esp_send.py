@@ -17,8 +17,8 @@ from anymail.exceptions import (
 from django.core import mail
 
 from nurture.errors import PermanentError, PossiblySent, TransientError
-from nurture.mail import classify_esp_error
-from nurture.sending import outreach_send
+from nurture.mail.sending import outreach_send
+from nurture.mail.transport import classify_esp_error
 from outreach.models import Outreach, State
 from tests.factories import DRAFT_BODY, DRAFT_SUBJECT, make_lead, make_org, make_outreach, make_owner
 

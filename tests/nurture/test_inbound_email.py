@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from devtools.smtp_sink import SMTPSink
-from nurture.sending import outreach_send
+from nurture.mail.sending import outreach_send
 from outreach.models import Lead, Outreach, State
 from tests.factories import DRAFT_BODY, DRAFT_SUBJECT, make_lead, make_org, make_outreach, make_owner
 

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from nurture.intake.assignment import assignment_chunk_process, assignment_chunks, assignment_create
 from nurture.intake.csv_file import OwnerDirectory, OwnerRef, RowError, parse_assignment_csv
-from nurture.tasks import intake_chunk
+from nurture.intake.tasks import intake_chunk
 from outreach.idempotency import intro_key, nudge_key
 from outreach.models import AssignmentBatch, AssignmentItem, Lead, Outreach, Owner, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner

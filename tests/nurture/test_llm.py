@@ -1,4 +1,4 @@
-"""nurture.llm over real HTTP: every provider answer lands in exactly one error class."""
+"""nurture.writing.llm over real HTTP: every provider answer lands in exactly one error class."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from devtools.smtp_sink import free_port
 from nurture.errors import ConfigurationFault, PermanentError, PipelineError, RateLimited, TransientError
-from nurture.llm import (
+from nurture.writing.llm import (
     DEFAULT_RETRY_AFTER_S,
     MAX_RETRY_AFTER_S,
     ChatMessage,

@@ -40,9 +40,9 @@ from devtools.llm_sim import (
 )
 from devtools.llm_sim.config import model_spec_parse
 from nurture.errors import RateLimited
-from nurture.llm import classify_status, parse_duration_s
-from nurture.prompts import PromptFacts, context_prompt, draft_parse, message_prompt, plan_prompt
-from outreach.draft_policy import check_draft
+from nurture.writing.draft_policy import check_draft
+from nurture.writing.llm import classify_status, parse_duration_s
+from nurture.writing.prompts import PromptFacts, context_prompt, draft_parse, message_prompt, plan_prompt
 from tests.e2e.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""nurture.mail against a real SMTP server (aiosmtpd): headers, idempotency, opt-out, errors."""
+"""nurture.mail.transport against a real SMTP server (aiosmtpd): headers, idempotency, opt-out, errors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from django.core import signing
 
 from devtools.smtp_sink import SMTPSink, free_port
 from nurture.errors import OptedOut, PermanentError, PossiblySent, RecipientRefused, TransientError
-from nurture.mail import lead_id_from_token, send_outreach_email, unsubscribe_token
-from nurture.sending import outreach_send
+from nurture.mail.sending import outreach_send
+from nurture.mail.transport import lead_id_from_token, send_outreach_email, unsubscribe_token
 from orchestrator.models import DeadLetter
 from outreach.idempotency import intro_key
 from outreach.models import ErrorClass, Lead, Outreach, State

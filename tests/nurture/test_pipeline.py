@@ -10,13 +10,13 @@ from django.utils import timezone
 
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.smtp_sink import SMTPSink
-from nurture.generation import outreach_generate
-from nurture.sending import outreach_send
+from nurture.mail.sending import outreach_send
+from nurture.review import draft_approve
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Lead, Outreach, OutreachEvent, State
-from outreach.services import draft_approve
 from tests.factories import make_lead, make_outreach, make_owner, make_reviewer
 
 pytestmark = pytest.mark.django_db
@@ -170,7 +170,7 @@ def test_replayed_dead_letter_sends_and_counts_as_a_successful_replay(
     budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
 ) -> None:
     # given a send that died, replayed by an operator
-    from orchestrator.dead_letters import dead_letter_replay, replay_success_rate
+    from orchestrator.failures.dead_letters import dead_letter_replay, replay_success_rate
 
     llm_stub.push(StubResponse(status=400))
     outreach = _dispatched(budget)

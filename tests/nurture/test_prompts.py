@@ -1,4 +1,4 @@
-"""nurture.prompts: lead text only as quoted data; the reply parser reads plain text."""
+"""nurture.writing.prompts: lead text only as quoted data; the reply parser reads plain text."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from nurture.llm import ChatMessage
-from nurture.prompts import (
+from nurture.writing.llm import ChatMessage
+from nurture.writing.prompts import (
     FALLBACK_SUBJECTS,
     PromptFacts,
     context_prompt,

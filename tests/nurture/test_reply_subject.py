@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
-from nurture.generation import outreach_generate
-from nurture.prompts import draft_parse, reply_subject
+from nurture.writing.draft_policy import SUBJECT_CHARS, check_draft, check_subject
+from nurture.writing.generation import outreach_generate
+from nurture.writing.prompts import draft_parse, reply_subject
 from orchestrator.budget import Budget, Reservation
-from outreach.draft_policy import SUBJECT_CHARS, check_draft, check_subject
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 

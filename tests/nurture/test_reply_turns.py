@@ -1,6 +1,6 @@
 """One answer per conversation turn: a lead's messages that arrive while our answer is queued,
 dispatched or being written join that answer; never two emails (nurture.intake.replies,
-nurture.generation). Each race is driven for real: the webhook over HTTP, the provider over
+nurture.writing.generation). Each race is driven for real: the webhook over HTTP, the provider over
 HTTP (a scripted stub), SMTP to a sink, the budget in Redis, concurrent intake on threads."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from django.utils import timezone
 
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.smtp_sink import SMTPSink
-from nurture.generation import outreach_generate
 from nurture.intake.replies import InboundReply, reply_receive, signature_header
-from nurture.prompts import plan_prompt, prompt_facts
-from nurture.sending import outreach_send
+from nurture.mail.sending import outreach_send
+from nurture.writing.generation import outreach_generate
+from nurture.writing.prompts import plan_prompt, prompt_facts
 from orchestrator.budget import Budget, Reservation
 from outreach.models import Lead, Outreach, State
 from outreach.transitions import TransitionLost, transition

@@ -59,7 +59,7 @@ def test_429s_requeue_up_to_the_cap_then_dead_letter_saying_the_provider_kept_re
 
 
 def test_replay_gives_a_fresh_429_allowance(settings: Any) -> None:
-    from orchestrator.dead_letters import dead_letter_replay
+    from orchestrator.failures.dead_letters import dead_letter_replay
 
     settings.RETRY_MAX_RATE_LIMITED = 1
     row = _generating()

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from devtools.smtp_sink import SMTPSink
-from nurture.sending import SEND_ALIGN_S, outreach_send
+from nurture.mail.sending import SEND_ALIGN_S, outreach_send
 from orchestrator.budget import Budget, SendGrant, SendRules
 from outreach.models import ErrorClass, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner

@@ -13,7 +13,7 @@ from nurture.intake.assignment import assignment_create, assignment_run
 from nurture.intake.cadence import add_business_days, nudge_times
 from nurture.intake.csv_file import LeadRow
 from nurture.intake.replies import InboundReply, reply_receive
-from nurture.intake.sequence import lead_mark_converted, lead_opt_out, sequence_stop
+from nurture.sequence import lead_mark_converted, lead_opt_out, sequence_stop
 from outreach.models import Lead, Outreach, OutreachEvent, Owner, State, validate_nudge_days
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 

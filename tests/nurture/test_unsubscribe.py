@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from nurture.mail import unsubscribe_token, unsubscribe_url
+from nurture.mail.transport import unsubscribe_token, unsubscribe_url
 from outreach.models import Lead, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
@@ -151,7 +151,7 @@ def test_a_link_from_before_a_key_rotation_opts_out_while_the_old_key_is_a_fallb
     lead: Lead, settings: Any, fallbacks: list[str], status: int
 ) -> None:
     # given a link in an email sent before the key rotation (Django's Signer reads both
-    # SECRET_KEY and SECRET_KEY_FALLBACKS when built: nurture.mail builds one per call)
+    # SECRET_KEY and SECRET_KEY_FALLBACKS when built: nurture.mail.transport builds one per call)
     settings.SECRET_KEY = "old-key-" + "k" * 50
     url = _url(lead.pk)
     # when the key is rotated, with or without the old key among the fallbacks

@@ -1,4 +1,4 @@
-"""The dead-letter admin (orchestrator/admin.py): operators read, approvers replay, cancel or
+"""The dead-letter admin (backoffice/admin/organizations.py): operators read, approvers replay, cancel or
 escalate, each only in their organizations."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from orchestrator.dead_letters import dead_letter, dead_letter_replay
+from orchestrator.failures.dead_letters import dead_letter, dead_letter_replay
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Organization, Outreach, State
 from tests.factories import logged_in, make_outreach, make_user

@@ -1,4 +1,4 @@
-"""The organization admin (orchestrator/admin.py): members, and LLM caps checked by the budget's
+"""The organization admin (backoffice/admin/organizations.py): members, and LLM caps checked by the budget's
 rule (tests/orchestrator/test_organization_caps.py has the cap's refusals)."""
 
 from __future__ import annotations

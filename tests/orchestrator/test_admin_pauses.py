@@ -1,4 +1,4 @@
-"""Pausing and resuming in the admin (orchestrator.admin_pauses): the Pause admin, the Pause /
+"""Pausing and resuming in the admin (backoffice.admin.pauses): the Pause admin, the Pause /
 Resume actions of organizations and owners, their permissions and their tenancy."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from orchestrator import pauses
+from orchestrator.controls import pauses
 from orchestrator.models import Pause
 from outreach.models import Organization
 from outreach.tiers import Tier

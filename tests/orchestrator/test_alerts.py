@@ -1,4 +1,4 @@
-"""Alerts (orchestrator.alerts): the conditions on plain facts, and the webhook delivered to a
+"""Alerts (orchestrator.metrics.alerts, raised through orchestrator.notify): the conditions on plain facts, and the webhook delivered to a
 real local HTTP server, once per condition per interval, across failures."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import redis
 from django.utils import timezone
 
 from devtools.webhook_sink import WebhookSink
-from orchestrator.alerts import AlertFacts, AlertRules, alert_raise, alerts_check, alerts_due
+from orchestrator.metrics.alerts import AlertFacts, AlertRules, alerts_check, alerts_due
 from orchestrator.models import BudgetSample, DeadLetter
+from orchestrator.notify import alert_raise
 from outreach.models import ErrorClass, State
 from tests.factories import make_outreach
 from tests.orchestrator.metrics_helpers import dead_letter_row, event
@@ -82,7 +83,7 @@ def test_a_failed_delivery_is_logged_and_does_not_use_the_interval(
 ) -> None:
     # given a receiver answering 500
     sink.status = 500
-    with caplog.at_level(logging.ERROR, logger="orchestrator.alerts"):
+    with caplog.at_level(logging.ERROR, logger="orchestrator.notify"):
         assert alert_raise(condition="c", text="try 1") is False
     assert "webhook delivery failed: HTTP Error 500" in caplog.text
     # when it recovers, the next raise in the same interval is delivered
@@ -103,7 +104,7 @@ def test_without_a_webhook_alerts_are_only_logged_once_per_interval(
     settings: Any, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings.ALERT_WEBHOOK_URL = ""
-    with caplog.at_level(logging.WARNING, logger="orchestrator.alerts"):
+    with caplog.at_level(logging.WARNING, logger="orchestrator.notify"):
         assert alert_raise(condition="c", text="only a log line") is False
         assert alert_raise(condition="c", text="only a log line") is False
     assert caplog.text.count("alert c: only a log line") == 1

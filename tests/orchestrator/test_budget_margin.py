@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from devtools.llm_sim import LLMSim
-from nurture import llm
+from nurture.writing import llm
 from orchestrator.budget import Budget, Limits, Spread
 from orchestrator.budget.maths import WINDOW_MS
 from tests.orchestrator.conftest import START_MS, FakeClock
@@ -145,7 +145,7 @@ def test_the_spread_measured_against_llm_sim_is_the_calls_delay_not_its_latency(
     # the SDK client is built on the first call (hundreds of ms): a real spread, but a one-off
     llm.chat(messages=[{"role": "user", "content": "warm up"}], max_tokens=5)
 
-    def worker() -> None:  # the worker's path: pace, call, report (nurture.generation._call)
+    def worker() -> None:  # the worker's path: pace, call, report (nurture.writing.generation._call)
         for _ in range(8):
             slot = budget.acquire_call(tokens=100)
             result = llm.chat(messages=[{"role": "user", "content": "hello"}], max_tokens=50)

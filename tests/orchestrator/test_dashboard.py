@@ -14,13 +14,13 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.dispatch.inflight import call_latency_record
-from orchestrator.metrics import budget_sample_record
+from orchestrator.metrics.budget_use import budget_sample_record
 from outreach.models import ErrorClass, Organization, Outreach, State
 from tests.factories import logged_in, make_lead, make_outreach, make_owner, make_user
 from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
 
 # The wiring config/urls.py gets: orchestrator's URLs before the admin's catch-all.
-urlpatterns = [path("", include("orchestrator.urls")), path("admin/", admin.site.urls)]
+urlpatterns = [path("", include("backoffice.urls")), path("admin/", admin.site.urls)]
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 PAGE = "orchestrator:queue-health"

@@ -14,13 +14,13 @@ from django.test import Client
 from django.urls import include, path, reverse
 from django.utils import timezone
 
-from orchestrator.dead_letters import dead_letter_replay
+from orchestrator.failures.dead_letters import dead_letter_replay
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Organization, Outreach, State
 from tests.factories import logged_in, make_lead, make_org, make_outreach, make_owner, make_user
 from tests.orchestrator.metrics_helpers import dead_letter_row
 
-urlpatterns = [path("", include("orchestrator.urls")), path("admin/", admin.site.urls)]
+urlpatterns = [path("", include("backoffice.urls")), path("admin/", admin.site.urls)]
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 PAGE = "orchestrator:queue-health"

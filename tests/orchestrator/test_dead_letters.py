@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from orchestrator.dead_letters import (
+from orchestrator.failures.dead_letters import (
     SUGGESTED_ACTION,
     DeadLetterNotActionable,
     dead_letter,

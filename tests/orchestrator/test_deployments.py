@@ -21,13 +21,13 @@ from prometheus_client import generate_latest
 from config.deployments import Deployment
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.processes import free_port
-from nurture.generation import outreach_generate
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Limits, Reservation, reservation_ids, reservation_scopes
+from orchestrator.deployments.breaker import fault_reason, fault_record, healths
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
 from orchestrator.dispatch.reads import organization_caps_load
 from orchestrator.metrics.prometheus import metrics_registry
-from orchestrator.routing.health import fault_reason, fault_record, healths
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.orchestrator.conftest import FakeClock

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import dispatch_cycle
-from orchestrator.dispatch.lease import dispatch_lease
+from orchestrator.dispatch.singleton import dispatch_lease
 from outreach.models import Outreach, OutreachEvent, State
 from outreach.tiers import Tier
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner

@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from orchestrator.job_leases import JobLeases, lease_key, leases_alive
+from orchestrator.failures.leases import JobLeases, lease_key, leases_alive
 
 
 def test_a_taken_lease_holds_the_token_with_the_ttl(redis_client: redis.Redis) -> None:

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 import redis
 from django.utils import timezone
 
+from backoffice.dashboard import dashboard_context
 from bench.compare import ArmResult, product_figures
 from orchestrator.budget import Budget, Limits
-from orchestrator.metrics import budget_sample_record, queue_health
-from orchestrator.metrics.budget_use import budget_last_hour
-from orchestrator.metrics.dashboard import dashboard_context
+from orchestrator.figures import retry_rate
+from orchestrator.metrics.budget_use import budget_last_hour, budget_sample_record
 from orchestrator.metrics.depth import DEFERRED_SCAN_LIMIT, deferred_work
-from orchestrator.metrics.figures import retry_rate
+from orchestrator.metrics.queue_health import queue_health
 from orchestrator.metrics.sql import first_id_since
 from orchestrator.models import BudgetSample, DeadLetter
 from outreach.models import ErrorClass, Outreach, OutreachEvent, State
@@ -125,13 +126,17 @@ def test_compare_bench_and_dashboard_read_the_same_retries_and_reply_latency(bud
 
 def test_window_counts_retries_429s_outcomes_and_ignores_older_events(budget: Budget, settings: Any) -> None:
     # given events from two days ago (outside the 24 h window), then recent ones
-    settings.LLM_COST_PER_1K_TOKENS = 0.5
     now = timezone.now()
     old = outreach_at(created_at=now - timedelta(days=3), kind=INTRO, state=S.DEAD)
     event(old, S.GENERATING, S.QUEUED, at=now - timedelta(days=2), error_class=ErrorClass.TRANSIENT)
     event(old, S.GENERATING, S.DEAD, at=now - timedelta(days=2), error_class=ErrorClass.PERMANENT)
     ok = outreach_at(
-        created_at=now - timedelta(hours=1), kind=INTRO, state=S.SENT, tokens_used=1200, llm_calls=3
+        created_at=now - timedelta(hours=1),
+        kind=INTRO,
+        state=S.SENT,
+        tokens_used=1200,
+        llm_calls=3,
+        llm_cost=Decimal("0.6"),  # what it cost at LLM_PRICES when it was written
     )
     event(ok, S.GENERATING, S.QUEUED, at=now - timedelta(minutes=50), error_class=ErrorClass.RATE_LIMITED)
     event(ok, S.GENERATING, S.QUEUED, at=now - timedelta(minutes=40), error_class=ErrorClass.TRANSIENT)
@@ -143,6 +148,7 @@ def test_window_counts_retries_429s_outcomes_and_ignores_older_events(budget: Bu
         state=S.AWAITING_APPROVAL,
         tokens_used=800,
         llm_calls=4,
+        llm_cost=Decimal("0.4"),
     )
     event(review, S.GENERATING, S.AWAITING_APPROVAL, at=now - timedelta(minutes=20))
     dead = outreach_at(created_at=now - timedelta(hours=1), kind=INTRO, state=S.DEAD)

@@ -19,14 +19,14 @@ from django.urls import include, path, reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.dead_letters import dead_letter, dead_letter_cancel
-from orchestrator.retention import retention_prune
+from orchestrator.controls.retention import retention_prune
+from orchestrator.failures.dead_letters import dead_letter, dead_letter_cancel
 from outreach.counters import call_durations_record
 from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from outreach.transitions import transition
 from tests.factories import make_outreach, make_user
 
-urlpatterns = [path("", include("orchestrator.urls")), path("admin/", admin.site.urls)]
+urlpatterns = [path("", include("backoffice.urls")), path("admin/", admin.site.urls)]
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

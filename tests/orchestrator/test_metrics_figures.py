@@ -1,4 +1,4 @@
-"""The one definition of each figure (orchestrator.metrics.figures): pure, no database."""
+"""The one definition of each figure (orchestrator.figures): pure, no database."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.metrics.figures import (
+from orchestrator.figures import (
     EMPTY,
     Quantiles,
     event_rate,

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from devtools.llm_stub import LLMStub
-from nurture.generation import outreach_generate
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
 from orchestrator.dispatch.cycle import _reserve_and_claim, dispatch_cycle
 from orchestrator.dispatch.reads import capped_owner_scopes, organization_caps, organization_caps_load

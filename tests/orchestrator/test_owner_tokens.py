@@ -13,7 +13,7 @@ import redis
 
 from devtools.llm_stub import LLMStub, StubRequest
 from devtools.processes import free_port
-from nurture.generation import outreach_generate
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
 from orchestrator.dispatch.owner_tokens import KEY, JobTokens, owner_tokens_load, owner_tokens_record

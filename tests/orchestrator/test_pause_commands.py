@@ -10,10 +10,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from orchestrator import pauses
+from nurture.review import draft_reject
+from orchestrator.controls import pauses
 from orchestrator.models import Pause
 from outreach.models import Outreach
-from outreach.services import draft_reject
 from outreach.tiers import Tier
 from tests.factories import logged_in, make_draft, make_lead, make_org, make_owner, make_user
 

@@ -1,4 +1,4 @@
-"""Pauses (orchestrator.pauses): paused work stays QUEUED (or APPROVED) and says why; nothing
+"""Pauses (orchestrator.controls.pauses): paused work stays QUEUED (or APPROVED) and says why; nothing
 paused is left DISPATCHED; resuming lets the next cycle take it."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from nurture.generation import outreach_generate
-from nurture.sending import outreach_send
-from orchestrator import pauses
+from nurture.mail.sending import outreach_send
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
+from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.models import Pause
 from outreach.models import Outreach, State

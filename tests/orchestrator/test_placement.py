@@ -1,10 +1,10 @@
-"""Placement of jobs on deployments (orchestrator.routing.placement): pure, table-driven."""
+"""Placement of jobs on deployments (orchestrator.deployments.placement): pure, table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.routing.placement import Room, Route, place
+from orchestrator.deployments.placement import Room, Route, place
 
 SPLIT = {"plan": "small", "context": "small", "message": "large"}
 PER_CALL = 100

@@ -11,8 +11,8 @@ import pytest
 import redis
 from django.utils import timezone
 
-from orchestrator.dispatch.recovery import recover_stuck
-from orchestrator.job_leases import JobLeases
+from orchestrator.failures.leases import JobLeases
+from orchestrator.failures.recovery import recover_stuck
 from outreach.models import Outreach, OutreachEvent, State
 from tests.factories import make_outreach
 

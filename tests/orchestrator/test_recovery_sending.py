@@ -11,7 +11,7 @@ import pytest
 import redis
 from django.utils import timezone
 
-from orchestrator.dispatch.recovery import recover_stuck
+from orchestrator.failures.recovery import recover_stuck
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Outreach, State
 from outreach.transitions import transition
@@ -35,7 +35,7 @@ def _timings(settings: Any) -> None:
 def _stuck_in_sending(row: Outreach) -> None:
     """What outreach_send does before SMTP, then its worker dies: the row stays SENDING."""
     transition(outreach_id=row.pk, from_=State.APPROVED, to=State.DISPATCHED)
-    from nurture.sending import sending_claim
+    from nurture.mail.sending import sending_claim
 
     sending_claim(outreach_id=row.pk, message_id=row.message_id)
     Outreach.objects.filter(pk=row.pk).update(state_changed_at=timezone.now() - timedelta(seconds=700))
@@ -79,7 +79,7 @@ def test_second_death_in_sending_is_a_possibly_sent_dead_letter_not_a_loop(redis
 
 def test_possibly_sent_replayed_by_a_person_gets_one_more_try_only(redis_client: redis.Redis) -> None:
     # given a possibly-sent letter a person replayed after checking the prospect never got it
-    from orchestrator.dead_letters import dead_letter_replay
+    from orchestrator.failures.dead_letters import dead_letter_replay
 
     row = make_outreach(state=State.APPROVED, **DRAFT)
     for _ in range(2):

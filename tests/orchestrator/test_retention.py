@@ -1,4 +1,4 @@
-"""The retention prune (orchestrator.retention): old rows go, recent ones stay, in bounded batches."""
+"""The retention prune (orchestrator.controls.retention): old rows go, recent ones stay, in bounded batches."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from orchestrator.controls.retention import retention_prune, table_sizes
 from orchestrator.models import DeadLetter
-from orchestrator.retention import retention_prune, table_sizes
 from orchestrator.tasks import prune
 from outreach.models import AssignmentBatch, AssignmentItem, ErrorClass, Outreach, OutreachEvent, State
 from tests.factories import make_org, make_outreach, make_owner

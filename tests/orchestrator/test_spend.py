@@ -19,11 +19,11 @@ from django.utils import timezone
 
 from config.env import env_prices
 from devtools.llm_stub import LLMStub
-from nurture.generation import outreach_generate
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
+from orchestrator.controls.spend import llm_cost, spend_day
 from orchestrator.dispatch.cycle import dispatch_cycle
 from outreach.models import Outreach, State
-from outreach.spend import llm_cost, spend_day
 from tests.factories import logged_in, make_lead, make_org, make_outreach, make_owner, make_user
 from tests.security.admin_forms import form_values, superuser_client
 

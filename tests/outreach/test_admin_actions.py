@@ -1,4 +1,4 @@
-"""Operators' actions on outreach in the admin (outreach.admin_actions): each behind its own
+"""Operators' actions on outreach in the admin (backoffice.actions): each behind its own
 permission, per-row reports, and never another organization's rows."""
 
 from __future__ import annotations

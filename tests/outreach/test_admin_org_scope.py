@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from orchestrator.dead_letters import dead_letter
+from orchestrator.failures.dead_letters import dead_letter
 from outreach.models import ErrorClass, Organization, Outreach, State
 from tests.factories import (
     DRAFT_BODY,

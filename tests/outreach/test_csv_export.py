@@ -1,4 +1,4 @@
-"""CSV export of the changelists (outreach.csv_export): formula cells neutralised, exactly the
+"""CSV export of the changelists (backoffice.csv_export): formula cells neutralised, exactly the
 rows the user's list shows (its filter and search, all pages, its organizations only), streamed,
 and only for users who may view the model."""
 
@@ -12,8 +12,8 @@ import pytest
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 
-from orchestrator.dead_letters import dead_letter
-from outreach.csv_export import cell_neutralise, csv_lines
+from backoffice.csv_export import cell_neutralise, csv_lines
+from orchestrator.failures.dead_letters import dead_letter
 from outreach.models import ErrorClass, Lead, State
 from tests.factories import logged_in, make_draft, make_lead, make_org, make_outreach, make_owner, make_user
 

@@ -1,12 +1,12 @@
-"""outreach.services.draft_approve: a reviewer's edit passes the same policy as the model's draft."""
+"""nurture.review.draft_approve: a reviewer's edit passes the same policy as the model's draft."""
 
 from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ValidationError
 
+from nurture.review import draft_approve
 from outreach.models import OutreachEvent, State
-from outreach.services import draft_approve
 from tests.factories import (
     DRAFT_BODY,
     EDITED_BODY,

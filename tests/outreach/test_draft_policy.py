@@ -1,4 +1,4 @@
-"""outreach.draft_policy: table-driven violations, and check_draft total over arbitrary text."""
+"""nurture.writing.draft_policy: table-driven violations, and check_draft total over arbitrary text."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from outreach.draft_policy import check_draft, parse_allowed_domains
+from nurture.writing.draft_policy import check_draft, parse_allowed_domains
 
 SUBJECT = "Quick question about your data team"
 BODY = "Hi Pat,\n\nWould a short call next week help your team ship reports faster?\n\nBest,\nSam"

@@ -1,11 +1,11 @@
-"""outreach.draft_policy against hostile model output: links as a browser reads them, phone
+"""nurture.writing.draft_policy against hostile model output: links as a browser reads them, phone
 numbers, bare domains against the real list of top-level domains."""
 
 from __future__ import annotations
 
 import pytest
 
-from outreach.draft_policy import check_draft
+from nurture.writing.draft_policy import check_draft
 
 SUBJECT = "Quick question about your data team"
 BODY = "Hi Pat,\n\nWould a short call next week help your team ship reports faster?\n\nBest,\nSam"

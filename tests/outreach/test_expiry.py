@@ -1,4 +1,4 @@
-"""Draft expiry (outreach.expiry): drafts awaiting approval past their organization's
+"""Draft expiry (orchestrator.controls.draft_expiry): drafts awaiting approval past their organization's
 draft_expiry_days are cancelled with the reason in their history, and can never be approved
 afterwards; organizations without the setting keep their drafts; tenants see only their own."""
 
@@ -12,10 +12,10 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
+from nurture.review import draft_approve
+from orchestrator.controls.draft_expiry import drafts_expire
 from orchestrator.tasks import expire_drafts
-from outreach.expiry import drafts_expire
 from outreach.models import Organization, Outreach, OutreachEvent, State
-from outreach.services import draft_approve
 from outreach.transitions import TransitionLost
 from tests.factories import logged_in, make_draft, make_lead, make_org, make_owner, make_reviewer
 

@@ -16,8 +16,8 @@ import pytest
 
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from devtools.smtp_sink import SMTPSink
-from nurture.generation import outreach_generate
-from nurture.sending import outreach_send
+from nurture.mail.sending import outreach_send
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Outreach, State

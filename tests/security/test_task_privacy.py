@@ -14,7 +14,7 @@ import redis
 from django.core.management import CommandError, call_command
 
 from devtools.llm_stub import LLMStub, StubResponse
-from nurture.generation import outreach_generate
+from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
 from orchestrator.models import DeadLetter
 from outreach.models import AssignmentBatch, Outreach, State

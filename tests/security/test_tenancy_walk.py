@@ -22,10 +22,10 @@ from django.test import Client
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from orchestrator import pauses
-from orchestrator.dead_letters import dead_letter
+from backoffice.tenancy import OrganizationScopedAdmin
+from orchestrator.controls import pauses
+from orchestrator.failures.dead_letters import dead_letter
 from orchestrator.models import DeadLetter, Pause
-from outreach.admin import OrganizationScopedAdmin
 from outreach.models import (
     AssignmentBatch,
     AssignmentItem,
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.django_db
 # Every string that identifies the other organization (compared lower-case): its name, its
 # owners' names, its leads' emails (and its domain), its members' and sellers' user names.
 THEIRS = ("zephyrine", "quillon", "zqmember", "zqseller")
-OUR_APPS = ("outreach", "nurture", "orchestrator")
+OUR_APPS = ("backoffice",)  # every ModelAdmin of ours lives in the admin layer
 
 
 def _world(tag: str, *, org_name: str, owner_name: str, member: str, seller: str) -> dict[type, Any]:

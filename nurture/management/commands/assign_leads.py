@@ -27,7 +27,7 @@ from nurture.intake.assignment import (
     owner_directory_load,
 )
 from nurture.intake.csv_file import ParsedFile, RowError, csv_decode, parse_assignment_csv
-from nurture.tasks import intake_enqueue
+from nurture.intake.tasks import intake_enqueue
 from outreach.models import AssignmentBatch, AssignmentItem, Organization
 
 POLL_S = 0.5

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestrator import pauses
+from orchestrator.controls import pauses
 from orchestrator.management.pause_scope import add_scope_arguments, scope_from, user_named
 
 

@@ -15,7 +15,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
-from orchestrator.dead_letters import ACTIONABLE, DeadLetterNotActionable, dead_letter_replay, replay_target
+from orchestrator.failures.dead_letters import (
+    ACTIONABLE,
+    DeadLetterNotActionable,
+    dead_letter_replay,
+    replay_target,
+)
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Organization, State
 

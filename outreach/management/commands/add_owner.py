@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from outreach.models import MIDNIGHT, Owner
-from outreach.services import OwnerSpec, owner_upsert
+from outreach.services.owners import OwnerSpec, owner_upsert
 
 _HOURS = re.compile(r"^(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")
 _DAYS = {"mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6, "sun": 7}

@@ -1,0 +1,13 @@
+"""Every ModelAdmin of the product, registered when Django's admin autodiscovers this module
+(users: registered by the site, backoffice/site.py)."""
+
+from backoffice.admin import (  # noqa: F401
+    approvals,
+    dead_letters,
+    leads,
+    organizations,
+    outreach,
+    owners,
+    pauses,
+    uploads,
+)

@@ -1,0 +1,299 @@
+"""Sending: the only module that talks to the mail server: Django's SMTP backend by default, or
+an email provider's HTTP API through a django-anymail backend (EMAIL_BACKEND, docs/email.md).
+
+Idempotency has two layers. The state machine makes sure only one worker sends an outreach;
+for the gap it cannot close (the server accepted the message but we died before recording
+SENT, so a recovery resends), every outreach has one stable Message-ID, the same on every
+try, so receiving systems can recognise the duplicate.
+The recipient is always the Lead row's address: nothing the model wrote decides where mail goes.
+The organization's compliance footer is appended here, by code (nurture.mail.compliance), never
+by the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import smtplib
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.utils import formataddr
+from typing import Any
+
+import requests
+from anymail.exceptions import (
+    AnymailError,
+    AnymailInvalidAddress,
+    AnymailRecipientsRefused,
+    AnymailSerializationError,
+    AnymailUnsupportedFeature,
+)
+from django.conf import settings
+from django.core import signing
+from django.core.exceptions import ImproperlyConfigured
+from django.core.mail import BadHeaderError, EmailMessage, get_connection
+from django.core.mail.backends.base import BaseEmailBackend
+
+from nurture.errors import (
+    OptedOut,
+    PermanentError,
+    PipelineError,
+    PossiblySent,
+    RecipientRefused,
+    TransientError,
+)
+from nurture.mail.compliance import email_body
+from outreach.models import SUPPRESSED, Lead, Outreach
+
+log = logging.getLogger(__name__)
+
+UNSUBSCRIBE_SALT = "nurture.unsubscribe"
+# A Message-ID's id: no brackets, whitespace or control characters (a header line break, or a
+# NUL PostgreSQL would refuse when we look the id up).
+_ID = r"[^<>\s\x00-\x1f\x7f]+"
+_MESSAGE_ID = re.compile(rf"^<?({_ID})>?$")
+_IN_BRACKETS = re.compile(rf"<({_ID})>")
+
+
+@dataclass(frozen=True)
+class SentEmail:
+    message_id: str  # ours, in the Message-ID header: the same on every try
+    esp_message_id: str  # the email provider's id for it (anymail); empty over SMTP
+
+
+def send_outreach_email(*, outreach: Outreach, before_send: Callable[[], None] = lambda: None) -> SentEmail:
+    """Send the outreach's draft to its lead; return the Message-IDs it went out with.
+
+    Raises OptedOut (cancel, do not retry), TransientError or PermanentError. Call it outside
+    any transaction: it does network I/O. `before_send` runs with the connection open, right
+    before the message goes (MAIL FROM): the send budget's slot is kept there, as close to the
+    provider's count as we can get.
+    """
+    # Read the status fresh, not from a cached relation: an opt-out may have landed since the
+    # outreach was loaded, and this is the last moment we can still honour it.
+    if Lead.objects.filter(id=outreach.lead_id, status__in=SUPPRESSED).exists():
+        raise OptedOut(
+            f"lead {outreach.lead_id} opted out, bounced or complained: outreach {outreach.id} not sent"
+        )
+    message = outreach_email(outreach=outreach)
+    try:
+        message.message()  # builds the MIME message: bad headers fail here, before connecting
+    except BadHeaderError as exc:
+        raise PermanentError(f"cannot build the email: {exc}") from exc
+    esp_message_id = _deliver(message, before_send=before_send)
+    return SentEmail(message_id=message.extra_headers["Message-ID"], esp_message_id=esp_message_id)
+
+
+def outreach_email(*, outreach: Outreach) -> EmailMessage:
+    if not outreach.draft_subject.strip() or not outreach.draft_body.strip():
+        raise PermanentError(f"outreach {outreach.id} has no draft to send")
+    lead, owner = outreach.lead, outreach.owner
+    headers = {
+        "Message-ID": outreach_message_id(outreach=outreach),
+        "List-Unsubscribe": f"<{unsubscribe_url(lead_id=lead.id)}>",
+        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",  # RFC 8058 one-click
+        **_thread_headers(outreach=outreach),
+    }
+    return EmailMessage(
+        subject=outreach.draft_subject,
+        body=email_body(draft_body=outreach.draft_body, footer=lead.organization.compliance_footer),
+        from_email=formataddr((owner.name, _sender_address(outreach=outreach))),
+        to=[lead.email],
+        headers=headers,
+    )
+
+
+def outreach_message_id(*, outreach: Outreach) -> str:
+    """`<outreach-{id}.{hash of the idempotency key}@{sender domain}>`: the same on every try.
+
+    A Message-ID already recorded on the outreach wins, so a later change of the sender
+    address cannot give a resend a new identity.
+    """
+    if outreach.message_id:
+        return outreach.message_id
+    digest = hashlib.sha256(outreach.idempotency_key.encode()).hexdigest()[:16]
+    return f"<outreach-{outreach.id}.{digest}@{sender_domain(outreach=outreach)}>"
+
+
+def sender_domain(*, outreach: Outreach) -> str:
+    """The domain of the From address: what the provider's per-domain day counts (send budget)."""
+    return outreach.lead.organization.sender_domain or "localhost"
+
+
+def unsubscribe_token(*, lead_id: int) -> str:
+    # Signed, not encrypted: the lead id is not a secret, forging someone else's opt-out is.
+    # No expiry: an unsubscribe link must keep working for as long as the email exists.
+    return signing.Signer(salt=UNSUBSCRIBE_SALT).sign(str(lead_id))
+
+
+def lead_id_from_token(*, token: str) -> int:
+    """The lead id in a token; raises django.core.signing.BadSignature if tampered or malformed."""
+    value = signing.Signer(salt=UNSUBSCRIBE_SALT).unsign(token)
+    if not value.isdigit():
+        raise signing.BadSignature("unsubscribe token does not hold a lead id")
+    return int(value)
+
+
+def unsubscribe_url(*, lead_id: int) -> str:
+    base = str(getattr(settings, "PUBLIC_BASE_URL", "http://127.0.0.1:8000")).rstrip("/")
+    return f"{base}/unsubscribe/{unsubscribe_token(lead_id=lead_id)}/"
+
+
+def classify_smtp_error(exc: Exception) -> PipelineError:
+    """SMTP failures to the taxonomy: no connection or 4xx -> transient, 5xx refusal -> permanent.
+    (A connection lost after DATA is PossiblySent: `_deliver` tells that case apart first.)"""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        replies = list(exc.recipients.values())
+        codes = [code for code, _ in replies]
+        permanent = bool(codes) and all(code >= 500 for code in codes)
+        bounced = permanent and all(_address_refused(code, text) for code, text in replies)
+        cls = RecipientRefused if bounced else PermanentError if permanent else TransientError
+        return cls(f"recipient refused: {exc.recipients}", status=max(codes, default=None))
+    if isinstance(exc, smtplib.SMTPDataError) and _address_refused(exc.smtp_code, exc.smtp_error):
+        return RecipientRefused(
+            f"recipient refused at DATA: {exc.smtp_code} {exc.smtp_error!r}", status=exc.smtp_code
+        )
+    if isinstance(exc, smtplib.SMTPConnectError | smtplib.SMTPServerDisconnected):
+        return TransientError(f"mail server unavailable: {exc}")
+    if isinstance(exc, smtplib.SMTPResponseException):  # sender refused, DATA refused, auth...
+        cls = PermanentError if exc.smtp_code >= 500 else TransientError
+        return cls(f"mail server said {exc.smtp_code}: {exc.smtp_error!r}", status=exc.smtp_code)
+    if isinstance(exc, smtplib.SMTPNotSupportedError):  # e.g. STARTTLS required but not offered
+        return PermanentError(f"mail server does not support what we need: {exc}")
+    return TransientError(f"mail server unreachable: {exc!r}")  # OSError, timeouts, other SMTP
+
+
+# A 5xx refusal is about the address (a hard bounce), at RCPT or at DATA (servers that check
+# recipients late), when its enhanced status says so (RFC 3463: 5.1.x addressing, 5.2.1 mailbox
+# disabled), or, with no enhanced status, when its basic code means "no such mailbox". Others
+# are not the lead's fault and must not suppress it: "5.7.1 relaying denied" is our server's
+# configuration, "5.7.1 spam" our content, "5.2.2 mailbox full" passes.
+_ADDRESS_CODES = (550, 551, 553)
+_ENHANCED_STATUS = re.compile(rb"^\s*5\.(\d{1,3})\.(\d{1,3})\b")
+
+
+def _address_refused(code: int, text: bytes | str) -> bool:
+    raw = text if isinstance(text, bytes) else str(text).encode()
+    if code < 500:
+        return False
+    enhanced = _ENHANCED_STATUS.match(raw)
+    if enhanced is None:
+        return code in _ADDRESS_CODES
+    return enhanced.group(1) == b"1" or enhanced.groups() == (b"2", b"1")
+
+
+def classify_esp_error(exc: AnymailError) -> PipelineError:
+    """An email provider's API failure to the taxonomy, as classify_smtp_error does for SMTP.
+
+    No answer after the request went out (a read timeout) is PossiblySent: the provider may have
+    queued the email. A message the provider can never take (refused or invalid recipient, a
+    feature it lacks, a 4xx answer) is permanent; 408, 429, 5xx and connection failures transient.
+    """
+    if isinstance(exc, requests.Timeout) and not isinstance(exc, requests.ConnectTimeout):
+        return PossiblySent(f"email provider gave no answer: {exc}")
+    refused = AnymailRecipientsRefused | AnymailInvalidAddress | AnymailUnsupportedFeature
+    if isinstance(exc, refused | AnymailSerializationError):
+        return PermanentError(f"email provider cannot send this message: {exc}")
+    status = exc.status_code
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
+        return PermanentError(f"email provider refused the message ({status}): {exc}", status=status)
+    return TransientError(f"email provider unavailable: {exc}", status=status)
+
+
+def _deliver(message: EmailMessage, *, before_send: Callable[[], None]) -> str:
+    """Hand the message to the configured backend; return the provider's id for it ("" over SMTP)."""
+    try:
+        connection = get_connection(fail_silently=False)
+    except ImproperlyConfigured as exc:  # e.g. an anymail backend without its API key
+        raise PermanentError(f"the email backend is not configured: {exc}") from exc
+    data_sent: Callable[[], bool] = lambda: False  # noqa: E731
+    try:
+        connection.open()
+        data_sent = _watch_data(connection)
+        before_send()
+        sent = connection.send_messages([message])
+    except AnymailError as exc:  # before OSError: anymail's HTTP errors are requests' OSErrors too
+        _close_quietly(connection)
+        raise classify_esp_error(exc) from exc
+    except (smtplib.SMTPException, OSError) as exc:
+        _close_quietly(connection)
+        # After DATA, a lost connection or a timeout is not a refusal: the server may have the
+        # email (a refusal is an answer: SMTPResponseException). Resending blindly mails twice.
+        if data_sent() and not isinstance(exc, smtplib.SMTPResponseException):
+            raise PossiblySent(f"mail server gave no answer after DATA: {exc!r}") from exc
+        raise classify_smtp_error(exc) from exc
+    # Accepted by the server: a failing QUIT from here on must not turn into a resend.
+    _close_quietly(connection)
+    if sent != 1:
+        raise TransientError("mail server did not accept the message")
+    return _esp_message_id(message)
+
+
+def _esp_message_id(message: EmailMessage) -> str:
+    """anymail's `anymail_status.message_id`: one id, or a set when it differs per recipient
+    (we send to one recipient, but a provider may still answer with a set)."""
+    status = getattr(message, "anymail_status", None)
+    found = getattr(status, "message_id", None)
+    if found is None:
+        return ""
+    return " ".join(sorted(str(item) for item in found)) if isinstance(found, set) else str(found)
+
+
+def _watch_data(connection: BaseEmailBackend) -> Callable[[], bool]:
+    """Note when the DATA command goes out on Django's SMTP connection; a backend that is not
+    SMTP (console, locmem) has no DATA, so nothing is ever "possibly sent" there."""
+    smtp = getattr(connection, "connection", None)
+    if not isinstance(smtp, smtplib.SMTP):
+        return lambda: False
+    started = False
+    data = smtp.data
+
+    def watched(msg: Any) -> tuple[int, bytes]:
+        nonlocal started
+        started = True
+        return data(msg)
+
+    smtp.data = watched  # type: ignore[method-assign]
+    return lambda: started
+
+
+def _close_quietly(connection: BaseEmailBackend) -> None:
+    try:
+        connection.close()
+    except (smtplib.SMTPException, OSError):
+        log.warning("SMTP connection did not close cleanly", exc_info=True)
+
+
+def _sender_address(*, outreach: Outreach) -> str:
+    return outreach.lead.organization.sender_address
+
+
+def _thread_headers(*, outreach: Outreach) -> dict[str, str]:
+    """In-Reply-To names the message we answer (for a reply, the prospect's); References is the
+    thread above it (for a reply, our email they answered), then that message: RFC 5322 3.6.4,
+    what mail clients thread by."""
+    if not outreach.in_reply_to:
+        return {}
+    parent = message_id_normalised(outreach.in_reply_to)
+    if parent is None:
+        # Came from an inbound webhook: never let it inject headers; send unthreaded instead.
+        log.warning(
+            "outreach %s: unusable in_reply_to %r, sending unthreaded", outreach.id, outreach.in_reply_to
+        )
+        return {}
+    chain = [ref for ref in message_ids(outreach.references) if ref != parent]
+    return {"In-Reply-To": parent, "References": " ".join([*chain, parent])}
+
+
+def message_id_normalised(value: str) -> str | None:
+    """One Message-ID as `<id>` (a webhook may send it without brackets); None if `value` is not
+    exactly one id: a stray word or an attempt to inject a header line is not a Message-ID."""
+    match = _MESSAGE_ID.match(value.strip())
+    return f"<{match.group(1)}>" if match else None
+
+
+def message_ids(value: str) -> list[str]:
+    """The `<id>`s of a References header (or of our stored `references`), in order; anything
+    between them is dropped."""
+    return [f"<{found}>" for found in _IN_BRACKETS.findall(value)]

@@ -1,0 +1,131 @@
+"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint.
+
+Only work that has not started sending is cancelled here (QUEUED, AWAITING_APPROVAL, APPROVED),
+through the state machine. Rows already DISPATCHED/GENERATING/SENDING belong to a worker; for
+an opt-out the pipeline re-reads the lead's status before the LLM and again before SMTP and
+cancels them itself. transition_many skips rows another transaction holds (a dispatcher claiming
+them this instant): those are in flight a moment later, the same case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from outreach.models import SUPPRESSED, Lead, Outreach, State
+from outreach.transitions import AT_REST, ENDED_UNSENT, transition_many
+
+SEQUENCE_KINDS = (Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
+
+
+def sequence_stop(*, lead_id: int, reason: str) -> list[int]:
+    """Cancel the lead's intro and nudges that have not started sending; return the ids cancelled.
+
+    Replies to the lead are not part of the sequence and are left alone.
+    """
+    ids = list(
+        Outreach.objects.filter(lead_id=lead_id, kind__in=SEQUENCE_KINDS, state__in=AT_REST).values_list(
+            "id", flat=True
+        )
+    )
+    return transition_many(outreach_ids=ids, from_=AT_REST, to=State.CANCELLED, note=reason)
+
+
+def lead_mark_converted(*, lead: Lead) -> list[int]:
+    """The lead became a customer: status converted (unless opted out, which must stick), sequence stopped."""
+    with transaction.atomic():
+        Lead.objects.filter(id=lead.pk).exclude(status__in=SUPPRESSED).update(status=Lead.Status.CONVERTED)
+        cancelled = sequence_stop(lead_id=lead.pk, reason="lead converted: sequence stopped")
+    lead.refresh_from_db(fields=["status"])
+    return cancelled
+
+
+@dataclass(frozen=True)
+class OptOut:
+    lead_id: int
+    email: str
+    organization: str
+    already: bool  # the lead had opted out before (a second click, a retried one-click POST)
+    cancelled: list[int]
+
+
+def lead_opt_out(*, lead_id: int) -> OptOut:
+    """Mark the lead opted out and cancel ALL its outreach that has not started sending.
+
+    Idempotent: a second call cancels whatever was queued since (e.g. a reply) and says `already`.
+    Opt-out is per lead, i.e. per organization: another organization's lead with the same
+    address is a different sender's contact. Raises Lead.DoesNotExist.
+    """
+    with transaction.atomic():
+        lead = Lead.objects.select_for_update().select_related("organization").get(id=lead_id)
+        # A bounced or complained lead stays so: it counts in its owner's rates (deliverability).
+        already = lead.status in SUPPRESSED
+        if not already:
+            Lead.objects.filter(id=lead_id).update(status=Lead.Status.OPTED_OUT)
+        cancelled = _cancel_not_started(lead_id=lead_id, note="lead opted out")
+    return OptOut(lead_id, lead.email, lead.organization.name, already, cancelled)
+
+
+def lead_suppress(*, lead_id: int, status: Lead.Status, reason: str) -> list[int]:
+    """A hard bounce (BOUNCED) or a spam complaint (COMPLAINED): never email the lead again.
+    Its work that has not started sending is cancelled, replies included; work in flight is
+    stopped by the pipeline's own status checks. A complaint outranks a bounce (it is what the
+    rates must not forget). Idempotent; returns the ids cancelled."""
+    with transaction.atomic():
+        rows = Lead.objects.filter(id=lead_id)
+        if status == Lead.Status.BOUNCED:
+            rows = rows.exclude(status=Lead.Status.COMPLAINED)
+        rows.update(status=status)
+        return _cancel_not_started(lead_id=lead_id, note=reason)
+
+
+def _cancel_not_started(*, lead_id: int, note: str) -> list[int]:
+    ids = list(Outreach.objects.filter(lead_id=lead_id, state__in=AT_REST).values_list("id", flat=True))
+    return transition_many(outreach_ids=ids, from_=AT_REST, to=State.CANCELLED, note=note)
+
+
+def lead_get(*, lead_id: int) -> Lead:
+    """The lead behind an unsubscribe link, for the confirmation page. Raises Lead.DoesNotExist."""
+    return Lead.objects.select_related("organization").get(id=lead_id)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """May a sequence email go ahead now? `wait` and `stop` say why not."""
+
+    go: bool
+    stop: bool = False
+    reason: str = ""
+
+
+GO = Gate(go=True)
+
+
+def sequence_gate(*, outreach: Outreach) -> Gate:
+    """Checked by the pipeline before writing and before sending a sequence email.
+
+    Replies always go. An intro or nudge stops when the lead is no longer active (replied,
+    converted, opted out: a reply or conversion may land while it is in flight). A nudge waits
+    until the step before it was sent (nudges are created up front with their due time, and an
+    owner's intro backlog can outlast the nudge delay), and stops if that step never will be.
+    """
+    if outreach.kind == Outreach.Kind.REPLY:
+        return GO
+    status = Lead.objects.filter(id=outreach.lead_id).values_list("status", flat=True).first()
+    if status != Lead.Status.ACTIVE:
+        return Gate(go=False, stop=True, reason=f"lead {status}: sequence stopped")
+    if outreach.step == 0:
+        return GO
+    previous = (
+        Outreach.objects.filter(lead_id=outreach.lead_id, kind__in=SEQUENCE_KINDS, step=outreach.step - 1)
+        .values_list("state", flat=True)
+        .first()
+    )
+    if previous is None or previous == State.SENT:
+        return GO
+    if previous in ENDED_UNSENT:
+        return Gate(
+            go=False, stop=True, reason=f"step {outreach.step - 1} ended {previous}: sequence stopped"
+        )
+    return Gate(go=False, reason=f"waiting for step {outreach.step - 1} to be sent")

@@ -1,0 +1,155 @@
+"""Pauses: stopping part of the work by name, and resuming it (the Pause record: orchestrator/models.py).
+
+Who reads them:
+- the dispatch cycle (`blocking`): a paused owner gets no room this cycle, a paused tier of an
+  owner gets no candidates, and the next rows in line say why they wait (blocked_reason);
+- a worker picking up a job (`job_pause`): work dispatched before the pause went on is put back
+  (generation: DISPATCHED -> QUEUED, reservation refunded, no attempt charged; send:
+  DISPATCHED -> APPROVED, no LLM call again), so a pause never leaves rows DISPATCHED.
+Work already mid-call finishes: taking a live LLM call away would waste what it cost.
+
+Who writes them: an operator (admin, `pause` / `resume` commands) and automatic rules (bounce
+and complaint rates). `pause` is idempotent: the same scope paused twice is one pause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
+from django.utils import timezone
+
+from orchestrator.models import Pause
+from outreach.models import Organization, Outreach, Owner
+from outreach.tiers import Tier
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """What the active pauses stop among a set of owners: the dispatch cycle's view."""
+
+    owners: dict[int, str] = field(default_factory=dict)  # owner id -> reason (all its work)
+    tiers: dict[int, dict[Tier, str]] = field(default_factory=dict)  # owner id -> tier -> reason
+
+    def tiers_of(self, owner_id: int) -> frozenset[Tier]:
+        return frozenset(self.tiers.get(owner_id, {}))
+
+
+def pause(
+    *,
+    organization: Organization | None = None,
+    owner: Owner | None = None,
+    tier: Tier | None = None,
+    sender_domain: str = "",
+    by: AbstractBaseUser | None = None,
+    reason: str = "",
+    source: str = Pause.Source.OPERATOR,
+    now: datetime | None = None,
+) -> tuple[Pause, bool]:
+    """Pause a scope; return (the active pause, created). An owner's pause names its organization
+    too, so tenancy checks see whose it is."""
+    if owner is not None:
+        organization = owner.organization
+    scope = {
+        "organization": organization,
+        "owner": owner,
+        "tier": None if tier is None else int(tier),
+        "sender_domain": sender_domain.strip().lower(),
+    }
+    existing = Pause.objects.filter(resumed_at__isnull=True, **scope).first()
+    if existing is not None:
+        return existing, False
+    created = Pause.objects.create(
+        **scope,
+        source=source,
+        reason=reason,
+        created_by_id=None if by is None else by.pk,
+        created_at=now or timezone.now(),
+    )
+    return created, True
+
+
+def resume(*, pauses: Iterable[Pause], by: AbstractBaseUser | None, now: datetime | None = None) -> int:
+    """Lift these pauses (those still active); return how many. Waiting work goes at the next cycle."""
+    ids = [p.pk for p in pauses]
+    return Pause.objects.filter(pk__in=ids, resumed_at__isnull=True).update(
+        resumed_at=now or timezone.now(), resumed_by_id=None if by is None else by.pk
+    )
+
+
+def active_of(*, organization: Organization | None = None, owner: Owner | None = None) -> list[Pause]:
+    """The active pauses set on exactly this owner, or on this organization as a whole (not on
+    one of its owners): what "Resume" on that row lifts, whatever tier or domain they name."""
+    rows = Pause.objects.filter(resumed_at__isnull=True)
+    if owner is not None:
+        return list(rows.filter(owner=owner))
+    return list(rows.filter(organization=organization, owner__isnull=True))
+
+
+def active() -> list[Pause]:
+    """The active pauses, oldest first (a handful: one indexed read)."""
+    return list(
+        Pause.objects.filter(resumed_at__isnull=True)
+        .select_related("organization", "owner", "created_by")
+        .order_by("created_at", "id")
+    )
+
+
+def blocking(*, owner_ids: Iterable[int]) -> Blocking:
+    """What the active pauses stop among these owners. One query, plus one for the owners'
+    organizations when anything is paused: O(pauses + owners)."""
+    pauses = active()
+    if not pauses:
+        return Blocking()
+    rows = Owner.objects.filter(id__in=list(owner_ids)).select_related("organization")
+    result = Blocking()
+    for owner in rows:
+        for p in pauses:  # oldest first: the first pause that applies names the reason
+            scope = (p.organization_id, p.owner_id, None, p.sender_domain)  # some tier of the owner's work
+            if not _covers(scope, owner_id=owner.pk, organization=owner.organization, tier=None):
+                continue
+            if p.tier is None:
+                result.owners.setdefault(owner.pk, p.blocked_reason())
+            else:
+                result.tiers.setdefault(owner.pk, {}).setdefault(Tier(p.tier), p.blocked_reason())
+    return result
+
+
+def job_pause(*, outreach: Outreach) -> Pause | None:
+    """The active pause that stops this outreach, if any. Every job asks once, and there is
+    almost never a pause: one plain indexed read of the active pauses' scopes (no ORM query
+    to build: that cost a worker more CPU than the read), matched here; the pause itself is
+    loaded only when one applies. The outreach's owner and organization must be loaded
+    (select_related)."""
+    organization = outreach.lead.organization
+    with connection.cursor() as cursor:
+        cursor.execute(_ACTIVE_SCOPES)
+        scopes = cursor.fetchall()
+    for pause_id, *scope in scopes:  # oldest first
+        if _covers(
+            tuple(scope), owner_id=outreach.owner_id, organization=organization, tier=int(outreach.tier)
+        ):
+            return Pause.objects.select_related("organization", "owner", "created_by").get(pk=pause_id)
+    return None
+
+
+_ACTIVE_SCOPES = (
+    f"SELECT id, organization_id, owner_id, tier, sender_domain FROM {Pause._meta.db_table}"
+    " WHERE resumed_at IS NULL ORDER BY created_at, id"
+)
+
+
+def _covers(scope: tuple[Any, ...], *, owner_id: int, organization: Organization, tier: int | None) -> bool:
+    """The one pause matcher: does a pause of this scope (organization id, owner id, tier,
+    sender domain; None or "" = any) stop this owner's work in `tier` (None: in some tier)?"""
+    organization_id, paused_owner_id, paused_tier, sender_domain = scope
+    return (
+        (organization_id is None or organization_id == organization.pk)
+        and (paused_owner_id is None or paused_owner_id == owner_id)
+        and (tier is None or paused_tier is None or paused_tier == tier)
+        and (not sender_domain or sender_domain == organization.sender_domain)
+    )

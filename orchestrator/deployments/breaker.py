@@ -1,0 +1,155 @@
+"""Each deployment's configuration-fault breaker, in Redis so the dispatcher and every worker
+agree on it (a per-process breaker would let each worker burn its own few calls, and the
+dispatcher could not see it).
+
+A deployment whose calls keep failing with 401/403/404 (bad key, no permission, unknown
+model) is misconfigured: after LLM_FAULT_THRESHOLD such answers in a row its breaker opens.
+A deployment that is down (unreachable, timing out, answering 5xx) opens it the same way when
+its work has somewhere else to go (a pool-mate or a fallback); its failed jobs stay ordinary
+transient failures, retried with backoff. A lone deployment that is down keeps today's retries.
+While open the dispatcher places nothing on it (its work waits QUEUED, saying why, or runs on
+the pool's other deployments or the fallback); after LLM_FAULT_PROBE_S it is half open and the
+dispatcher sends one job as a probe; the probe's first successful call closes it (any success
+does), a fault opens it again for another LLM_FAULT_PROBE_S.
+
+  orchestrator:llm_fault:<scope>  hash  n (faults in a row), reason, opened_ms, probe_ms
+Times are Redis's clock (TIME), shared by all processes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import redis
+from django.conf import settings
+
+from config import redis_client
+from config.deployments import Deployment, deployments
+from config.redis_client import Client
+from orchestrator.notify import alert_raise
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX: Final = "orchestrator:llm_fault:"
+# Recorded atomically: the count, the reason and the opening (or re-opening after a failed probe).
+_FAULT = """
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+redis.call('HSET', KEYS[1], 'reason', ARGV[2])
+if n < tonumber(ARGV[1]) then return 0 end
+local t = redis.call('TIME')
+local was_open = redis.call('HEXISTS', KEYS[1], 'opened_ms')
+redis.call('HSET', KEYS[1], 'opened_ms', t[1] * 1000 + math.floor(t[2] / 1000))
+redis.call('HDEL', KEYS[1], 'probe_ms')
+return was_open == 1 and 2 or 1
+"""
+# The probe is marked only while the breaker is still open (a success may have closed it).
+_PROBE = """
+if redis.call('HEXISTS', KEYS[1], 'opened_ms') == 0 then return 0 end
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'probe_ms', t[1] * 1000 + math.floor(t[2] / 1000))
+return 1
+"""
+
+State = Literal["closed", "open", "half_open", "probing"]
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    state: State = "closed"
+    reason: str = ""
+    faults: int = 0  # in a row
+    retry_in_ms: int = 0  # until the next probe (open)
+
+
+def health_of(fields: Mapping[bytes, bytes], *, now_ms: int, probe_after_ms: int) -> Health:
+    """The breaker's state from its hash (pure)."""
+    reason = fields.get(b"reason", b"").decode()
+    faults = int(fields.get(b"n", 0))
+    if b"opened_ms" not in fields:
+        return Health(reason=reason, faults=faults)
+    since_open = now_ms - int(fields[b"opened_ms"])
+    if since_open < probe_after_ms:
+        return Health("open", reason, faults, retry_in_ms=probe_after_ms - since_open)
+    probe = fields.get(b"probe_ms")
+    # A probe that never reported (its worker died) is given up after one more probe interval.
+    if probe is not None and now_ms - int(probe) < probe_after_ms:
+        return Health("probing", reason, faults)
+    return Health("half_open", reason, faults)
+
+
+def fault_reason(*, deployment: Deployment, status: int | None, code: str | None) -> str:
+    """The blocked reason work shows while this deployment is misconfigured."""
+    what = " ".join(str(part) for part in (status, code) if part)
+    return f"deployment '{deployment.label}' misconfigured: {what or 'refused'}; check LLM_DEPLOYMENTS"
+
+
+def down_reason(*, deployment: Deployment, status: int | None) -> str:
+    """The blocked reason while a deployment with somewhere else to send its work is failing."""
+    what = f"answering {status}" if status else "unreachable"
+    return f"deployment '{deployment.label}' failing: {what}; its work goes to its pool or fallback"
+
+
+def has_alternative(deployment: Deployment) -> bool:
+    """Its work has somewhere else to go: another deployment of its pool, or a fallback."""
+    pool = sum(1 for d in deployments() if d.name == deployment.name)
+    return pool > 1 or deployment.name in settings.LLM_FALLBACKS
+
+
+def fault_record(*, deployment: Deployment, reason: str) -> None:
+    """One call refused as misconfigured, or failed on a deployment that is down (the caller
+    says which in `reason`). Opening the breaker raises the alert."""
+    try:
+        opened = int(
+            health_client().eval(
+                _FAULT, 1, KEY_PREFIX + deployment.scope, settings.LLM_FAULT_THRESHOLD, reason
+            )
+        )
+    except redis.RedisError as exc:
+        log.warning("LLM fault not recorded", extra={"deployment": deployment.label, "error": str(exc)})
+        return
+    if opened == 1:
+        log.error(
+            "LLM deployment breaker open",
+            extra={"deployment": deployment.label, "model": deployment.model, "reason": reason},
+        )
+        alert_raise(
+            condition=f"llm-deployment-breaker-{deployment.label}",
+            text=f"{reason}. Work that needs it waits queued; it resumes by itself once a probe call succeeds.",
+        )
+
+
+def success_record(*, deployment: Deployment) -> None:
+    """A call succeeded: faults in a row start again from 0, an open breaker closes."""
+    try:
+        if health_client().delete(KEY_PREFIX + deployment.scope):
+            log.info("LLM deployment answering again", extra={"deployment": deployment.label})
+    except redis.RedisError as exc:
+        log.warning("LLM success not recorded", extra={"deployment": deployment.label, "error": str(exc)})
+
+
+def probe_mark(*, client: Client, deployment: Deployment) -> bool:
+    """The dispatcher sends this deployment's probe job now (False: it closed meanwhile)."""
+    return bool(client.eval(_PROBE, 1, KEY_PREFIX + deployment.scope))
+
+
+def healths(*, client: Client, deployments: Sequence[Deployment]) -> dict[str, Health]:
+    """Every deployment's breaker, by label: one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    for deployment in deployments:
+        pipe.hgetall(KEY_PREFIX + deployment.scope)
+    (seconds, micros), *found = pipe.execute()
+    now_ms = seconds * 1000 + micros // 1000
+    probe_after_ms = int(settings.LLM_FAULT_PROBE_S * 1000)
+    return {
+        d.label: health_of(fields, now_ms=now_ms, probe_after_ms=probe_after_ms)
+        for d, fields in zip(deployments, found, strict=True)
+    }
+
+
+def health_client() -> Client:
+    """The workers' fast-failing client on REDIS_URL (one per process)."""
+    return redis_client.shared()

@@ -1,0 +1,153 @@
+"""Stuck-work recovery: in-flight outreach whose worker vanished goes back where it can run.
+
+Two ways to be stuck:
+- a GENERATING row whose job lease (orchestrator.failures.leases) is gone: its worker process died
+  (SIGKILL, OOM, a lost machine; a threads-pool worker strands hundreds of jobs at once). Back
+  as soon as the row is older than the lease TTL, seconds rather than minutes. A live job's
+  lease is renewed however slow its LLM call, so a slow job is never taken away this way.
+- any in-flight row older than DISPATCH_STUCK_AFTER_S: the backstop for what has no lease (a
+  DISPATCHED message lost with Redis or with its worker's prefetch, SENDING) and for a job
+  wedged while its process lives.
+Each recovered row costs an attempt, so a job that kills its worker every time ends DEAD at
+the cap instead of looping. A SENDING row may have reached the mail server: it is resent at
+most once (same Message-ID), then it is a POSSIBLY_SENT dead letter (`send_unconfirmed`).
+Taking a row back is a guarded transition: a job that turns out to be alive loses its own
+final transition and sends nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from config.logging import outreach_log_context
+from config.redis_client import Client
+from orchestrator.failures.dead_letters import attempts_exhausted, dead_letter
+from orchestrator.failures.leases import lease_client, leases_alive
+from outreach.models import ErrorClass, Outreach, State
+from outreach.transitions import IN_FLIGHT, TransitionLost, back_to_queue, transition
+
+log = logging.getLogger(__name__)
+
+BATCH = 500  # per cycle: recovery never makes a cycle O(queue depth)
+
+
+# "Resent at most once": the first try and one resend may reach the prospect; a third try of
+# an email whose fate is unknown never goes out without a person confirming.
+UNCONFIRMED_SENDS_MAX = 2
+
+
+def send_unconfirmed(*, outreach: Outreach, why: str, error_class: ErrorClass, **fields: Any) -> State:
+    """A SENDING row whose outcome is unknown (its worker died; no answer after DATA; SENT could
+    not be recorded): the server may have the email. Back to APPROVED for a resend with the same
+    Message-ID while `send_attempts` is under UNCONFIRMED_SENDS_MAX, else a POSSIBLY_SENT dead
+    letter for a person. Returns the state it ended in; raises TransitionLost like transition().
+    """
+    # Fresh from the database: the caller's row predates the claim that counted this try.
+    sends = Outreach.objects.values_list("send_attempts", flat=True).get(pk=outreach.pk)
+    if sends >= UNCONFIRMED_SENDS_MAX:
+        reason = (
+            f"{why}: the email may have been sent {sends} times (Message-ID {outreach.message_id}); "
+            "not sent again without a person"
+        )
+        dead_letter(
+            outreach=outreach,
+            from_=State.SENDING,
+            failure_class=ErrorClass.POSSIBLY_SENT,
+            reason=reason,
+            job_type="send",
+        )
+        return State.DEAD
+    transition(
+        outreach_id=outreach.pk,
+        from_=State.SENDING,
+        to=State.APPROVED,
+        note=f"{why}: resending once with the same Message-ID",
+        error_class=error_class,
+        **fields,
+    )
+    return State.APPROVED
+
+
+def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Client | None = None) -> int:
+    """Move stuck in-flight rows back (see the module docstring); refund their reservations.
+    `leases`: the Redis holding the job leases (default: REDIS_URL)."""
+    cutoff = now - timedelta(seconds=settings.DISPATCH_STUCK_AFTER_S)
+    timed_out = list(
+        Outreach.objects.filter(state__in=IN_FLIGHT, state_changed_at__lt=cutoff)
+        .order_by("state_changed_at")
+        .select_related("lead")[:BATCH]
+    )
+    stuck = [(row, f"stuck in {row.state} past {settings.DISPATCH_STUCK_AFTER_S}s") for row in timed_out]
+    if len(stuck) < BATCH:
+        orphans = _lease_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
+        stuck += [(row, "GENERATING with no live worker (job lease gone)") for row in orphans]
+    recovered = 0
+    for row, why in stuck:
+        try:
+            _recover_one(row, why=why)
+        except TransitionLost:
+            continue  # the worker finished after all
+        if row.reservation_id:
+            refund(row.reservation_id)
+        recovered += 1
+    return recovered
+
+
+def _lease_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Outreach]:
+    """GENERATING rows older than the lease TTL (younger ones may not have taken theirs yet)
+    whose lease is gone. Redis unreachable: none (the timeout still covers them)."""
+    younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
+    rows = list(
+        Outreach.objects.filter(
+            state=State.GENERATING, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff
+        )
+        .order_by("state_changed_at")
+        .select_related("lead")[:limit]
+    )
+    if not rows:
+        return []
+    try:
+        alive = leases_alive(client=client or lease_client(), outreach_ids=[row.pk for row in rows])
+    except redis.RedisError as exc:
+        log.warning("job leases unreadable, lease recovery skipped this cycle: %s", exc)
+        return []
+    return [row for row in rows if row.pk not in alive]
+
+
+def _recover_one(row: Outreach, *, why: str) -> None:
+    attempts = row.attempts + 1
+    note = f"{why}: recovered"
+    if row.state == State.SENDING:
+        send_unconfirmed(
+            outreach=row, why=note, error_class=ErrorClass.STUCK, attempts=attempts, reservation_id=""
+        )
+        return
+    if attempts_exhausted(attempts):
+        reason = f"{note}; attempt {attempts} reached the cap {settings.RETRY_MAX_ATTEMPTS}"
+        dead_letter(
+            outreach=row,
+            from_=State(row.state),
+            failure_class=ErrorClass.STUCK,
+            reason=reason,
+            job_type="generation",
+        )
+        return
+    to = back_to_queue(row)
+    transition(
+        outreach_id=row.pk,
+        from_=State(row.state),
+        to=to,
+        note=note,
+        error_class=ErrorClass.STUCK,
+        attempts=attempts,
+        reservation_id="",
+    )
+    log.warning(
+        "outreach recovered from stuck %s", row.state, extra={**outreach_log_context(row), "state": str(to)}
+    )
