@@ -16,12 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import redis
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import add_never_cache_headers
+
+from config import redis_client
 
 CHECK_TIMEOUT_S = 2
 # Migrations, once all applied, stay applied for the life of this process (a release that adds
@@ -84,9 +85,7 @@ def _database() -> str:
 
 
 def _redis() -> str:
-    client = redis.Redis.from_url(
-        settings.REDIS_URL, socket_timeout=CHECK_TIMEOUT_S, socket_connect_timeout=CHECK_TIMEOUT_S
-    )
+    client = redis_client.connect(settings.REDIS_URL, timeout_s=CHECK_TIMEOUT_S)  # its own: closed after
     try:
         client.ping()
     finally:
