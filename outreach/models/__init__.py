@@ -1,6 +1,6 @@
 """The records: organizations, owners (execution contexts), leads, outreach and their history.
 
-Fields, choices and constraints only, one module per entity.
+Fields, choices and constraints only, one module per entity; `queries` holds the raw SQL.
 Writes live in outreach.services; state moves in outreach.transitions.
 
 Every public name is re-exported here: callers import `from outreach.models import X`, and the
@@ -21,7 +21,8 @@ from outreach.models.outreach import (
     OutreachEvent,
     State,
 )
-from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends, OwnerDailySendsManager
+from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
+from outreach.models.queries import owner_daily_sends_record
 from outreach.models.validators import (
     MAX_NUDGES,
     validate_nudge_days,
@@ -46,9 +47,9 @@ __all__ = [
     "OutreachEvent",
     "Owner",
     "OwnerDailySends",
-    "OwnerDailySendsManager",
     "State",
     "VerifiedDomain",
+    "owner_daily_sends_record",
     "validate_nudge_days",
     "validate_timezone",
     "working_days_validator",

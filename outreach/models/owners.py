@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import zoneinfo
-from datetime import datetime, time
+from datetime import time
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
-from django.db import connection, models
+from django.db import models
 from django.db.models import Q
 
 from outreach.models.organizations import Organization
@@ -73,38 +72,18 @@ class Owner(models.Model):
         return f"{self.name} ({self.get_kind_display()})"
 
 
-class OwnerDailySendsManager(models.Manager["OwnerDailySends"]):
-    def record(self, *, owner_id: int, sent_at: datetime) -> None:
-        """Count one email sent at `sent_at` on the owner's local day (one upsert).
-
-        Called in the transaction that records SENT (outreach.transitions), so the count and the
-        sent rows cannot disagree. The day is the owner's calendar day at `sent_at` in its time
-        zone today; moving an owner to another zone mid-day leaves that day's count where it was.
-        """
-        zone = Owner.objects.values_list("timezone", flat=True).get(pk=owner_id)
-        day = sent_at.astimezone(zoneinfo.ZoneInfo(zone)).date()
-        table = self.model._meta.db_table
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (owner_id, day, sent) VALUES (%s, %s, 1) "
-                f"ON CONFLICT (owner_id, day) DO UPDATE SET sent = {table}.sent + 1",
-                [owner_id, day],
-            )
-
-
 class OwnerDailySends(models.Model):
     """Emails an owner sent on one local calendar day.
 
     The dispatcher checks every owner's daily limit each cycle; reading one row per owner keeps
     that cost proportional to owners, where counting the day's SENT rows grew with the day's
-    history (see orchestrator.dispatch.reads.used_today). Written only by `record` above.
+    history (see orchestrator.dispatch.reads.used_today). Written only by
+    `outreach.models.queries.owner_daily_sends_record`.
     """
 
     owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="daily_sends")
     day = models.DateField()  # the owner's local date
     sent = models.PositiveIntegerField(default=0)
-
-    objects = OwnerDailySendsManager()
 
     class Meta:
         verbose_name_plural = "owner daily sends"
