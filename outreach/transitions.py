@@ -23,7 +23,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from outreach.counters import Move, counters_add, move_increments
-from outreach.models import ErrorClass, Outreach, OutreachEvent, OwnerDailySends, State
+from outreach.models import ErrorClass, Outreach, OutreachEvent, State, owner_daily_sends_record
 
 S = State
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ def transition(
         if previous is None:
             raise TransitionLost(outreach_id, from_states, to)
         if to == S.SENT:
-            OwnerDailySends.objects.record(owner_id=previous[2], sent_at=fields["sent_at"])
+            owner_daily_sends_record(owner_id=previous[2], sent_at=fields["sent_at"])
         # Counted by the winner of the move only, committed (or rolled back) with it.
         counters_add(
             move_increments(

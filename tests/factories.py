@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
-from outreach.models import Lead, Organization, Outreach, Owner, OwnerDailySends, State
+from outreach.models import Lead, Organization, Outreach, Owner, State, owner_daily_sends_record
 
 _seq = itertools.count(1)
 
@@ -104,7 +104,7 @@ def make_outreach(*, lead: Lead | None = None, state: State = State.QUEUED, **ov
     }
     outreach = Outreach.objects.create(**{**fields, **overrides})
     if outreach.state == State.SENT and outreach.sent_at:  # as the SENT transition counts it
-        OwnerDailySends.objects.record(owner_id=outreach.owner_id, sent_at=outreach.sent_at)
+        owner_daily_sends_record(owner_id=outreach.owner_id, sent_at=outreach.sent_at)
     return outreach
 
 

@@ -1,5 +1,6 @@
 """Reads for the dispatch cycle. Every query is bounded by slots and active owners, never by
-queue depth: each uses a partial index of outreach/models.py and stops after k rows per owner.
+queue depth: each uses a partial index of outreach/models/outreach.py and stops after k rows
+per owner.
 
 Also the organizations' own LLM caps (Organization.llm_rpm / llm_tpm), which every user of the
 budget loads before touching a capped scope (a scope without limits can be neither reserved,

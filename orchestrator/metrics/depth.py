@@ -15,8 +15,9 @@ from outreach.models import Outreach, State
 from outreach.tiers import Tier
 
 TIER_NAMES = {int(t): t.name.lower() for t in Tier}
-# Each live state has a partial index in outreach/models.py; a query whose WHERE matches the
-# index predicate exactly reads that index (the queue's size) instead of the table (history's).
+# Each live state has a partial index in outreach/models/outreach.py; a query whose WHERE
+# matches the index predicate exactly reads that index (the queue's size) instead of the table
+# (history's).
 LIVE_GROUPS: tuple[tuple[State, ...], ...] = (
     (State.APPROVED,),  # outreach_approved_by_owner
     (State.AWAITING_APPROVAL,),  # outreach_awaiting_by_owner

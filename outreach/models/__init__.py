@@ -1,0 +1,56 @@
+"""The records: organizations, owners (execution contexts), leads, outreach and their history.
+
+Fields, choices and constraints only, one module per entity; `queries` holds the raw SQL.
+Writes live in outreach.services; state moves in outreach.transitions.
+
+Every public name is re-exported here: callers import `from outreach.models import X`, and the
+migrations name validators and fields as `outreach.models.<name>`.
+"""
+
+from __future__ import annotations
+
+from outreach.models.assignment import AssignmentBatch, AssignmentItem
+from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField
+from outreach.models.metrics import MetricCounter
+from outreach.models.organizations import Organization, VerifiedDomain
+from outreach.models.outreach import (
+    DELIVERY_ATTEMPT,
+    DraftForApproval,
+    ErrorClass,
+    Outreach,
+    OutreachEvent,
+    State,
+)
+from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
+from outreach.models.queries import owner_daily_sends_record
+from outreach.models.validators import (
+    MAX_NUDGES,
+    validate_nudge_days,
+    validate_timezone,
+    working_days_validator,
+)
+
+__all__ = [
+    "DELIVERY_ATTEMPT",
+    "MAX_NUDGES",
+    "MIDNIGHT",
+    "SUPPRESSED",
+    "AssignmentBatch",
+    "AssignmentItem",
+    "DraftForApproval",
+    "ErrorClass",
+    "Lead",
+    "LeadEmailField",
+    "MetricCounter",
+    "Organization",
+    "Outreach",
+    "OutreachEvent",
+    "Owner",
+    "OwnerDailySends",
+    "State",
+    "VerifiedDomain",
+    "owner_daily_sends_record",
+    "validate_nudge_days",
+    "validate_timezone",
+    "working_days_validator",
+]

@@ -1,0 +1,67 @@
+"""Leads: the people emailed, one per address per organization, and who may not be emailed."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Lower, Trim
+
+from outreach.models.organizations import Organization
+from outreach.models.owners import Owner
+from outreach.models.validators import validate_timezone
+
+
+class LeadEmailField(models.EmailField):
+    """An email address as a lead's identity: trimmed and lower-cased on the way in.
+
+    to_python also serves get_prep_value, so every ORM write *and* lookup
+    (`filter(email=...)`, `email__in`) normalises its value: "Pat@Acme.com " finds
+    "pat@acme.com" without each caller remembering. Raw SQL does not pass through here; the
+    `lead_email_normalised` check constraint refuses what it did not normalise.
+    (The local part is case-sensitive by RFC 5321; no real mailbox provider treats it so, and
+    two leads differing only in case are one person.)
+    """
+
+    def to_python(self, value: object) -> str | None:
+        text = super().to_python(value)
+        return text.strip().lower() if isinstance(text, str) else text
+
+
+class Lead(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        REPLIED = "replied", "Replied"
+        OPTED_OUT = "opted_out", "Opted out"
+        CONVERTED = "converted", "Converted"
+        # Set from the mail side (nurture.intake.deliverability): never emailed again.
+        BOUNCED = "bounced", "Undeliverable (hard bounce)"
+        COMPLAINED = "complained", "Complained (marked as spam)"
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="leads")
+    owner = models.ForeignKey(Owner, on_delete=models.PROTECT, related_name="leads")
+    email = LeadEmailField()
+    first_name = models.CharField(max_length=100, blank=True)
+    last_name = models.CharField(max_length=100, blank=True)
+    company = models.CharField(max_length=200, blank=True)
+    title = models.CharField(max_length=200, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # With lead_email_normalised below, unique whatever the case an address was typed in.
+            models.UniqueConstraint(fields=["organization", "email"], name="lead_unique_email_per_org"),
+            models.CheckConstraint(
+                condition=Q(email=Lower(Trim("email"))),
+                name="lead_email_normalised",
+                violation_error_message="A lead's email is stored trimmed and lower-case.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.first_name} {self.last_name} <{self.email}>".strip()
+
+
+# Leads nothing may be sent to, whatever the kind of email: they said no, or their mailbox did.
+SUPPRESSED = frozenset({Lead.Status.OPTED_OUT, Lead.Status.BOUNCED, Lead.Status.COMPLAINED})
