@@ -45,6 +45,7 @@ from orchestrator.dispatch.selection import (
     StarvationGuard,
     rows_to_load,
     select_batch,
+    select_sends,
 )
 from orchestrator.dispatch.singleton import Lease, dispatch_lease
 from orchestrator.failures.recovery import recover_stuck
@@ -55,6 +56,9 @@ from outreach.transitions import transition_many
 log = logging.getLogger(__name__)
 
 CURSOR_KEY = "orchestrator:dispatch:cursor"
+# Apart from CURSOR_KEY: sends take turns among the owners with approved drafts, the LLM
+# slots among those with queued work; one cursor would let either round skip owners of the other.
+SEND_CURSOR_KEY = "orchestrator:dispatch:send_cursor"
 DEFERRED_KEY = "orchestrator:dispatch:deferred"  # owner id -> reason last written (write on change)
 LLM_BLOCKED_KEY = "orchestrator:dispatch:llm_blocked"  # the fault last written on waiting rows
 GENERATE_TASK = "nurture.generate"
@@ -122,13 +126,15 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     report.deferred |= spend_capped
     _note_deferrals(client=client, deferred=report.deferred, paused_tiers=paused.tiers)
     paused_tiers = {owner_id: paused.tiers_of(owner_id) for owner_id in paused.tiers}
-    report.send = _dispatch_approved(room=room, now=now, budget=budget, paused_tiers=paused_tiers)
+    weights = {rules.owner_id: weight for rules, weight in owners}
+    report.send = _dispatch_approved(
+        room=room, weights=weights, now=now, budget=budget, paused_tiers=paused_tiers, lease=lease
+    )
     room = {owner_id: n for owner_id, n in room.items() if owner_id not in spend_capped}
     report.slots = _llm_slots(budget=budget, client=client)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
     groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
     group_slots = _group_slots(groups=groups, budget=budget)
-    weights = {rules.owner_id: weight for rules, weight in owners}
     cursor = Cursor.from_json(client.get(CURSOR_KEY)).keeping_groups(caps)
     # What each owner's next job is expected to cost (owner_tokens: learned from its finished
     # jobs): with fairness in tokens, what it uses moves the owner's place in the round; what
@@ -228,10 +234,17 @@ def _text(value: bytes | str) -> str:
 
 
 def _dispatch_approved(
-    *, room: dict[int, int], now: datetime, budget: Budget, paused_tiers: Mapping[int, frozenset[Tier]]
+    *,
+    room: dict[int, int],
+    weights: Mapping[int, int],
+    now: datetime,
+    budget: Budget,
+    paused_tiers: Mapping[int, frozenset[Tier]],
+    lease: Lease,
 ) -> list[int]:
     """Approved drafts go to `send` under owner limits and, when configured, the send rate
-    (send_flow: a cycle's worth, round-robin over owners); no LLM call, no LLM budget."""
+    (send_flow: a cycle's worth, shared by owner weight in `select_sends`' round robin, which
+    goes on from the send cursor); no LLM call, no LLM budget."""
     slots = send_flow.approved_slots(budget=budget)
     found = reads.approved_candidates(
         k_by_owner=room if slots is None else {o: min(n, slots) for o, n in room.items()},
@@ -240,8 +253,8 @@ def _dispatch_approved(
     )
     ids = [i for per_owner in found.values() for i in per_owner]
     if slots is not None:
-        turn = int(now.timestamp()) // settings.DISPATCH_INTERVAL  # rotates who goes first
-        ids = send_flow.round_robin(found, slots=slots, start=turn)
+        cursor = Cursor.from_json(lease.client.get(SEND_CURSOR_KEY))
+        ids = list(select_sends(found, slots=slots, cursor=cursor, weights=weights).outreach_ids)
     with transaction.atomic():
         claimed = transition_many(
             outreach_ids=ids,
@@ -253,6 +266,16 @@ def _dispatch_approved(
         )
         _enqueue_on_commit(SEND_TASK, claimed)
     if slots is not None:
+        # The round moves by the sends that went: a draft another process took between the read
+        # and the claim (cancelled, sent by hand) costs its owner no turn, as for the LLM picks.
+        went = set(claimed)
+        sent = select_sends(
+            {o: [i for i in per_owner if i in went] for o, per_owner in found.items()},
+            slots=len(went),
+            cursor=cursor,
+            weights=weights,
+        )
+        lease.set_if_held(SEND_CURSOR_KEY, sent.cursor.to_json())
         handed = set(ids)
         send_flow.waiting_label(ids=[i for o in found.values() for i in o if i not in handed], budget=budget)
     for owner_id, per_owner in found.items():

@@ -334,6 +334,42 @@ def select_batch(
     return Selection(picks=tuple(picks), cursor=new_cursor)
 
 
+@dataclass(frozen=True, slots=True)
+class SendSelection:
+    """Approved drafts to hand to `send` this cycle, in schedule order, and the send cursor to persist."""
+
+    outreach_ids: tuple[int, ...]
+    cursor: Cursor
+
+
+def select_sends(
+    approved: Mapping[int, Sequence[int]],
+    *,
+    slots: int,
+    cursor: Cursor,
+    weights: Mapping[int, int] | None = None,
+) -> SendSelection:
+    """Share `slots` sends among owners: `select_batch`'s weighted round robin, fairness in counts.
+
+    `approved[owner_id]` is that owner's approved drafts in its own order (oldest approved first).
+    Sends have no tiers and no LLM groups: each send is one message of the provider's rate, so an
+    owner of weight w gets w sends a round and the owners' counts follow their weights, give or
+    take one. The drafts run as one tier's round (TOP_TIER: only the owner round decides, not a
+    draft's tier), continuing from `cursor` (the send cursor, persisted apart from the LLM one),
+    so who sends first rotates from cycle to cycle by the schedule, never by the clock.
+    """
+    candidates = {
+        TOP_TIER: {
+            owner_id: [Candidate(outreach_id=i, owner_id=owner_id, tier=TOP_TIER) for i in ids]
+            for owner_id, ids in approved.items()
+        }
+    }
+    selection = select_batch(candidates, slots=slots, cursor=cursor, weights=weights)
+    return SendSelection(
+        outreach_ids=tuple(pick.outreach_id for pick in selection.picks), cursor=selection.cursor
+    )
+
+
 def rows_per_owner(*, slots: int, owners_with_work: int, weight: int = 1) -> int:
     """How many rows (k) of one tier to load per owner so that truncation never changes the selection.
 
