@@ -6,13 +6,14 @@ cycle hands out only what the rate sends in SEND_LOOKAHEAD cycles, less the send
 flight: 5,000 approvals at once leave PostgreSQL a cycle's worth at a time, instead of 5,000
 tasks in the broker whose workers would spin on the budget. The rest stay APPROVED, and the
 rows looked at but not handed out say why they wait. Without a rate: no limit (today's
-behaviour).
+behaviour). Who gets the cycle's sends is the pure selection's call (`selection.select_sends`:
+owner weights, a cursor persisted between cycles), not this module's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from django.conf import settings
 
@@ -29,22 +30,6 @@ def send_slots(*, rate_per_s: float | None, interval_s: float, in_flight: int) -
     if rate_per_s is None:
         return None
     return max(0, math.ceil(rate_per_s * interval_s * SEND_LOOKAHEAD) - in_flight)
-
-
-def round_robin(found: Mapping[int, Sequence[int]], *, slots: int, start: int) -> list[int]:
-    """At most `slots` ids, one per owner in turn (owners in id order, from the `start`-th,
-    which the caller rotates per cycle), each owner's in its own order: no owner takes a second
-    send while another with approved drafts has none."""
-    owners = sorted(found)
-    if not owners:
-        return []
-    owners = owners[start % len(owners) :] + owners[: start % len(owners)]
-    picked: list[int] = []
-    for rank in range(max(len(ids) for ids in found.values())):
-        for owner in owners:
-            if rank < len(found[owner]) and len(picked) < slots:
-                picked.append(found[owner][rank])
-    return picked
 
 
 def sends_in_flight() -> int:

@@ -7,12 +7,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from orchestrator.budget import Budget, SendRules
 from orchestrator.dispatch.cycle import dispatch_cycle
-from orchestrator.dispatch.send_flow import round_robin, send_slots
+from orchestrator.dispatch.selection import Cursor, SendSelection, select_sends
+from orchestrator.dispatch.send_flow import send_slots
 from orchestrator.metrics.depth import deferred_work
-from outreach.models import Outreach, State
+from outreach.models import Outreach, Owner, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 
@@ -30,12 +32,82 @@ def test_send_slots(rate_per_s: float | None, interval_s: int, in_flight: int, s
     assert send_slots(rate_per_s=rate_per_s, interval_s=interval_s, in_flight=in_flight) == slots
 
 
-def test_round_robin_takes_one_per_owner_in_turn_from_the_rotated_start() -> None:
+def test_select_sends_takes_turns_by_weight_and_goes_on_from_the_cursor() -> None:
+    # given three owners' approved drafts, each in its own order
     found = {1: [10, 11, 12], 2: [20], 3: [30, 31]}
-    assert round_robin(found, slots=4, start=0) == [10, 20, 30, 11]
-    assert round_robin(found, slots=4, start=1) == [20, 30, 10, 31]
-    assert round_robin(found, slots=10, start=2) == [30, 10, 20, 31, 11, 12]
-    assert round_robin({}, slots=3, start=0) == []
+    # when 4 sends are shared from the start, then 4 more from where that stopped
+    first = select_sends(found, slots=4, cursor=Cursor())
+    second = select_sends(found, slots=4, cursor=first.cursor)
+    # then one per owner in turn, each owner's oldest first, and the next cycle goes on after
+    # the owner served last (owner 1), not from the start again
+    assert first.outreach_ids == (10, 20, 30, 11)
+    assert second.outreach_ids == (20, 30, 10, 31)
+    # and an owner of weight 2 gets two sends a round
+    weighted = select_sends({1: [10, 11, 12, 13], 2: [20, 21, 22]}, slots=6, cursor=Cursor(), weights={1: 2})
+    assert weighted.outreach_ids == (10, 20, 11, 12, 21, 13)
+    # and nothing approved, nothing handed out, the cursor unchanged
+    assert select_sends({}, slots=3, cursor=first.cursor) == SendSelection(
+        outreach_ids=(), cursor=first.cursor
+    )
+
+
+def _approved(owner: Owner, count: int) -> list[int]:
+    return [
+        make_outreach(
+            lead=make_lead(owner=owner), state=State.APPROVED, draft_subject="Hi", draft_body="B"
+        ).pk
+        for _ in range(count)
+    ]
+
+
+def _owners_of(ids: list[int]) -> list[int]:
+    owner_of = dict(Outreach.objects.filter(id__in=ids).values_list("id", "owner_id"))
+    return [owner_of[i] for i in ids]
+
+
+@pytest.mark.django_db
+def test_under_a_send_rate_owners_get_sends_by_their_weights(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given 3/s (strict: 2/s) and a 3 s cycle, so 12 sends a cycle, and two owners with deep
+    # backlogs of approved drafts, of weights 2 and 1
+    settings.DISPATCH_INTERVAL = 3
+    budget.send_rules = SendRules(per_second=3)
+    org = make_org()
+    heavy = make_owner(organization=org, daily_limit=100, weight=2)
+    light = make_owner(organization=org, daily_limit=100, weight=1)
+    _approved(heavy, 20)
+    _approved(light, 20)
+    # when a cycle runs
+    with django_capture_on_commit_callbacks(execute=True):
+        report = dispatch_cycle(budget=budget)
+    # then the sends are shared 2:1, as the LLM slots are
+    assert len(report.send) == 12
+    assert Counter(_owners_of(report.send)) == {heavy.pk: 8, light.pk: 4}
+
+
+@pytest.mark.django_db
+def test_the_send_cursor_not_the_clock_rotates_who_sends_first(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given 2/s (strict: 1/s) and a 1 s cycle, so 2 sends a cycle, and three owners with
+    # approved drafts
+    settings.DISPATCH_INTERVAL = 1
+    budget.send_rules = SendRules(per_second=2)
+    org = make_org()
+    a, b, c = (make_owner(organization=org, daily_limit=100) for _ in range(3))
+    for owner in (a, b, c):
+        _approved(owner, 3)
+    now = timezone.now()
+    # when two cycles run at the same wall-clock second (the first cycle's sends gone out between)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = dispatch_cycle(budget=budget, now=now)
+    Outreach.objects.filter(id__in=first.send).update(state=State.SENT)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = dispatch_cycle(budget=budget, now=now)
+    # then the second cycle goes on from the owner the first one served last
+    assert set(_owners_of(first.send)) == {a.pk, b.pk}
+    assert set(_owners_of(second.send)) == {c.pk, a.pk}
 
 
 @pytest.mark.django_db

@@ -1,0 +1,32 @@
+"""Tasks for the claimed rows, published once the claim commits: the cycle's one way to the broker.
+
+Task names live here, for the LLM work and the sends alike.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from config.celery import app
+
+GENERATE_TASK = "nurture.generate"
+# Replies take their own lane (config.queues: queue `reply`, its own workers): a reply never
+# waits in the broker behind intros and nudges dispatched before it. docs/dispatch.md says why
+# a lane and not broker priorities or a worker reading both queues.
+GENERATE_REPLY_TASK = "nurture.generate_reply"
+SEND_TASK = "nurture.send"
+
+
+def tasks_enqueue_on_commit(task_name: str, ids: list[int]) -> None:
+    """Enqueue one task per id after the claim commits (a worker never finds a row not yet
+    DISPATCHED). Ids only in the message: no lead data in the broker or Flower. One producer
+    (one broker connection) publishes the whole batch; batches publish in the order enqueued
+    (replies first)."""
+    if ids:
+        transaction.on_commit(lambda: _publish(task_name, ids))
+
+
+def _publish(task_name: str, ids: list[int]) -> None:
+    with app.producer_or_acquire() as producer:
+        for outreach_id in ids:
+            app.send_task(task_name, args=[outreach_id], producer=producer)

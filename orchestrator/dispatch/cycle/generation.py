@@ -1,0 +1,190 @@
+"""The cycle's LLM work: how many jobs may start now, which (the pure `select_batch`), and the
+cursor that carries the schedule to the next cycle.
+
+  LLM slots = min(in-flight headroom, what the deployments can place now)
+  -> per-tier candidates (per-owner top-k) -> select_batch (in tokens or in count)
+  -> reserve and claim (`reservation`) -> the cursor, over the picks that ran
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from config.redis_client import Client
+from orchestrator.budget import PROVIDER, Budget, Limits
+from orchestrator.dispatch import reads
+from orchestrator.dispatch.cycle.notes import llm_blocked_note
+from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
+from orchestrator.dispatch.deployment_plan import routing_plan
+from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
+from orchestrator.dispatch.owner_tokens import owner_tokens_load
+from orchestrator.dispatch.selection import (
+    Candidates,
+    Cursor,
+    Pick,
+    StarvationGuard,
+    rows_to_load,
+    select_batch,
+)
+from orchestrator.dispatch.singleton import Lease
+from outreach.tiers import Tier
+
+CURSOR_KEY = "orchestrator:dispatch:cursor"
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What the cycle's LLM part did: the slots it had, the picks it made, the rows it claimed."""
+
+    slots: int
+    picks: list[Pick]
+    claimed: list[int]
+
+
+def generation_dispatch(
+    *,
+    lease: Lease,
+    client: Client,
+    caps: Mapping[str, Limits],
+    room: Mapping[int, int],
+    weights: Mapping[int, int],
+    paused_tiers: Mapping[int, frozenset[Tier]],
+    now: datetime,
+    budget: Budget,
+) -> Generation:
+    """Select, reserve and claim this cycle's LLM jobs among the owners with `room`; persist the
+    cursor while the lease is held."""
+    slots = _llm_slots(budget=budget, client=client)
+    # A capped organization's owners are a budget group sharing what its bucket fits now.
+    groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
+    group_slots = _group_slots(groups=groups, budget=budget)
+    cursor = Cursor.from_json(client.get(CURSOR_KEY)).keeping_groups(caps)
+    # What each owner's next job is expected to cost (owner_tokens: learned from its finished
+    # jobs): with fairness in tokens, what it uses moves the owner's place in the round; what
+    # the provider's limit will count is the reservation's size.
+    expected = owner_tokens_load(owner_ids=room, default=outreach_cost()[1])
+    costs = {o: t.settled for o, t in expected.items()} if settings.DISPATCH_FAIRNESS == "tokens" else None
+    candidates = _candidates(
+        room=room,
+        slots=slots,
+        weights=weights,
+        groups=groups,
+        group_slots=group_slots,
+        paused_tiers=paused_tiers,
+        costs=costs,
+        now=now,
+    )
+    policy: dict[str, Any] = {
+        "cursor": cursor,
+        "weights": weights,
+        "starvation_guard": _guard(),
+        "groups": groups,
+        "group_slots": group_slots,
+        "costs": costs,
+    }
+    selection = select_batch(candidates, slots=slots, **policy)
+    picks = list(selection.picks)
+    claimed = picks_reserve_and_claim(
+        picks=picks,
+        budget=budget,
+        groups=groups,
+        tokens={o: t.counted for o, t in expected.items()},
+        now=now,
+    )
+    if len(claimed) < len(picks):
+        # The round is charged only what runs: picks the budget refused (or another claimed)
+        # leave their owners' places untouched, so a costly job the bucket could not fit this
+        # cycle keeps its turn instead of being charged for it (tokens fairness would starve it).
+        ran = set(claimed)
+        selection = select_batch(
+            {
+                t: {o: [r for r in rows if r.outreach_id in ran] for o, rows in c.items()}
+                for t, c in candidates.items()
+            },
+            slots=len(ran),
+            **policy,
+        )
+    lease.set_if_held(CURSOR_KEY, selection.cursor.to_json())
+    return Generation(slots=slots, picks=picks, claimed=claimed)
+
+
+def _guard() -> StarvationGuard | None:
+    shares = settings.DISPATCH_MIN_SHARE
+    return (
+        StarvationGuard(min_share={Tier[name.upper()]: share for name, share in shares.items()})
+        if shares
+        else None
+    )
+
+
+def _llm_slots(*, budget: Budget, client: Client) -> int:
+    """min(room under the in-flight target, how many whole outreach the deployments can take
+    now: each placed whole on the pools its steps use, so the scarcest deployment bounds it).
+
+    The target follows the model's observed latency (inflight.in_flight_sizing: Little's law),
+    so a slower model gets more work in flight instead of a static cap idling the key. When a
+    fault stops everything, the next rows in line say which deployment and what to fix."""
+    requests, tokens = outreach_cost()
+    sizing_cap = settings.DISPATCH_MAX_IN_FLIGHT
+    routing = routing_plan(budget=budget, client=client, count=sizing_cap)
+    llm_blocked_note(client=client, reason=routing.blocked_reason)
+    sizing = in_flight_sizing(
+        headroom=None, requests_each=requests, tokens_each=tokens, rate_per_s=routing.rate_per_s
+    )
+    in_flight_room = max(0, sizing.target - reads.llm_in_flight())
+    return min(in_flight_room, len(routing.placement.routes))
+
+
+def _group_slots(*, groups: Mapping[int, str], budget: Budget) -> dict[str, int]:
+    """How many outreach each capped organization's bucket (and the provider's) fits now: one
+    Redis read per organization with owners in the cycle."""
+    requests, tokens = outreach_cost()
+    return {
+        scope: budget.headroom(scopes=(PROVIDER, scope)).fits(requests_each=requests, tokens_each=tokens)
+        for scope in set(groups.values())
+    }
+
+
+def _candidates(
+    *,
+    room: Mapping[int, int],
+    slots: int,
+    weights: Mapping[int, int],
+    groups: Mapping[int, str],
+    group_slots: Mapping[str, int],
+    paused_tiers: Mapping[int, frozenset[Tier]],
+    costs: Mapping[int, int] | None,
+    now: datetime,
+) -> Candidates:
+    """Each tier queried once: which owners have ready work, then their top-k rows (`rows_to_load`:
+    enough that truncation never changes the selection, capped organizations' owners included).
+
+    An owner's room (daily limit left) is spent tier by tier, replies first, so the rows offered
+    never exceed what the owner may still send today. A tier paused for an owner offers none.
+    """
+    left = dict(room)
+    result: dict[Tier, dict[int, list]] = {}
+    for tier in sorted(Tier):
+        owners = reads.owners_with_ready_work(
+            tier=tier,
+            owner_ids=[o for o, n in left.items() if n > 0 and tier not in paused_tiers.get(o, ())],
+            now=now,
+        )
+        k = rows_to_load(
+            owners_with_work=owners,
+            slots=slots,
+            weights=weights,
+            groups=groups,
+            group_slots=group_slots,
+            costs=costs,
+        )
+        k = {o: min(left[o], n) for o, n in k.items()}
+        result[tier] = reads.ready_candidates(tier=tier, k_by_owner=k, now=now)
+        for owner_id, rows in result[tier].items():
+            left[owner_id] -= len(rows)
+    return result

@@ -1,0 +1,162 @@
+"""The LLM picks' reservation and claim: each pick placed on deployments, what its steps draw
+reserved there (and from its organization's cap), the rows claimed, the jobs enqueued on commit;
+what was not claimed is refunded."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from fractions import Fraction
+
+from django.db import connection, transaction
+
+from config import redis_client
+from config.deployments import deployments
+from orchestrator.budget import Budget, reservation_ids
+from orchestrator.deployments.placement import Route
+from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TASK, tasks_enqueue_on_commit
+from orchestrator.dispatch.deployment_plan import probes_mark, routing_plan
+from orchestrator.dispatch.inflight import outreach_cost
+from orchestrator.dispatch.selection import Pick
+from outreach.models import Outreach, State
+from outreach.tiers import Tier
+from outreach.transitions import transition_many
+
+
+def picks_reserve_and_claim(
+    *,
+    picks: list[Pick],
+    budget: Budget,
+    groups: Mapping[int, str],
+    now: datetime,
+    tokens: Mapping[int, int] | None = None,
+) -> list[int]:
+    """Place each pick on deployments, reserve what its steps draw from each (all or nothing),
+    claim the rows, enqueue on commit; refund what was not claimed.
+
+    Placement is redone on the headroom of now (routing.routing_plan), picks in order; a pick
+    it cannot place stays QUEUED. Each pick reserves the tokens its owner's jobs are expected
+    to be counted by the provider's limit (`tokens`, owner_tokens' `counted`; the configured
+    estimate for an owner without history), split
+    over the deployments it was placed on by the calls its steps make there (estimate / calls
+    per job a call, in place of LLM_EST_TOKENS_PER_CALL). Picks of an organization with its own
+    LLM cap reserve from its scope too; any its cap cannot take after all (its workers' calls
+    came first) stay QUEUED and say why.
+
+    In pick order, runs of picks with one route, organization and size are reserved at once.
+    Once a deployment's bucket refuses (or the budget's Redis), the later picks placed on it
+    wait too: a cheap job must not take the room a costly one earlier in the schedule is
+    waiting for. A refusing organization stops only its own picks.
+    """
+    if not picks:
+        return []
+    client = redis_client.shared(timeout_s=2.0)
+    routing = routing_plan(budget=budget, client=client, count=len(picks))
+    _, default_tokens = outreach_cost()
+    expected = tokens or {}
+
+    def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, int]:
+        pick, route = item
+        return route.steps, groups.get(pick.owner_id), expected.get(pick.owner_id, default_tokens)
+
+    scope_of = {d.label: d.scope for d in deployments()}
+    placed: dict[int, tuple[str, str]] = {}
+    refused: dict[str, str] = {}  # scope ("redis": the budget itself) -> the bucket that refused
+    for (_, org_scope, tokens_each), run in itertools.groupby(
+        zip(picks, routing.placement.routes, strict=False), key=run_key
+    ):
+        group = list(run)
+        route = group[0][1]
+        if "redis" in refused or any(scope_of[label] in refused for label in route.labels()):
+            continue
+        if org_scope in refused:
+            _say_capped(picks=[pick for pick, _ in group], bucket=refused[org_scope])
+            continue
+        ids, stopped_by = _reserve_on(
+            budget=budget, route=route, org_scope=org_scope, count=len(group), tokens_each=tokens_each
+        )
+        placed |= {
+            pick.outreach_id: (rid, route.encode()) for (pick, route), rid in zip(group, ids, strict=False)
+        }
+        for bucket in stopped_by:
+            refused[bucket.rpartition(":")[0] or bucket] = bucket  # "dep:small:0:tokens" -> its scope
+        capped = [bucket for bucket in stopped_by if bucket.startswith("org:")]
+        if capped:
+            _say_capped(picks=[pick for pick, _ in group[len(ids) :]], bucket=capped[0])
+    with transaction.atomic():
+        claimed = transition_many(
+            outreach_ids=list(placed), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason="", at=now
+        )
+        _record_reservations({i: placed[i] for i in claimed})
+        replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
+        tasks_enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
+        tasks_enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
+    for outreach_id in set(placed) - set(claimed):  # someone else claimed it: give it back
+        for rid in reservation_ids(placed[outreach_id][0]):
+            budget.refund(reservation_id=rid)
+    used = {label for i in claimed for label in Route.decode(placed[i][1]).labels()}  # type: ignore[union-attr]
+    probes_mark(client=client, routing=routing, labels_used=used)
+    return claimed
+
+
+def _reserve_on(
+    *, budget: Budget, route: Route, org_scope: str | None, count: int, tokens_each: int
+) -> tuple[list[str], list[str]]:
+    """Reserve `count` jobs on each deployment of the route, what its steps draw from it (its
+    calls' share of a job's `tokens_each`), all or nothing per job: each deployment is asked
+    for as many as the one before granted, and what a later one refused is refunded on the
+    earlier ones. Returns the joined ids and the buckets that stopped it short (none when all were granted)."""
+    by_label = {d.label: d for d in deployments()}
+    calls_per_job, _ = outreach_cost()
+    granted: list[list[str]] = []
+    stopped_by: list[str] = []
+    for label in route.labels():
+        calls = sum(1 for _, used in route.steps if used == label)
+        scopes = (by_label[label].scope, org_scope) if org_scope else (by_label[label].scope,)
+        # A learned estimate may exceed what a bucket sized for the configured one can hold:
+        # reserve the most it can, the settlement charges the rest.
+        reservations, denied = budget.reserve_up_to(
+            count=count,
+            requests_each=calls,
+            tokens_each=min(
+                # Fractions: one deployment taking every call reserves exactly the estimate.
+                math.ceil(Fraction(tokens_each * calls, calls_per_job)),
+                budget.largest_tokens(scopes=scopes),
+            ),
+            scopes=scopes,
+        )
+        granted.append([r.id for r in reservations])
+        count = len(reservations)
+        stopped_by += [denied.bucket] if denied is not None else []
+        if count == 0:
+            break
+    for ids in granted:
+        for rid in ids[count:]:
+            budget.refund(reservation_id=rid)
+    return [" ".join(ids[i] for ids in granted) for i in range(count)], stopped_by
+
+
+def _say_capped(*, picks: list[Pick], bucket: str) -> None:
+    """Picks an organization's cap refused say why they wait."""
+    Outreach.objects.filter(id__in=[p.outreach_id for p in picks]).update(
+        blocked_reason=f"organization LLM cap reached ({bucket})"
+    )
+
+
+def _record_reservations(placed: Mapping[int, tuple[str, str]]) -> None:
+    """Each claimed row keeps its reservation ids (refunded on recovery, settled by the worker)
+    and its route (the deployments its worker calls)."""
+    if not placed:
+        return
+    if connection.vendor == "postgresql":  # one statement for the batch
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Outreach._meta.db_table} o SET reservation_id = v.rid, llm_route = v.route "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v(id, rid, route) WHERE o.id = v.id",
+                [list(placed), [rid for rid, _ in placed.values()], [route for _, route in placed.values()]],
+            )
+        return
+    for i, (rid, route) in placed.items():
+        Outreach.objects.filter(id=i).update(reservation_id=rid, llm_route=route)

@@ -1,0 +1,110 @@
+"""The dispatch cycle's shell: the lease, the owners' room this cycle, then the two ways work
+leaves the queue (approved drafts to `send`, LLM jobs to the generation workers)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+from config import redis_client
+from config.redis_client import Client
+from orchestrator.budget import Budget, get_budget, reservation_ids
+from orchestrator.controls import pauses
+from orchestrator.dispatch import reads
+from orchestrator.dispatch.cycle.generation import generation_dispatch
+from orchestrator.dispatch.cycle.notes import deferrals_note
+from orchestrator.dispatch.cycle.sends import approved_dispatch
+from orchestrator.dispatch.owner_limits import Capacity, OwnerRules, owner_capacity
+from orchestrator.dispatch.selection import Pick
+from orchestrator.dispatch.singleton import Lease, dispatch_lease
+from orchestrator.failures.recovery import recover_stuck
+
+# The package's name, not this module's: bench/soak.py reads the cycle times from the
+# "orchestrator.dispatch.cycle dispatch cycle ... ms=" lines.
+log = logging.getLogger("orchestrator.dispatch.cycle")
+
+
+@dataclass
+class CycleReport:
+    ran: bool = True
+    recovered: int = 0
+    slots: int = 0
+    picks: list[Pick] = field(default_factory=list)
+    generation: list[int] = field(default_factory=list)
+    send: list[int] = field(default_factory=list)
+    deferred: dict[int, str] = field(default_factory=dict)
+    duration_ms: float = 0.0
+    held: tuple[float, float] = (0.0, 0.0)  # wall-clock span the lease was held (metrics, tests)
+
+
+def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None) -> CycleReport:
+    """Run one cycle if no other is running anywhere; return what it did."""
+    client = redis_client.shared(timeout_s=2.0)
+    started = time.perf_counter()
+    with dispatch_lease(client, ttl_s=max(30.0, 10 * settings.DISPATCH_INTERVAL)) as lease:
+        if lease is None:
+            return CycleReport(ran=False)
+        held_from = time.time()
+        report = _cycle(lease=lease, client=client, now=now or timezone.now(), budget=budget or get_budget())
+        report.held = (held_from, time.time())
+    report.duration_ms = (time.perf_counter() - started) * 1000
+    log.info(
+        "dispatch cycle",
+        extra={
+            "slots": report.slots,
+            "generation": len(report.generation),
+            "send": len(report.send),
+            "deferred": len(report.deferred),
+            "recovered": report.recovered,
+            "ms": round(report.duration_ms, 1),
+        },
+    )
+    return report
+
+
+def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> CycleReport:
+    caps = reads.organization_caps_load(budget=budget)  # first: recovery may refund capped reservations
+    report = CycleReport(
+        recovered=recover_stuck(
+            now=now, refund=lambda joined: [budget.refund(reservation_id=r) for r in reservation_ids(joined)]
+        )
+    )
+    owners = reads.active_owners()
+    capacity = _capacity(owners=[rules for rules, _ in owners], now=now)
+    paused = pauses.blocking(owner_ids=capacity)
+    capacity |= {owner_id: Capacity(owner_id, 0, reason) for owner_id, reason in paused.owners.items()}
+    report.deferred = {c.owner_id: c.blocked_reason for c in capacity.values() if c.remaining <= 0}
+    room = {owner_id: c.remaining for owner_id, c in capacity.items() if c.remaining > 0}
+    # Over its organization's daily spend cap an owner still sends approved drafts (no LLM),
+    # but its LLM work waits, saying why, until the next UTC day.
+    spend_capped = reads.spend_capped_owners(owner_ids=room, now=now)
+    report.deferred |= spend_capped
+    deferrals_note(client=client, deferred=report.deferred, paused_tiers=paused.tiers)
+    paused_tiers = {owner_id: paused.tiers_of(owner_id) for owner_id in paused.tiers}
+    weights = {rules.owner_id: weight for rules, weight in owners}
+    report.send = approved_dispatch(
+        room=room, weights=weights, now=now, budget=budget, paused_tiers=paused_tiers, lease=lease
+    )
+    room = {owner_id: n for owner_id, n in room.items() if owner_id not in spend_capped}
+    generation = generation_dispatch(
+        lease=lease,
+        client=client,
+        caps=caps,
+        room=room,
+        weights=weights,
+        paused_tiers=paused_tiers,
+        now=now,
+        budget=budget,
+    )
+    report.slots, report.picks, report.generation = generation.slots, generation.picks, generation.claimed
+    return report
+
+
+def _capacity(*, owners: list[OwnerRules], now: datetime) -> dict[int, Capacity]:
+    used = reads.used_today(owners=owners, now=now)
+    return {r.owner_id: owner_capacity(rules=r, now=now, used_today=used.get(r.owner_id, 0)) for r in owners}

@@ -1,0 +1,182 @@
+"""Where the schedule stopped (`Position`, `Cursor`), and the cursor's JSON: the shell persists it
+in Redis between cycles, so reading it back rejects anything that is not one (`from_json`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from outreach.tiers import Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a tier's schedule stopped: the last owner served, at `phase` (in [0, 1)) of its round.
+
+    `phase` is always 0 when no weights are used; it is exact (a Fraction) so positions compare
+    without rounding and survive JSON as text ("2/3").
+    """
+
+    owner_id: int
+    phase: Fraction = Fraction(0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "phase", Fraction(self.phase))
+        if not 0 <= self.phase < 1:
+            raise ValueError(f"cursor phase must be in [0, 1), got {self.phase}")
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Per tier, the schedule position of the last pick; the next cycle starts strictly after it.
+
+    `groups` holds, per tier and budget group, where the group's own round robin stopped (the last
+    of its owners served there), so its few slots rotate among its owners from cycle to cycle.
+    `Cursor()` starts every tier at the lowest owner id. Persist with `to_json()` / `from_json()`;
+    a tier without a position (never served) is simply absent from the JSON.
+
+    `leads` (fairness in tokens only): per tier, and per group ("" for the tier's own round), the
+    owners whose next tag lies ahead of the position, with that tag in the position's frame (the
+    position's phase plus what they are ahead by): an owner that just took a costly job waits its
+    turn across cycles. Owners at or behind the clock are absent (they start at the position).
+    """
+
+    positions: tuple[tuple[Tier, Position], ...] = ()
+    groups: tuple[tuple[Tier, str, Position], ...] = ()
+    leads: tuple[tuple[Tier, str, int, Fraction], ...] = ()
+
+    def __post_init__(self) -> None:
+        by_tier = {Tier(tier): position for tier, position in self.positions}
+        if len(by_tier) != len(self.positions):
+            raise ValueError("a cursor holds one position per tier")
+        by_group = {(Tier(tier), group): position for tier, group, position in self.groups}
+        if len(by_group) != len(self.groups) or any(tier not in by_tier for tier, _ in by_group):
+            raise ValueError("a cursor holds one position per tier and group, in tiers it has served")
+        object.__setattr__(self, "positions", tuple(sorted(by_tier.items())))
+        object.__setattr__(self, "groups", tuple((t, g, p) for (t, g), p in sorted(by_group.items())))
+        by_lead = {(Tier(t), g, o): Fraction(lead) for t, g, o, lead in self.leads}
+        if len(by_lead) != len(self.leads) or any(
+            t not in by_tier or lead <= 0 for (t, _, _), lead in by_lead.items()
+        ):
+            raise ValueError(
+                "a cursor holds one positive lead per tier, group and owner, in tiers it has served"
+            )
+        object.__setattr__(
+            self, "leads", tuple((t, g, o, lead) for (t, g, o), lead in sorted(by_lead.items()))
+        )
+
+    def position(self, tier: Tier, group: str | None = None) -> Position | None:
+        if group is not None:
+            return next((p for t, g, p in self.groups if (t, g) == (tier, group)), None)
+        return dict(self.positions).get(tier)
+
+    def leads_of(self, tier: Tier, group: str = "") -> dict[int, Fraction]:
+        return {o: lead for t, g, o, lead in self.leads if (t, g) == (tier, group)}
+
+    def moved(
+        self,
+        *,
+        tier: Tier,
+        position: Position | None,
+        groups: Mapping[str, Position] | None = None,
+        leads: Mapping[str, Mapping[int, Fraction]] | None = None,
+    ) -> Cursor:
+        """`leads` replaces the tier's leads of the rounds it names ("" the tier's, else a group's)."""
+        if position is None:
+            return self
+        groups, leads = groups or {}, leads or {}
+        return Cursor(
+            positions=(*((t, p) for t, p in self.positions if t != tier), (tier, position)),
+            groups=(
+                *((t, g, p) for t, g, p in self.groups if t != tier or g not in groups),
+                *((tier, g, p) for g, p in groups.items()),
+            ),
+            leads=(
+                *((t, g, o, x) for t, g, o, x in self.leads if t != tier or g not in leads),
+                *((tier, g, o, x) for g, by_owner in leads.items() for o, x in by_owner.items()),
+            ),
+        )
+
+    def keeping_groups(self, groups: Collection[str]) -> Cursor:
+        """Only the positions of these groups (the shell drops organizations no longer capped)."""
+        return Cursor(
+            positions=self.positions,
+            groups=tuple(x for x in self.groups if x[1] in groups),
+            leads=tuple(x for x in self.leads if x[1] == "" or x[1] in groups),
+        )
+
+    def as_dict(self) -> dict[str, dict[str, object]]:
+        result: dict[str, dict[str, object]] = {
+            tier.name.lower(): _pos_dict(pos) for tier, pos in self.positions
+        }
+        for tier, group, pos in self.groups:
+            by_group = result[tier.name.lower()].setdefault("groups", {})
+            assert isinstance(by_group, dict)
+            by_group[group] = _pos_dict(pos)
+        for tier, group, owner, lead in self.leads:
+            by_round = result[tier.name.lower()].setdefault("leads", {})
+            assert isinstance(by_round, dict)
+            by_round.setdefault(group, {})[str(owner)] = str(lead)
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Mapping[str, object]]) -> Cursor:
+        """Inverse of `as_dict`; raises ValueError on anything else (the shell may then use `Cursor()`)."""
+        try:
+            positions = tuple((Tier[name.upper()], _position(pos)) for name, pos in data.items())
+            groups = tuple(
+                (Tier[name.upper()], _str(group), _position(gpos))
+                for name, pos in data.items()
+                for group, gpos in _mapping(pos.get("groups", {})).items()
+            )
+            leads = tuple(
+                (Tier[name.upper()], _str(group), int(owner), Fraction(_str(lead)))
+                for name, pos in data.items()
+                for group, by_owner in _mapping(pos.get("leads", {})).items()
+                for owner, lead in _mapping(by_owner).items()
+            )
+        except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
+            raise ValueError(f"not a selection cursor: {data!r}") from exc
+        return cls(positions=positions, groups=groups, leads=leads)
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes | None) -> Cursor:
+        """`None` or empty (nothing persisted yet) gives the start cursor."""
+        if not text:
+            return cls()
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"not a selection cursor: {text!r}")
+        return cls.from_dict(data)
+
+
+def _pos_dict(pos: Position) -> dict[str, object]:
+    return {"owner_id": pos.owner_id, "phase": str(pos.phase)}
+
+
+def _position(data: object) -> Position:
+    pos = _mapping(data)
+    return Position(owner_id=_int(pos["owner_id"]), phase=Fraction(str(pos["phase"])))
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"expected a mapping, got {value!r}")
+    return value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an int, got {value!r}")
+    return value

@@ -1,0 +1,242 @@
+"""The schedule: per tier, owners' service tags on a virtual clock, taken in (tag, owner) order.
+
+`schedule_run` is `select_batch`'s engine: guard reservations then strict priority, tier by tier,
+each tier's weighted round robin (`_TierRound`) going on from the cursor, a budget group's places
+filled by its own round (`_GroupRound`), tags moving by picks or by tokens (`_Clock`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+from orchestrator.dispatch.selection.cursor import Cursor, Position
+from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard
+from outreach.tiers import Tier
+
+TOKEN_UNIT = 1_000  # fairness in tokens: a tag moves by cost / (weight * TOKEN_UNIT) per pick
+
+
+class _Clock:
+    """How one round's tags start and move: by picks (counts) or by what they cost (tokens).
+
+    Counts: an owner's tags are k / weight, from the first after the round's start position.
+    Tokens: a pick moves the owner's tag by cost / (weight * TOKEN_UNIT); an owner starts at its
+    lead from the cursor, or at the start position's phase when it has none (it is not ahead).
+    `tags` keeps each owner's next tag, so `leads_after` can carry the ones still ahead.
+    """
+
+    def __init__(
+        self,
+        *,
+        start: Position | None,
+        weights: Mapping[int, int],
+        costs: Mapping[int, int] | None,
+        leads: Mapping[int, Fraction],
+    ) -> None:
+        self.start, self.weights, self.costs, self.leads = start, weights, costs, leads
+        self.tags: dict[int, Fraction] = {}
+        self.last: Fraction | None = None  # the tag of the last pick
+
+    def first(self, owner: int) -> Fraction:
+        if self.costs is None:
+            tag = _first_tag(start=self.start, owner_id=owner, weight=self.weights.get(owner, 1))
+        else:
+            tag = max(self.start.phase if self.start else Fraction(0), self.leads.get(owner, Fraction(0)))
+        self.tags[owner] = tag
+        return tag
+
+    def after(self, *, owner: int, tag: Fraction, cost_of: int | None = None) -> Fraction:
+        """The owner's next tag after a pick at `tag`; `cost_of` names whose job the pick was
+        (a group's place is filled by another owner of the group)."""
+        weight = self.weights.get(owner, 1)
+        self.last = tag
+        step = (
+            Fraction(1, weight)
+            if self.costs is None
+            else Fraction(self.costs[owner if cost_of is None else cost_of], weight * TOKEN_UNIT)
+        )
+        self.tags[owner] = tag + step
+        return tag + step
+
+    def position(self, owner: int) -> Position:
+        assert self.last is not None
+        return Position(owner_id=owner, phase=self.last - math.floor(self.last))
+
+    def leads_after(self) -> dict[int, Fraction] | None:
+        """The leads to persist (tokens only): every owner's next tag, in the frame of the last
+        pick's round (its integer part subtracted), when ahead of that pick; owners not seen
+        this cycle keep theirs, moved into the new frame."""
+        if self.costs is None or self.last is None:
+            return None
+        base = math.floor(self.last)
+        phase = self.last - base
+        tags = {**self.leads, **self.tags}
+        return {o: tag - base for o, tag in tags.items() if tag - base > phase}
+
+
+class _TierRound:
+    """One tier's schedule during a selection: taken in stages (guard reserves, then priority).
+
+    Owner o of weight w has service tags k/w (k = 0, 1, ...) on a virtual clock whose unit is a round;
+    rows go in (tag, owner_id) order, so a round serves each owner w times, interleaved, and an
+    unweighted round is one row per owner in owner-id order. Tags start strictly after the cursor
+    position (phase, owner_id): unweighted, that is the first owner id above the last one served,
+    wrapping around. An owner whose rows run out leaves the round; the others carry on.
+
+    A group's owners keep their tags (the group's places in the round), but each place is filled by
+    the next owner of the group's own round (`_GroupRound`). The group keeps one place per owner with
+    rows left: when one runs out, its furthest place goes. When its slots are spent, all go.
+    """
+
+    def __init__(
+        self,
+        *,
+        tier: Tier,
+        rows_by_owner: Mapping[int, Sequence[Candidate]],
+        cursor: Cursor,
+        weights: Mapping[int, int],
+        groups: Mapping[int, str],
+        group_left: dict[str, int],
+        costs: Mapping[int, int] | None,
+    ) -> None:
+        self.rows, self.weights, self.groups, self.group_left = rows_by_owner, weights, groups, group_left
+        self.position = cursor.position(tier)
+        self.clock = _Clock(start=self.position, weights=weights, costs=costs, leads=cursor.leads_of(tier))
+        owners = [o for o, rows in rows_by_owner.items() if rows]
+        self.heap = [(self.clock.first(o), o) for o in owners]
+        heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
+        self.places: dict[str, dict[int, Fraction]] = {}  # group -> its places in the heap: owner -> tag
+        for tag, o in self.heap:
+            if o in groups:
+                self.places.setdefault(groups[o], {})[o] = tag
+        self.group_rounds = {
+            group: _GroupRound(
+                owners=[o for o in owners if groups.get(o) == group],
+                clock=_Clock(
+                    start=cursor.position(tier, group),
+                    weights=weights,
+                    costs=costs,
+                    leads=cursor.leads_of(tier, group),
+                ),
+            )
+            for group in self.places
+        }
+        self.taken: dict[int, int] = {}
+
+    def take(self, count: int) -> list[tuple[Candidate, int]]:
+        """Up to `count` more rows in schedule order, each with its owner's ordinal in this tier."""
+        chosen: list[tuple[Candidate, int]] = []
+        while self.heap and len(chosen) < count:
+            tag, place = heapq.heappop(self.heap)
+            group = self.groups.get(place)
+            if group is not None and (place not in self.places[group] or self.group_left[group] <= 0):
+                continue  # a place the group gave up, or the group's slots are spent: it leaves the round
+            owner = place if group is None else self.group_rounds[group].next()
+            nth = self.taken[owner] = self.taken.get(owner, 0) + 1
+            chosen.append((self.rows[owner][nth - 1], nth))
+            next_tag = self.clock.after(owner=place, tag=tag, cost_of=owner)
+            self.position = self.clock.position(place)
+            more = nth < len(self.rows[owner])
+            if group is not None:
+                self._group_served(group=group, place=place, next_tag=next_tag, more=more)
+            elif more:
+                heapq.heappush(self.heap, (next_tag, place))
+        return chosen
+
+    def _group_served(self, *, group: str, place: int, next_tag: Fraction, more: bool) -> None:
+        self.group_left[group] -= 1
+        heapq.heappush(self.heap, (next_tag, place))
+        self.places[group][place] = next_tag
+        self.group_rounds[group].served(more=more)
+        if not more:
+            # One owner fewer, so one place fewer: the furthest goes, not the emptied owner's own,
+            # so the places still due in this round are filled and no owner of the group waits a
+            # round while another owner gets a second pick (property-tested).
+            places = self.places[group]
+            del places[max(places, key=lambda o: (places[o], o))]
+
+    def group_positions(self) -> dict[str, Position]:
+        return {g: r.position for g, r in self.group_rounds.items() if r.position is not None}
+
+    def leads(self) -> dict[str, dict[int, Fraction]]:
+        """Leads to persist per round ("" the tier's own, else a group's); tokens only."""
+        rounds = {"": self.clock, **{g: r.clock for g, r in self.group_rounds.items()}}
+        return {g: leads for g, clock in rounds.items() if (leads := clock.leads_after()) is not None}
+
+
+class _GroupRound:
+    """A group's own weighted round robin over its owners with rows left, from the group's position."""
+
+    def __init__(self, *, owners: Sequence[int], clock: _Clock) -> None:
+        self.clock, self.position = clock, clock.start
+        self.heap = [(clock.first(o), o) for o in owners]
+        heapq.heapify(self.heap)
+        self.current: tuple[Fraction, int] | None = None
+
+    def next(self) -> int:
+        self.current = heapq.heappop(self.heap)
+        tag, owner = self.current
+        self.next_tag = self.clock.after(owner=owner, tag=tag)
+        self.position = self.clock.position(owner)
+        return owner
+
+    def served(self, *, more: bool) -> None:
+        """After `next()`: its owner comes round again if it has rows left."""
+        assert self.current is not None, "served() follows next()"
+        if more:
+            heapq.heappush(self.heap, (self.next_tag, self.current[1]))
+
+
+def _first_tag(*, start: Position | None, owner_id: int, weight: int) -> Fraction:
+    """The owner's first tag k/weight whose (tag, owner_id) comes strictly after the cursor position."""
+    if start is None:
+        return Fraction(0)
+    k = math.ceil(start.phase * weight)
+    if Fraction(k, weight) == start.phase and owner_id <= start.owner_id:
+        k += 1  # same tag as the last pick: owners up to it were served in this round already
+    return Fraction(k, weight)
+
+
+def schedule_run(
+    candidates: Candidates,
+    *,
+    slots: int,
+    cursor: Cursor,
+    weights: Mapping[int, int],
+    guard: StarvationGuard | None,
+    groups: Mapping[int, str],
+    group_slots: Mapping[str, int],
+    costs: Mapping[int, int] | None,
+) -> tuple[dict[Tier, list[tuple[Candidate, int]]], Cursor]:
+    """Rows per tier in schedule order: guard reservations first (tier order), then strict priority
+    fills the rest; each tier's round continues from one stage to the next. Also the new cursor."""
+    group_left = dict(group_slots)  # spent across tiers: replies first
+    rounds = {
+        tier: _TierRound(
+            tier=tier,
+            rows_by_owner=candidates.get(tier, {}),
+            cursor=cursor,
+            weights=weights,
+            groups=groups,
+            group_left=group_left,
+            costs=costs,
+        )
+        for tier in sorted(Tier)
+    }
+    chosen: dict[Tier, list[tuple[Candidate, int]]] = {tier: [] for tier in Tier}
+    left = slots
+    for stage in ("guard", "priority") if guard is not None else ("priority",):
+        for tier in sorted(Tier):
+            want = left if stage == "priority" else min(left, guard.reserved(tier=tier, slots=slots))  # type: ignore[union-attr]
+            taken = rounds[tier].take(want)
+            chosen[tier] += taken
+            left -= len(taken)
+    new_cursor = cursor
+    for tier, round_ in rounds.items():
+        new_cursor = new_cursor.moved(
+            tier=tier, position=round_.position, groups=round_.group_positions(), leads=round_.leads()
+        )
+    return chosen, new_cursor

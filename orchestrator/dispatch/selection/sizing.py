@@ -1,0 +1,79 @@
+"""How many rows the shell loads per owner and tier so that truncation never changes the selection:
+bounded by slots and active owners, never by queue depth."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from fractions import Fraction
+
+
+def rows_per_owner(*, slots: int, owners_with_work: int, weight: int = 1) -> int:
+    """How many rows (k) of one tier to load per owner so that truncation never changes the selection.
+
+    k = min(slots, max(weight, slots - owners_with_work + 1)).
+
+    Why that is enough: an owner's (w+1)-th tag in the schedule lies one full round after its first,
+    and every other owner with work has a tag inside that round; so an owner gets more than w picks in
+    a cycle only after each of the other owners_with_work - 1 owners got one, and it can take at most
+    max(w, slots - (owners_with_work - 1)) picks, never more than slots. Truncated to k it never runs
+    dry before it would have stopped anyway, and a tier whose owner was truncated still has >= slots
+    rows, so the slot allocation across tiers is unchanged too.
+    Bounded: a tier query returns at most owners * k rows; with owners >= slots that is one row per
+    owner (w when weighted), otherwise at most ((slots + 1) / 2) ** 2: slots and active owners, never
+    queue depth. Pass only owners the shell will offer; a smaller count than the truth is safe (larger k).
+    """
+    if slots <= 0 or owners_with_work <= 0:
+        return 0
+    return min(slots, max(weight, slots - owners_with_work + 1))
+
+
+def rows_to_load(
+    *,
+    owners_with_work: Collection[int],
+    slots: int,
+    weights: Mapping[int, int] | None = None,
+    groups: Mapping[int, str] | None = None,
+    group_slots: Mapping[str, int] | None = None,
+    costs: Mapping[int, int] | None = None,
+) -> dict[int, int]:
+    """k per owner for one tier's rows (`rows_per_owner`), given the owners with work in that tier.
+
+    Owners outside groups never leave a round before their rows run out, but a group's owners do when
+    its slots are spent, so only the former count as "other owners served first": k for an owner
+    outside groups is rows_per_owner(slots, owners outside groups with work). A group's owner takes
+    at most what its group's round robin gives it: that round among the group's owners with work, on
+    min(slots, group_slots) picks; no owner of the group leaves it before the others (they share the
+    budget), so the same argument holds there. Higher tiers may spend some of the group's slots
+    first: counting all of them only makes k larger, which is safe.
+
+    Fairness in tokens (`costs`): the weight's part is played by how many picks the owner can take
+    before every other owner of its round had one. Each other owner's first tag is at most the
+    largest step (cost / weight) of the round past the position (a lead is at most one step
+    ahead), so the owner takes at most floor(largest step / its step) + 1 picks first.
+    """
+    weights, groups, group_slots = weights or {}, groups or {}, group_slots or {}
+    free = [o for o in owners_with_work if o not in groups]
+    members: dict[str, list[int]] = {}
+    for o in owners_with_work:
+        if o in groups:
+            members.setdefault(groups[o], []).append(o)
+
+    def per_round(owner: int, round_: Sequence[int]) -> int:
+        if costs is None:
+            return weights.get(owner, 1)
+        step = {o: Fraction(costs[o], weights.get(o, 1)) for o in round_}
+        return math.floor(max(step.values()) / step[owner]) + 1
+
+    return {
+        o: (
+            rows_per_owner(
+                slots=min(slots, group_slots.get(groups[o], 0)),
+                owners_with_work=len(members[groups[o]]),
+                weight=per_round(o, members[groups[o]]),
+            )
+            if o in groups
+            else rows_per_owner(slots=slots, owners_with_work=len(free), weight=per_round(o, free))
+        )
+        for o in owners_with_work
+    }

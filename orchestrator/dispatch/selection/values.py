@@ -1,0 +1,83 @@
+"""The selection's values: what the shell offers (`Candidate`), what it gets back (`Pick`,
+`Selection`, `SendSelection`), and the starvation guard's shares. Frozen, so a selection is a value
+the tests compare whole."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from types import MappingProxyType
+
+from orchestrator.dispatch.selection.cursor import Cursor
+from outreach.tiers import Tier
+
+TOP_TIER = min(Tier)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One queued outreach row, as the shell loaded it for this cycle."""
+
+    outreach_id: int
+    owner_id: int
+    tier: Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """A candidate chosen to run this cycle; `reason` is for logs (e.g. "backfill tier=intro round=1")."""
+
+    outreach_id: int
+    owner_id: int
+    tier: Tier
+    reason: str
+
+
+Candidates = Mapping[Tier, Mapping[int, Sequence[Candidate]]]
+
+
+@dataclass(frozen=True, slots=True)
+class StarvationGuard:
+    """Reserve at least ceil(slots * share) slots for a lower tier while it has work (off by default).
+
+    Chosen over ageing because it needs no clock and bounds the wait directly: a lower tier with work
+    is served every cycle however much reply traffic arrives. Reservations are taken in tier order and
+    capped by what the tier has; slots a tier cannot use go back to normal priority, so none are wasted.
+    """
+
+    min_share: Mapping[Tier, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        shares = {
+            Tier(tier): Fraction(share).limit_denominator(10_000) for tier, share in self.min_share.items()
+        }
+        if TOP_TIER in shares:
+            raise ValueError(f"min_share is for lower tiers; {TOP_TIER.name} is always served first")
+        if any(not 0 <= share <= 1 for share in shares.values()) or sum(shares.values()) > 1:
+            raise ValueError(f"min_share values must be in [0, 1] and sum to at most 1, got {self.min_share}")
+        object.__setattr__(self, "min_share", MappingProxyType(shares))
+
+    def reserved(self, *, tier: Tier, slots: int) -> int:
+        # Fractions, not floats: 10 * 0.3 must reserve 3 slots, not ceil(3.0000000000000004) = 4.
+        return math.ceil(slots * Fraction(self.min_share.get(tier, 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The picks in dispatch order (tier by tier, schedule order within a tier) and the cursor to persist."""
+
+    picks: tuple[Pick, ...]
+    cursor: Cursor
+
+    def count(self, tier: Tier) -> int:
+        return sum(1 for pick in self.picks if pick.tier == tier)
+
+
+@dataclass(frozen=True, slots=True)
+class SendSelection:
+    """Approved drafts to hand to `send` this cycle, in schedule order, and the send cursor to persist."""
+
+    outreach_ids: tuple[int, ...]
+    cursor: Cursor
