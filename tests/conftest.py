@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import hypothesis
 import pytest
 import redis
 from django.conf import settings
@@ -10,6 +11,14 @@ from django.conf import settings
 from devtools.llm_stub import LLMStub
 from devtools.smtp_sink import SMTPSink
 from orchestrator.budget import Budget, Limits
+
+# Property tests check what the code does with the examples, not how fast this machine draws
+# them: on a loaded CI runner (load average 10 on 2 cores) drawing the examples may pass
+# Hypothesis' time budget, and its "too slow" health check would fail a correct test.
+hypothesis.settings.register_profile(
+    "outreach", suppress_health_check=[hypothesis.HealthCheck.too_slow], deadline=None
+)
+hypothesis.settings.load_profile("outreach")
 
 
 @pytest.fixture
