@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -31,24 +32,9 @@ from tests.orchestrator.conftest import START_MS, FakeClock
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def make_budget(client: redis.Redis, clock: FakeClock) -> Iterator[Callable[..., Budget]]:
-    made: list[Budget] = []
-
-    def make(**kwargs: object) -> Budget:
-        # strict: the expected figures below are worked out with the strict refill (L * 60 / 62)
-        options: dict = {"limits": Limits(rpm=300, tpm=300_000, strict=True), "clock": clock, **kwargs}
-        budget = Budget(redis_client=client, prefix=f"test-api-{uuid.uuid4().hex}", **options)
-        made.append(budget)
-        return budget
-
-    yield make
-    for budget in made:
-        budget.reset()
+def budget_defaults(clock: FakeClock) -> dict[str, Any]:
+    # strict: the expected figures below are worked out with the strict refill (L * 60 / 62)
+    return {"limits": Limits(rpm=300, tpm=300_000, strict=True), "clock": clock}
 
 
 def granted(result: Reservation | Denied) -> Reservation:
