@@ -18,10 +18,10 @@ from nurture.errors import TransientError
 from nurture.retry_rules import fail
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, OutreachEvent, State
-from tests.e2e.conftest import start_pipeline, wait_until
+from tests.e2e.conftest import dispatch_cycles, start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
-from tests.faults.helpers import all_in, delivery, dispatch_cycles, pick, sent_events, states
+from tests.faults.helpers import all_in, delivery, pick, sent_events, states
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
