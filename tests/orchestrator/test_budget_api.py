@@ -502,6 +502,7 @@ def test_a_prefix_with_a_brace_is_refused(client):
         Budget(redis_client=client, limits=Limits(rpm=60, tpm=60_000), prefix="a{b}")
 
 
+@pytest.mark.slow
 def test_budget_from_settings_keeps_its_keys_on_the_cluster_named_by_budget_redis_url(
     settings, redis_cluster
 ):
