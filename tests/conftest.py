@@ -20,6 +20,9 @@ hypothesis.settings.register_profile(
 )
 hypothesis.settings.load_profile("outreach")
 
+# The reply webhook's signing secret in tests: `webhook_secret` sets it, tests sign with it.
+WEBHOOK_SECRET = "test-webhook-secret"
+
 
 @pytest.fixture
 def redis_client() -> Iterator[redis.Redis]:
@@ -35,6 +38,13 @@ def budget(redis_client: redis.Redis) -> Budget:
     """A real budget in the test Redis with roomy limits: for tests about the pipeline or the
     dispatcher, not the bucket (those build their own)."""
     return Budget(redis_client=redis_client, limits=Limits(rpm=100_000, tpm=100_000_000, burst_ms=60_000))
+
+
+@pytest.fixture
+def webhook_secret(settings: Any) -> str:
+    """The reply webhook verifies signatures made with WEBHOOK_SECRET (nurture.intake.replies)."""
+    settings.WEBHOOK_SECRET = WEBHOOK_SECRET
+    return WEBHOOK_SECRET
 
 
 @pytest.fixture

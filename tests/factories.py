@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from datetime import time
+from datetime import time, timedelta
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
@@ -86,6 +86,42 @@ def make_lead(*, owner: Owner | None = None, **overrides: Any) -> Lead:
         "title": "CTO",
     }
     return Lead.objects.create(**{**fields, **overrides})
+
+
+def make_lead_with_history(
+    *,
+    emailed: bool = True,
+    message_domain: str = "us",
+    nudge_waiting: bool = False,
+    states: Iterable[State] = (),
+    sender_email: str = "",
+    **lead_fields: Any,
+) -> Lead:
+    """A lead of an organization of its own (sending from `sender_email`, if given).
+
+    `emailed`: we emailed it twice, the intro three days ago (Message-ID <intro@message_domain>)
+    and, the latest, a first nudge an hour ago (<nudge-1@message_domain>). `nudge_waiting`: the
+    second nudge queued four days out. `states`: then one outreach in each of these states.
+    """
+    organization = make_org(**({"sender_email": sender_email} if sender_email else {}))
+    lead = make_lead(owner=make_owner(organization=organization), **lead_fields)
+    now = timezone.now()
+    if emailed:
+        intro_id, nudge_id = f"<intro@{message_domain}>", f"<nudge-1@{message_domain}>"
+        make_outreach(lead=lead, state=State.SENT, sent_at=now - timedelta(days=3), message_id=intro_id)
+        make_outreach(
+            lead=lead,
+            kind=Outreach.Kind.NUDGE,
+            step=1,
+            state=State.SENT,
+            sent_at=now - timedelta(hours=1),
+            message_id=nudge_id,
+        )
+    if nudge_waiting:
+        make_outreach(lead=lead, kind=Outreach.Kind.NUDGE, step=2, not_before=now + timedelta(days=4))
+    for state in states:
+        make_outreach(lead=lead, state=state)
+    return lead
 
 
 def make_outreach(*, lead: Lead | None = None, state: State = State.QUEUED, **overrides: Any) -> Outreach:

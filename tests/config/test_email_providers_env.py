@@ -42,6 +42,7 @@ def test_json_looking_value_that_is_not_json_names_the_variable(monkeypatch: pyt
         env_prefixed("ANYMAIL_")
 
 
+@pytest.mark.slow
 def test_smtp_is_the_default_and_a_provider_is_chosen_by_env() -> None:
     smtp = _manage("shell", "-v", "0", "-c", SHOW, env=PRODUCTION_ENV)
     mailgun = _manage(
@@ -60,12 +61,14 @@ def test_smtp_is_the_default_and_a_provider_is_chosen_by_env() -> None:
     assert mailgun.stdout.split() == ["anymail.backends.mailgun.EmailBackend", "['MAILGUN_API_KEY']"]
 
 
+@pytest.mark.slow
 def test_an_email_backend_that_is_neither_django_nor_anymail_is_refused() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "EMAIL_BACKEND": "smtp"})
     assert result.returncode != 0
     assert "EMAIL_BACKEND='smtp'" in result.stderr
 
 
+@pytest.mark.slow
 def test_provider_webhooks_exist_only_with_a_basic_auth_secret() -> None:
     env = {**PRODUCTION_ENV, "DJANGO_ALLOWED_HOSTS": "testserver"}
     without = _manage("shell", "-v", "0", "-c", ROUTES, env=env)
@@ -74,6 +77,7 @@ def test_provider_webhooks_exist_only_with_a_basic_auth_secret() -> None:
     assert with_secret.stdout.strip() == "400"  # there, and refusing the unauthenticated call
 
 
+@pytest.mark.slow
 def test_a_provider_without_its_api_key_stops_the_checks_naming_the_setting() -> None:
     env = {**PRODUCTION_ENV, "EMAIL_BACKEND": "anymail.backends.postmark.EmailBackend"}
     missing = _manage("check", env=env)

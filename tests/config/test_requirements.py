@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 # Top-level modules of requirements-demo.txt and requirements-dev.txt.
 NOT_IN_PRODUCTION = ("aiosmtpd", "matplotlib", "pytest", "hypothesis", "playwright", "openai")
@@ -34,6 +36,7 @@ print("imported")
 """
 
 
+@pytest.mark.slow
 def test_the_product_imports_without_demo_and_test_packages() -> None:
     # given an interpreter in which the demo and test packages cannot be imported
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1"}

@@ -96,6 +96,7 @@ def test_database_url_parsing() -> None:
         database_from_url("DATABASE_URL", "mysql://x")
 
 
+@pytest.mark.slow
 def test_production_without_secret_key_refuses_to_start() -> None:
     env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
     result = _manage("check", env=env)
@@ -103,11 +104,13 @@ def test_production_without_secret_key_refuses_to_start() -> None:
     assert "DJANGO_SECRET_KEY is not set" in result.stderr
 
 
+@pytest.mark.slow
 def test_check_deploy_passes_with_production_env() -> None:
     result = _manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_bad_dispatch_interval_is_a_clear_startup_error() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_INTERVAL": "soon"})
     assert "DISPATCH_INTERVAL='soon': expected a whole number" in result.stderr
@@ -142,6 +145,7 @@ REQUIRED_IN_PRODUCTION = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("secret", REQUIRED_IN_PRODUCTION)
 @pytest.mark.parametrize("how", ["unset", "empty"])
 def test_production_without_a_secret_stops_with_an_error_naming_it(secret: str, how: str) -> None:
@@ -156,11 +160,13 @@ def test_production_without_a_secret_stops_with_an_error_naming_it(secret: str, 
     assert f"{secret} is not set: this setting has no default in this mode." in result.stderr
 
 
+@pytest.mark.slow
 def test_short_stuck_timeout_is_flagged_by_the_system_check() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_STUCK_AFTER_S": "60"})
     assert "orchestrator.W001" in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_importing_config_leaves_settings_to_the_environment_set_afterwards() -> None:
     # a bench or the demo imports config helpers, then sets the environment of its stack: the
     # settings must be read then, not frozen at import (with a secret-less production default)
@@ -178,6 +184,7 @@ def test_importing_config_leaves_settings_to_the_environment_set_afterwards() ->
     assert done.stdout.strip() == "3"
 
 
+@pytest.mark.slow
 def test_lease_renewal_slower_than_half_the_ttl_names_the_variable() -> None:
     # given a heartbeat that could miss one beat and let a live job's lease expire
     env = {"DJANGO_DEBUG": "1", "GENERATION_LEASE_TTL_S": "30", "GENERATION_LEASE_RENEW_S": "20"}
@@ -187,6 +194,7 @@ def test_lease_renewal_slower_than_half_the_ttl_names_the_variable() -> None:
     assert "GENERATION_LEASE_RENEW_S='20': must be at most 15." in result.stderr
 
 
+@pytest.mark.slow
 def test_lease_renewal_defaults_to_a_third_of_the_ttl() -> None:
     result = _manage(
         "shell",
@@ -197,6 +205,7 @@ def test_lease_renewal_defaults_to_a_third_of_the_ttl() -> None:
     assert result.stdout.splitlines()[-1].split() == ["12.0", "4.0"]
 
 
+@pytest.mark.slow
 def test_a_fractional_dispatch_interval_is_refused_not_rounded_to_zero() -> None:
     # django-celery-beat stores whole seconds: 0.5 used to become an interval of 0
     result = _manage("check", env={**PRODUCTION_ENV, "DISPATCH_INTERVAL": "0.5"})
@@ -206,6 +215,7 @@ def test_a_fractional_dispatch_interval_is_refused_not_rounded_to_zero() -> None
     assert "DISPATCH_INTERVAL='0': must be at least 1." in result.stderr
 
 
+@pytest.mark.slow
 def test_dotenv_file_is_read_and_the_environment_wins(tmp_path: Path) -> None:
     # given a .env file naming a setting, and another set in the environment as well
     env_file = tmp_path / ".env"
@@ -219,6 +229,7 @@ def test_dotenv_file_is_read_and_the_environment_wins(tmp_path: Path) -> None:
     assert result.stdout.split() == ["from-dotenv", "222"]
 
 
+@pytest.mark.slow
 def test_proxy_ssl_header_is_trusted_only_when_configured() -> None:
     script = "from django.conf import settings; print(getattr(settings, 'SECURE_PROXY_SSL_HEADER', None))"
     assert _manage("shell", "-v", "0", "-c", script, env=PRODUCTION_ENV).stdout.strip() == "None"
@@ -228,6 +239,7 @@ def test_proxy_ssl_header_is_trusted_only_when_configured() -> None:
     assert configured.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https')"
 
 
+@pytest.mark.slow
 def test_webhook_and_metrics_over_plain_http_are_answered_not_redirected() -> None:
     script = (
         "from django.test import Client; c = Client(); "
@@ -250,6 +262,7 @@ def _settings_line(*names: str, env: dict[str, str]) -> list[str]:
     return result.stdout.split()
 
 
+@pytest.mark.slow
 def test_dockerfile_collectstatic_placeholders_cover_every_required_secret() -> None:
     # given the environment the image build gives collectstatic (the Dockerfile's RUN line)
     dockerfile = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
@@ -266,6 +279,7 @@ def test_dockerfile_collectstatic_placeholders_cover_every_required_secret() -> 
 SMTP_LOGIN = {"EMAIL_HOST_USER": "mailer", "EMAIL_HOST_PASSWORD": "smtp-password"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("given", "expected"),
     [
@@ -282,6 +296,7 @@ def test_smtp_credentials_go_over_tls_unless_plaintext_is_explicitly_allowed(
     assert _settings_line("EMAIL_USE_TLS", "EMAIL_USE_SSL", env={**PRODUCTION_ENV, **given}) == expected
 
 
+@pytest.mark.slow
 def test_smtp_login_with_tls_turned_off_refuses_to_start_without_the_opt_out() -> None:
     # given SMTP credentials and TLS turned off, without EMAIL_ALLOW_PLAINTEXT_AUTH
     result = _manage("check", env={**PRODUCTION_ENV, **SMTP_LOGIN, "EMAIL_USE_TLS": "0"})
@@ -291,6 +306,7 @@ def test_smtp_login_with_tls_turned_off_refuses_to_start_without_the_opt_out() -
     assert "EMAIL_ALLOW_PLAINTEXT_AUTH=1" in result.stderr
 
 
+@pytest.mark.slow
 def test_plaintext_smtp_login_opt_out_is_loud() -> None:
     # given the documented opt-out, every process start says so (a system check warning)
     env = {**PRODUCTION_ENV, **SMTP_LOGIN, "EMAIL_USE_TLS": "0", "EMAIL_ALLOW_PLAINTEXT_AUTH": "1"}
@@ -299,6 +315,7 @@ def test_plaintext_smtp_login_opt_out_is_loud() -> None:
     assert "in clear" in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_tls_and_ssl_together_are_refused() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "EMAIL_USE_TLS": "1", "EMAIL_USE_SSL": "1"})
     assert result.returncode != 0
@@ -322,6 +339,7 @@ def test_bad_database_url_error_names_the_variable_and_hides_the_password(url: s
     assert "***" in str(error.value)
 
 
+@pytest.mark.slow
 def test_bad_redis_url_stops_the_process_without_printing_the_password() -> None:
     result = _manage("check", env={**PRODUCTION_ENV, "REDIS_URL": "http://:hunter2-secret@cache:6379/0"})
     assert result.returncode != 0
@@ -332,6 +350,7 @@ def test_bad_redis_url_stops_the_process_without_printing_the_password() -> None
     assert "hunter2-secret" not in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_unsubscribe_links_signed_before_a_key_rotation_keep_working_with_the_old_key_as_fallback() -> None:
     # given a link signed by a process running on the old key
     old = {**PRODUCTION_ENV, "DJANGO_SECRET_KEY": "old-" + "k" * 60}
@@ -357,6 +376,7 @@ def test_unsubscribe_links_signed_before_a_key_rotation_keep_working_with_the_ol
     assert _manage("shell", "-v", "0", "-c", read, env=new).stdout.strip() == "refused"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_metrics_outside_debug_need_the_bearer_token() -> None:
     # given a production process on the (migrated) test database
@@ -383,6 +403,7 @@ def test_metrics_outside_debug_need_the_bearer_token() -> None:
     assert result.stdout.split() == ["401", "401", "200"]
 
 
+@pytest.mark.slow
 def test_event_retention_shorter_than_the_metrics_window_is_refused() -> None:
     # the dashboard's window figures read OutreachEvent: pruning inside the window would falsify them
     env = {**PRODUCTION_ENV, "METRICS_WINDOW_S": "172800", "RETENTION_EVENTS_DAYS": "1"}
@@ -391,6 +412,7 @@ def test_event_retention_shorter_than_the_metrics_window_is_refused() -> None:
     assert "RETENTION_EVENTS_DAYS=1: must cover METRICS_WINDOW_S (172800 s = 2 days)" in result.stderr
 
 
+@pytest.mark.slow
 def test_retention_settings_defaults_and_validation() -> None:
     names = ("RETENTION_EVENTS_DAYS", "RETENTION_DEAD_LETTERS_DAYS", "RETENTION_ASSIGNMENT_ITEMS_DAYS")
     assert _settings_line(*names, "RETENTION_BATCH_ROWS", env=PRODUCTION_ENV) == [
@@ -403,6 +425,7 @@ def test_retention_settings_defaults_and_validation() -> None:
     assert "RETENTION_BATCH_ROWS='0': must be at least 1." in result.stderr
 
 
+@pytest.mark.slow
 def test_rabbitmq_queues_are_classic_by_default_and_quorum_on_request() -> None:
     # given RabbitMQ as the broker
     script = (
@@ -423,6 +446,7 @@ def test_rabbitmq_queues_are_classic_by_default_and_quorum_on_request() -> None:
     assert "CELERY_QUEUE_TYPE" in bad.stderr
 
 
+@pytest.mark.slow
 def test_a_step_model_naming_no_deployment_stops_start_up_saying_so() -> None:
     deployments = '[{"name": "small", "model": "m", "rpm": 600, "tpm": 600000}]'
     env = {**PRODUCTION_ENV, "LLM_DEPLOYMENTS": deployments, "LLM_STEP_MODELS": "message=large"}

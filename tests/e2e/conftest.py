@@ -16,6 +16,7 @@ from playwright.sync_api import BrowserContext, sync_playwright
 
 from config.celery import app
 from config.env import database_url
+from config.queues import Queue
 from devtools import processes
 from devtools.llm_stub import LLMStub
 from devtools.processes import ProcessGroup, stack_env
@@ -98,6 +99,14 @@ def wait_until(
     pytest.fail(
         f"timed out after {timeout_s}s waiting for {what}" + (f"; logs in {group.log_dir}" if group else "")
     )
+
+
+def dispatch_cycles(group: ProcessGroup) -> int:
+    """Dispatch cycles run so far by the group's orchestrator worker (one log line each, written
+    as the cycle ends): waiting for a few more shows the dispatcher, recovery sweep included,
+    went past a moment. A test that proves nothing happened waits for that, never a sleep."""
+    log = group.log_dir / f"worker-{Queue.ORCHESTRATOR.value}.log"
+    return log.read_text(errors="replace").count(" dispatch cycle ") if log.exists() else 0
 
 
 @pytest.fixture

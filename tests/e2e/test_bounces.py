@@ -3,8 +3,6 @@ and its email cancelled, never retried nor dead-lettered (docs/email.md, "Bounce
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from devtools.llm_stub import LLMStub
@@ -12,7 +10,7 @@ from devtools.processes import ProcessGroup
 from devtools.smtp_sink import SMTPSink
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Lead, Outreach, State
-from tests.e2e.conftest import start_pipeline, wait_until
+from tests.e2e.conftest import dispatch_cycles, start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -42,7 +40,13 @@ def test_a_5xx_at_rcpt_suppresses_the_lead_without_a_retry(
         what="the refused intro cancelled",
         group=stack,
     )
-    time.sleep(3.0)  # several dispatch cycles: a retry would show now
+    cycles_at_cancel = dispatch_cycles(stack)  # several more cycles: a retry would show by then
+    wait_until(
+        lambda: dispatch_cycles(stack) >= cycles_at_cancel + 3,
+        timeout_s=30,
+        what="3 more dispatch cycles",
+        group=stack,
+    )
     # then the lead is undeliverable, its nudge cancelled, its intro tried once and never again
     row = Outreach.objects.get(pk=refused.pk)
     assert (row.state, row.error_class, row.attempts) == (State.CANCELLED, ErrorClass.PERMANENT, 0)

@@ -10,7 +10,6 @@ attempt, and the pipeline resumes by itself once a probe call succeeds.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from typing import Any
 
@@ -19,11 +18,15 @@ import pytest
 from devtools.llm_stub import LLMStub, StubResponse
 from devtools.processes import ProcessGroup
 from devtools.smtp_sink import SMTPSink
+from orchestrator.deployments.breaker import KEY_PREFIX
 from outreach.models import Outreach, State
+from outreach.transitions import IN_FLIGHT
 from tests.e2e.conftest import ARTIFACTS, purge_broker, stack_env_for_test, start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+PROBE_S = 3  # LLM_FAULT_PROBE_S: an open breaker lets a probe through after this long
 
 NOT_FOUND = StubResponse(
     status=404,
@@ -39,6 +42,13 @@ NOT_FOUND = StubResponse(
 )
 
 
+def _breaker_opened_ms(client: Any) -> int:
+    """When a deployment's breaker last opened (Redis time, ms): every refusal while it is open
+    opens it again (orchestrator.deployments.breaker)."""
+    opened = [client.hget(key, "opened_ms") for key in client.scan_iter(match=f"{KEY_PREFIX}*")]
+    return max((int(ms) for ms in opened if ms is not None), default=0)
+
+
 def test_a_wrong_model_name_pauses_work_and_resumes_after_a_probe(
     request: pytest.FixtureRequest, redis_client: Any, smtp_sink: SMTPSink, llm_stub: LLMStub
 ) -> None:
@@ -52,7 +62,7 @@ def test_a_wrong_model_name_pauses_work_and_resumes_after_a_probe(
         smtp_port=smtp_sink.port,
         LLM_DEPLOYMENTS=json.dumps(deployments),
         LLM_FAULT_THRESHOLD="3",
-        LLM_FAULT_PROBE_S="3",
+        LLM_FAULT_PROBE_S=str(PROBE_S),
     )
     group = ProcessGroup(log_dir=ARTIFACTS / request.node.name, env=env)
     owner = make_owner(organization=make_org())
@@ -68,11 +78,22 @@ def test_a_wrong_model_name_pauses_work_and_resumes_after_a_probe(
             what="work waiting on the misconfigured deployment",
             group=group,
         )
-        time.sleep(4)  # a few more cycles and a probe interval
+        # and a probe interval later still: the breaker opened again (a probe refused, or a
+        # late call) and no job is in flight
+        rows = Outreach.objects.filter(pk__in=ids)
+        opened_ms = _breaker_opened_ms(redis_client)
+        wait_until(
+            lambda: (
+                _breaker_opened_ms(redis_client) >= opened_ms + PROBE_S * 1000
+                and not rows.filter(state__in=IN_FLIGHT).exists()
+            ),
+            timeout_s=60,
+            what="the breaker opened again a probe interval on, no job in flight",
+            group=group,
+        )
         # then nothing is dead-lettered or charged an attempt, work waits QUEUED saying why,
         # and the provider saw a handful of calls (the threshold, what was in flight, probes),
         # not the backlog's 30 x 3
-        rows = Outreach.objects.filter(pk__in=ids)
         assert not rows.filter(state=State.DEAD).exists()
         assert not rows.filter(attempts__gt=0).exists()
         assert Counter(rows.values_list("state", flat=True))[State.QUEUED] >= 25

@@ -4,7 +4,6 @@ them (orchestrator.controls.pauses.job_pause; docs/operators.md, "Pause and resu
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import pytest
@@ -15,7 +14,7 @@ from devtools.processes import ProcessGroup, celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
 from orchestrator.controls import pauses
 from outreach.models import Outreach, State
-from tests.e2e.conftest import wait_until
+from tests.e2e.conftest import dispatch_cycles, wait_until
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner, make_user
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -54,7 +53,14 @@ def test_pausing_while_jobs_sit_in_the_broker_leaves_none_dispatched_and_resumin
         what="the paused jobs put back",
         group=stack,
     )
-    time.sleep(3)  # a few more dispatch cycles: the pause holds
+    # and the pause holds: three more dispatch cycles claim none of them
+    cycles_at_put_back = dispatch_cycles(stack)
+    wait_until(
+        lambda: dispatch_cycles(stack) >= cycles_at_put_back + 3,
+        timeout_s=30,
+        what="3 more dispatch cycles",
+        group=stack,
+    )
     assert _states(everything) == Counter({State.QUEUED: 3, State.APPROVED: 2})
     assert llm_stub.requests == []
     assert smtp_sink.messages == []

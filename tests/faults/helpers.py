@@ -14,9 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from config.queues import Queue
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
-from devtools.processes import ProcessGroup
 from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, OutreachEvent, State
 
@@ -61,12 +59,6 @@ def prompt_text(request: StubRequest) -> str:
 
 
 # --- outcomes ------------------------------------------------------------------------------------
-
-
-def dispatch_cycles(group: ProcessGroup) -> int:
-    """Dispatch cycles run so far by the group's orchestrator worker (one log line each)."""
-    log = group.log_dir / f"worker-{Queue.ORCHESTRATOR.value}.log"
-    return log.read_text(errors="replace").count(" dispatch cycle ") if log.exists() else 0
 
 
 def states(ids: Iterable[int]) -> Counter[str]:

@@ -18,12 +18,12 @@ from nurture.errors import TransientError
 from nurture.retry_rules import fail
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, OutreachEvent, State
-from tests.e2e.conftest import start_pipeline, wait_until
+from tests.e2e.conftest import dispatch_cycles, start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
-from tests.faults.helpers import all_in, delivery, dispatch_cycles, pick, sent_events, states
+from tests.faults.helpers import all_in, delivery, pick, sent_events, states
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MAX_ATTEMPTS = pick(3, 5)
 CALLS_PER_FAILED_ATTEMPT = 1  # plan -> 500: the context and message calls are never made
@@ -37,6 +37,7 @@ def sim() -> Iterator[LLMSim]:
     provider.stop()
 
 
+@pytest.mark.slow
 def test_poison_job_is_dead_lettered_after_the_cap_and_never_loops(
     make_stack: StackFactory, sim: LLMSim, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:

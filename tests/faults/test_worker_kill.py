@@ -19,7 +19,7 @@ from devtools.processes import celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, OutreachEvent, State
-from tests.e2e.conftest import start_pipeline, wait_until
+from tests.e2e.conftest import dispatch_cycles, start_pipeline, wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import (
@@ -105,7 +105,12 @@ def test_send_worker_killed_twice_on_one_email_stops_at_two_copies_as_possibly_s
     smtp_sink.data_delay_s = 0.0
     # then it is a "possibly sent" dead letter, not a loop: two copies, one Message-ID
     wait_until(all_in(ids, State.DEAD), timeout_s=30, what="the outreach DEAD", group=stack)
-    time.sleep(6)  # longer than the stuck timeout plus a dispatch interval: nothing more goes out
+    # and stays so: five more cycles, each with its recovery sweep, span the stuck timeout (4 s)
+    # in which a third try would have been taken back and sent
+    cycles_at_death = dispatch_cycles(stack)
+    wait_until(
+        lambda: dispatch_cycles(stack) >= cycles_at_death + 5, timeout_s=30, what="5 more cycles", group=stack
+    )
     letter = DeadLetter.objects.get(outreach_id=ids[0])
     assert letter.failure_class == ErrorClass.POSSIBLY_SENT
     seen = delivery(smtp_sink, ids)

@@ -459,6 +459,7 @@ def test_config_rejects_bad_values_naming_the_setting() -> None:
 # --- the management command ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_command_serves_until_sigterm_and_exits_zero() -> None:
     # given
     with socket.socket() as probe:

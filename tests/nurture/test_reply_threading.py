@@ -8,31 +8,26 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
 from devtools.smtp_sink import SMTPSink
 from nurture.intake.replies import signature_header
 from nurture.mail.sending import outreach_send
 from outreach.models import Lead, Outreach, State
-from tests.factories import DRAFT_BODY, DRAFT_SUBJECT, make_lead, make_org, make_outreach, make_owner
+from tests.conftest import WEBHOOK_SECRET
+from tests.factories import DRAFT_BODY, DRAFT_SUBJECT
 
-SECRET = "test-webhook-secret"
 THEIRS = "<CAEPk3R+4Zr@mail.prospect.example>"
 
-
-@pytest.fixture(autouse=True)
-def _secret(settings: Any) -> None:
-    settings.WEBHOOK_SECRET = SECRET
+pytestmark = pytest.mark.usefixtures("webhook_secret")
 
 
 def post_reply(client: Client, payload: dict[str, Any]) -> Outreach:
     body = json.dumps(payload).encode()
-    header = signature_header(body=body, secret=SECRET, timestamp=int(time.time()))
+    header = signature_header(body=body, secret=WEBHOOK_SECRET, timestamp=int(time.time()))
     response = client.post(
         "/hooks/replies/", data=body, content_type="application/json", headers={"X-Signature": header}
     )
@@ -49,23 +44,13 @@ def send_answer(reply: Outreach) -> None:
 
 
 @pytest.fixture
-def lead(db: None) -> Lead:
-    """A lead we emailed twice: the intro, then (latest) a nudge."""
-    org = make_org(sender_email="sales@seller.example")
-    lead = make_lead(owner=make_owner(organization=org), email="pat@prospect.example")
-    now = timezone.now()
-    make_outreach(
-        lead=lead, state=State.SENT, sent_at=now - timedelta(days=3), message_id="<intro@seller.example>"
-    )
-    make_outreach(
-        lead=lead,
-        kind=Outreach.Kind.NUDGE,
-        step=1,
-        state=State.SENT,
-        sent_at=now - timedelta(hours=1),
-        message_id="<nudge-1@seller.example>",
-    )
-    return lead
+def lead_history() -> dict[str, Any]:
+    """A lead we emailed twice from our organization's own address: the intro, then (latest) a nudge."""
+    return {
+        "sender_email": "sales@seller.example",
+        "email": "pat@prospect.example",
+        "message_domain": "seller.example",
+    }
 
 
 def test_answer_names_their_message_in_in_reply_to_and_ours_then_theirs_in_references(

@@ -26,14 +26,10 @@ from nurture.writing.prompts import plan_prompt, prompt_facts
 from orchestrator.budget import Budget, Reservation
 from outreach.models import Lead, Outreach, State
 from outreach.transitions import TransitionLost, transition
+from tests.conftest import WEBHOOK_SECRET
 from tests.factories import make_draft, make_lead, make_outreach
 
-SECRET = "test-webhook-secret"
-
-
-@pytest.fixture(autouse=True)
-def _secret(settings: Any) -> None:
-    settings.WEBHOOK_SECRET = SECRET
+pytestmark = pytest.mark.usefixtures("webhook_secret")
 
 
 def _post(client: Client, lead: Lead, *, n: int, body: str) -> Any:
@@ -44,7 +40,7 @@ def _post(client: Client, lead: Lead, *, n: int, body: str) -> Any:
         "body": body,
     }
     raw = json.dumps(payload).encode()
-    header = signature_header(body=raw, secret=SECRET, timestamp=int(time.time()))
+    header = signature_header(body=raw, secret=WEBHOOK_SECRET, timestamp=int(time.time()))
     return client.post(
         "/hooks/replies/", data=raw, content_type="application/json", headers={"X-Signature": header}
     )

@@ -68,6 +68,7 @@ def test_replay_gives_a_fresh_429_allowance(settings: Any) -> None:
     assert _refused_again(row) == State.QUEUED
 
 
+@pytest.mark.slow
 def test_bad_rate_limited_cap_is_a_startup_error_naming_it() -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from nurture.mail.transport import unsubscribe_token, unsubscribe_url
 from outreach.models import Lead, Outreach, State
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.factories import make_lead, make_org, make_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -21,11 +21,9 @@ LEFT_ALONE = (State.DISPATCHED, State.GENERATING, State.SENDING, State.SENT, Sta
 
 
 @pytest.fixture
-def lead() -> Lead:
-    lead = make_lead(email="pat@prospect.example")
-    for state in PENDING + LEFT_ALONE:
-        make_outreach(lead=lead, state=state)
-    return lead
+def lead_history() -> dict[str, Any]:
+    """A lead with one outreach in each state, none of it sent before."""
+    return {"email": "pat@prospect.example", "emailed": False, "states": PENDING + LEFT_ALONE}
 
 
 def _url(lead_id: int) -> str:

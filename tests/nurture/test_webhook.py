@@ -21,20 +21,22 @@ from nurture.intake.replies import signature_header
 from outreach.idempotency import reply_key
 from outreach.models import Lead, Outreach, State
 from outreach.tiers import Tier
+from tests.conftest import WEBHOOK_SECRET
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 URL = "/hooks/replies/"
 LEAD_EMAIL = "the-lead"  # placeholder the fuzz test swaps for the real lead's address
-SECRET = "test-webhook-secret"
 
-
-@pytest.fixture(autouse=True)
-def _secret(settings: Any) -> None:
-    settings.WEBHOOK_SECRET = SECRET
+pytestmark = pytest.mark.usefixtures("webhook_secret")
 
 
 def _post(
-    client: Client, payload: Any, *, secret: str = SECRET, at: float | None = None, header: str | None = None
+    client: Client,
+    payload: Any,
+    *,
+    secret: str = WEBHOOK_SECRET,
+    at: float | None = None,
+    header: str | None = None,
 ) -> Any:
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     signature = header or signature_header(body=body, secret=secret, timestamp=int(at or time.time()))
@@ -49,24 +51,6 @@ def _reply(lead: Lead, **overrides: Any) -> dict[str, Any]:
         "body": "Sounds good, call me.",
         **overrides,
     }
-
-
-@pytest.fixture
-def lead(db: None) -> Lead:
-    """A lead with two emails sent (the second the latest) and a nudge waiting."""
-    lead = make_lead()
-    now = timezone.now()
-    make_outreach(lead=lead, state=State.SENT, sent_at=now - timedelta(days=3), message_id="<intro@us>")
-    make_outreach(
-        lead=lead,
-        kind=Outreach.Kind.NUDGE,
-        step=1,
-        state=State.SENT,
-        sent_at=now - timedelta(hours=1),
-        message_id="<nudge-1@us>",
-    )
-    make_outreach(lead=lead, kind=Outreach.Kind.NUDGE, step=2, not_before=now + timedelta(days=4))
-    return lead
 
 
 def test_valid_reply_queues_top_tier_work_threaded_under_their_message(client: Client, lead: Lead) -> None:
@@ -118,7 +102,7 @@ def test_bad_signature_is_refused(client: Client, lead: Lead) -> None:
 
 def test_body_changed_after_signing_is_refused(client: Client, lead: Lead) -> None:
     body = json.dumps(_reply(lead)).encode()
-    header = signature_header(body=body, secret=SECRET, timestamp=int(time.time()))
+    header = signature_header(body=body, secret=WEBHOOK_SECRET, timestamp=int(time.time()))
     tampered = body.replace(b"call me", b"wire me money")
     response = _post(client, tampered, header=header)
     assert response.status_code == 401
@@ -141,7 +125,7 @@ def test_signature_rotation_accepts_any_listed_v1(client: Client, lead: Lead) ->
     body = json.dumps(_reply(lead)).encode()
     stamp = int(time.time())
     old = signature_header(body=body, secret="old-secret", timestamp=stamp).split(",")[1]
-    header = f"{signature_header(body=body, secret=SECRET, timestamp=stamp)},{old}"
+    header = f"{signature_header(body=body, secret=WEBHOOK_SECRET, timestamp=stamp)},{old}"
     assert _post(client, body, header=header).status_code == 202
 
 
@@ -384,7 +368,7 @@ def test_fuzzed_bodies_and_headers_never_produce_a_500(
         payload["lead_email"] = lead.email
     body = json.dumps(payload).encode()
     stamp = int(time.time())
-    sent_header = signature_header(body=body, secret=SECRET, timestamp=stamp) if signed else header
+    sent_header = signature_header(body=body, secret=WEBHOOK_SECRET, timestamp=stamp) if signed else header
     # when it is posted
     try:
         response = client.post(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -31,24 +32,9 @@ from tests.orchestrator.conftest import START_MS, FakeClock
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def make_budget(client: redis.Redis, clock: FakeClock) -> Iterator[Callable[..., Budget]]:
-    made: list[Budget] = []
-
-    def make(**kwargs: object) -> Budget:
-        # strict: the expected figures below are worked out with the strict refill (L * 60 / 62)
-        options: dict = {"limits": Limits(rpm=300, tpm=300_000, strict=True), "clock": clock, **kwargs}
-        budget = Budget(redis_client=client, prefix=f"test-api-{uuid.uuid4().hex}", **options)
-        made.append(budget)
-        return budget
-
-    yield make
-    for budget in made:
-        budget.reset()
+def budget_defaults(clock: FakeClock) -> dict[str, Any]:
+    # strict: the expected figures below are worked out with the strict refill (L * 60 / 62)
+    return {"limits": Limits(rpm=300, tpm=300_000, strict=True), "clock": clock}
 
 
 def granted(result: Reservation | Denied) -> Reservation:
@@ -516,6 +502,7 @@ def test_a_prefix_with_a_brace_is_refused(client):
         Budget(redis_client=client, limits=Limits(rpm=60, tpm=60_000), prefix="a{b}")
 
 
+@pytest.mark.slow
 def test_budget_from_settings_keeps_its_keys_on_the_cluster_named_by_budget_redis_url(
     settings, redis_cluster
 ):

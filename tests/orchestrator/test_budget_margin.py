@@ -9,12 +9,9 @@ of the recent samples plus a floor, at most the configured cap, and the cap unti
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from devtools.llm_sim import LLMSim
 from nurture.writing import llm
@@ -24,18 +21,8 @@ from tests.orchestrator.conftest import START_MS, FakeClock
 
 
 @pytest.fixture
-def make_budget(client: redis.Redis) -> Iterator[Callable[..., Budget]]:
-    made: list[Budget] = []
-
-    def make(**kwargs: Any) -> Budget:
-        options: dict[str, Any] = {"limits": Limits(rpm=10, tpm=100_000, strict=False), **kwargs}
-        budget = Budget(redis_client=client, prefix=f"test-margin-{uuid.uuid4().hex}", **options)
-        made.append(budget)
-        return budget
-
-    yield make
-    for budget in made:
-        budget.reset()
+def budget_defaults() -> dict[str, Any]:
+    return {"limits": Limits(rpm=10, tpm=100_000, strict=False)}
 
 
 def answer(budget: Budget, clock: FakeClock, *, round_trip_ms: int, processing_ms: int | None) -> None:

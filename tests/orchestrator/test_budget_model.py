@@ -105,6 +105,7 @@ def test_adapted_limit_recovers_one_step_per_interval(base, cut_ms, now_ms, expe
     assert got == expected
 
 
+@pytest.mark.slow
 def test_limits_defaults_are_the_settings_defaults() -> None:
     # given the settings read with no LLM_BUDGET_* variable in the environment
     script = (

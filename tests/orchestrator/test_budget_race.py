@@ -20,6 +20,8 @@ from orchestrator.budget import Budget, Limits, Reservation, connect
 from orchestrator.budget.core import Client
 from orchestrator.budget.maths import UNITS
 
+pytestmark = pytest.mark.slow  # spawns its racing processes
+
 PROCESSES = 8
 DURATION_S = 2.0
 # Strict: 6000 rpm becomes 5806/min (96.8 a second) with a bucket of 193.5 requests.

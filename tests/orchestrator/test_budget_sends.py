@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -16,29 +16,8 @@ from tests.orchestrator.conftest import START_MS, FakeClock
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def make_budget(client: redis.Redis, clock: FakeClock) -> Iterator[Callable[..., Budget]]:
-    made: list[Budget] = []
-
-    def make(rules: SendRules, **kwargs: object) -> Budget:
-        budget = Budget(
-            redis_client=client,
-            limits=Limits(rpm=300, tpm=300_000),
-            prefix=f"test-send-{uuid.uuid4().hex}",
-            clock=clock,
-            **kwargs,  # type: ignore[arg-type]
-        )
-        budget.send_rules = rules
-        made.append(budget)
-        return budget
-
-    yield make
-    for budget in made:
-        budget.reset()
+def budget_defaults(clock: FakeClock) -> dict[str, Any]:
+    return {"limits": Limits(rpm=300, tpm=300_000), "clock": clock}
 
 
 def grants_in(
@@ -77,7 +56,7 @@ def test_a_rate_of_one_cannot_be_kept_and_says_so() -> None:
 
 
 def test_no_limits_grants_without_redis(make_budget: Callable[..., Budget], client: redis.Redis) -> None:
-    budget = make_budget(SendRules())
+    budget = make_budget(send_rules=SendRules())
     assert budget.reserve_send(domain="a.example") == SendGrant(id="")
     assert budget.release_send(reservation_id="", sent=False) is False
     assert not list(client.scan_iter(match=f"{{{budget.prefix}}}:*"))
@@ -87,7 +66,7 @@ def test_per_second_rate_never_exceeded_in_any_second(
     make_budget: Callable[..., Budget], clock: FakeClock
 ) -> None:
     # given 20/s, asked every millisecond for 5 s
-    budget = make_budget(SendRules(per_second=20))
+    budget = make_budget(send_rules=SendRules(per_second=20))
     times = grants_in(budget, clock, ms=5_000)
     # then no 1 s window holds more than 20, and the sustained rate is the strict one (~19/s)
     assert max(sum(1 for u in times if t <= u < t + 1_000) for t in times) <= 20
@@ -97,7 +76,7 @@ def test_per_second_rate_never_exceeded_in_any_second(
 
 
 def test_denied_send_says_the_rate_and_the_wait(make_budget: Callable[..., Budget], clock: FakeClock) -> None:
-    budget = make_budget(SendRules(per_second=20, per_minute=600))
+    budget = make_budget(send_rules=SendRules(per_second=20, per_minute=600))
     assert isinstance(budget.reserve_send(domain="a.example"), SendGrant)
     denied = budget.reserve_send(domain="a.example")
     assert isinstance(denied, SendDenied)
@@ -108,7 +87,7 @@ def test_denied_send_says_the_rate_and_the_wait(make_budget: Callable[..., Budge
 def test_domain_daily_cap_counts_per_domain_and_resets_at_utc_midnight(
     make_budget: Callable[..., Budget], clock: FakeClock
 ) -> None:
-    budget = make_budget(SendRules(domain_daily=3))
+    budget = make_budget(send_rules=SendRules(domain_daily=3))
     clock.now = (START_MS // DAY_MS + 1) * DAY_MS - 60_000  # 23:59 UTC
     granted = [budget.reserve_send(domain="a.example") for _ in range(4)]
     assert [isinstance(g, SendGrant) for g in granted] == [True, True, True, False]
@@ -121,7 +100,7 @@ def test_domain_daily_cap_counts_per_domain_and_resets_at_utc_midnight(
 def test_warmup_ramp_caps_the_first_days_then_the_daily_limit(
     make_budget: Callable[..., Budget], clock: FakeClock
 ) -> None:
-    budget = make_budget(SendRules(domain_daily=5, warmup=(1, 2)))
+    budget = make_budget(send_rules=SendRules(domain_daily=5, warmup=(1, 2)))
     day0 = (START_MS // DAY_MS) * DAY_MS
     sent_per_day = []
     last: SendGrant | SendDenied | None = None
@@ -136,7 +115,7 @@ def test_warmup_ramp_caps_the_first_days_then_the_daily_limit(
 
 
 def test_refund_gives_the_message_back_once(make_budget: Callable[..., Budget], clock: FakeClock) -> None:
-    budget = make_budget(SendRules(per_second=2, domain_daily=1))
+    budget = make_budget(send_rules=SendRules(per_second=2, domain_daily=1))
     grant = budget.reserve_send(domain="a.example")
     assert isinstance(grant, SendGrant)
     assert isinstance(budget.reserve_send(domain="a.example"), SendDenied)
@@ -150,7 +129,7 @@ def test_refund_gives_the_message_back_once(make_budget: Callable[..., Budget], 
 
 
 def test_a_sent_message_stays_counted(make_budget: Callable[..., Budget], clock: FakeClock) -> None:
-    budget = make_budget(SendRules(domain_daily=1))
+    budget = make_budget(send_rules=SendRules(domain_daily=1))
     grant = budget.reserve_send(domain="a.example")
     assert isinstance(grant, SendGrant)
     assert budget.release_send(reservation_id=grant.id, sent=True) is True

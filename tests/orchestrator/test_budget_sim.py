@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import heapq
 import random
-import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
-from django.conf import settings
 
-from orchestrator.budget import Budget, Limits, connect, maths
+from orchestrator.budget import Budget, Limits, maths
 
 LIMIT_RPM = 300
 INTERVAL_MS = 2_000
 SIMULATED_MS = 8 * 60_000
 WARM_UP_MS = 60_000
+
+# The maths on one Redis: the same Lua runs on a Cluster in test_budget_api.py.
+pytestmark = pytest.mark.parametrize("client", ["single"], indirect=True)
 
 
 class Provider:
@@ -82,27 +83,12 @@ class SimClock:
         return self.now
 
 
-@pytest.fixture
-def make_budget() -> Iterator:
-    client, made = connect(settings.REDIS_URL), []
-
-    def make(*, strict: bool) -> Budget:
-        burst = maths.burst_for_cycle(  # at the fastest refill: the 50 ms floor
-            limit=LIMIT_RPM, amount=3, interval_ms=INTERVAL_MS, strict=strict, margin_ms=50
-        )
-        budget = Budget(
-            redis_client=client,
-            limits=Limits(rpm=LIMIT_RPM, tpm=10**7, burst_ms=burst, strict=strict),
-            prefix=f"test-sim-{uuid.uuid4().hex}",
-            clock=SimClock(),
-        )
-        made.append(budget)
-        return budget
-
-    yield make
-    for budget in made:
-        budget.reset()
-    client.close()
+def sim_budget(make_budget: Callable[..., Budget], *, strict: bool) -> Budget:
+    burst = maths.burst_for_cycle(  # at the fastest refill: the 50 ms floor
+        limit=LIMIT_RPM, amount=3, interval_ms=INTERVAL_MS, strict=strict, margin_ms=50
+    )
+    limits = Limits(rpm=LIMIT_RPM, tpm=10**7, burst_ms=burst, strict=strict)
+    return make_budget(limits=limits, clock=SimClock())
 
 
 def utilisation(provider: Provider) -> float:
@@ -110,26 +96,26 @@ def utilisation(provider: Provider) -> float:
 
 
 def test_reserving_at_full_rate_and_pacing_calls_never_trips_the_provider(make_budget):
-    provider = simulate(make_budget(strict=False), paced=True)
+    provider = simulate(sim_budget(make_budget, strict=False), paced=True)
     assert provider.refused == 0
     # the pacer's window is 61 s (1 s margin for arrival jitter): at most 60/61 = 98.4%
     assert utilisation(provider) >= 0.97
 
 
 def test_full_rate_reservations_without_pacing_let_calls_bunch_into_refusals(make_budget):
-    provider = simulate(make_budget(strict=False), paced=False)
+    provider = simulate(sim_budget(make_budget, strict=False), paced=False)
     assert provider.refused > 0
 
 
 def test_strict_buckets_with_pacing_never_trip_the_provider_but_give_up_the_burst(make_budget):
-    provider = simulate(make_budget(strict=True), paced=True)
+    provider = simulate(sim_budget(make_budget, strict=True), paced=True)
     assert provider.refused == 0
     assert 0.94 <= utilisation(provider) < 0.97  # r = L * 60 / (60 + 2.6 s): 95.7%
 
 
 def test_even_a_strict_bucket_without_pacing_trips_a_sliding_window_provider(make_budget):
     # r * 60 + b <= L holds for reservations, but calls arrive 0.5-25 s after them and bunch up
-    provider = simulate(make_budget(strict=True), paced=False)
+    provider = simulate(sim_budget(make_budget, strict=True), paced=False)
     assert provider.refused > 0
 
 
@@ -236,7 +222,7 @@ def simulate_shared(
 
 def test_a_key_shared_with_another_client_is_used_to_what_the_headers_say_is_left(make_budget):
     # given another system taking 30% of the key, and every answer saying what is left
-    provider = simulate_shared(make_budget(strict=False))
+    provider = simulate_shared(sim_budget(make_budget, strict=False))
     # then we use at least 90% of the rest, with under 1% of our calls refused
     assert provider.our_share_of_the_rest() >= 0.90, provider.our_share_of_the_rest()
     assert provider.our_429_rate() < 0.01, provider.our_429_rate()
@@ -245,7 +231,7 @@ def test_a_key_shared_with_another_client_is_used_to_what_the_headers_say_is_lef
 def test_at_300_ms_latency_the_measured_margin_takes_99_percent_of_the_key(make_budget):
     # given the key to ourselves, calls reaching the provider 0-200 ms after they were logged, and
     # answers 150-450 ms later that say how long the provider spent on them
-    budget = make_budget(strict=False)
+    budget = sim_budget(make_budget, strict=False)
     provider = simulate_shared(budget, foreign_every_ms=None, processing=True)
     # then the margin is 2 x the measured spread (<= 200 ms) plus the 100 ms floor, not the cap
     assert 400 <= budget.snapshot()["scopes"]["provider"]["margin_ms"] <= 500

@@ -347,6 +347,7 @@ def test_command_without_a_scope_refuses_and_writes_nothing(args: list[str]) -> 
     assert OutreachEvent.objects.count() == events
 
 
+@pytest.mark.slow
 def test_command_without_a_scope_exits_non_zero() -> None:
     import os
     import subprocess

@@ -8,6 +8,13 @@ import time
 import redis
 
 from orchestrator.failures.leases import JobLeases, lease_key, leases_alive
+from tests.e2e.conftest import wait_until
+
+
+def expires_at(client: redis.Redis, key: str) -> float:
+    """When the key expires, on time.monotonic(); -inf once it is gone (Redis's PTTL)."""
+    pttl = client.pttl(key)
+    return time.monotonic() + pttl / 1000 if pttl >= 0 else float("-inf")
 
 
 def test_a_taken_lease_holds_the_token_with_the_ttl(redis_client: redis.Redis) -> None:
@@ -25,9 +32,14 @@ def test_a_taken_lease_holds_the_token_with_the_ttl(redis_client: redis.Redis) -
 def test_the_heartbeat_keeps_a_slow_job_alive_past_its_ttl(redis_client: redis.Redis) -> None:
     # given a lease of 0.6 s renewed every 0.15 s
     leases = JobLeases(redis_client, ttl_s=0.6, renew_s=0.15, token="worker-a")
+    taken = time.monotonic()
     leases.take(outreach_id=1)
-    # when the job runs three TTLs
-    time.sleep(1.8)
+    # when the job runs until its key, renewed, expires three TTLs after it was taken
+    wait_until(
+        lambda: expires_at(redis_client, lease_key(1)) >= taken + 3 * 0.6,
+        timeout_s=30,
+        what="the lease renewed past three TTLs",
+    )
     # then its lease is still there
     assert leases_alive(client=redis_client, outreach_ids=[1]) == {1}
     leases.stop()
@@ -39,8 +51,8 @@ def test_a_lease_is_gone_one_ttl_after_its_heartbeat_stops(redis_client: redis.R
     leases.take(outreach_id=1)
     leases.stop()
     assert leases_alive(client=redis_client, outreach_ids=[1]) == {1}
-    # when a TTL has passed
-    time.sleep(0.7)
+    # when its TTL runs out (a heartbeat still beating would keep it forever)
+    wait_until(lambda: redis_client.exists(lease_key(1)) == 0, timeout_s=30, what="the lease expired")
     # then the lease is gone although the job never dropped it
     assert leases_alive(client=redis_client, outreach_ids=[1]) == set()
 

@@ -137,6 +137,7 @@ def test_every_process_shard_adds_to_one_total() -> None:
     assert MetricCounter.objects.filter(name="outreach_sent").count() == 3
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_processes_racing_to_send_the_same_rows_count_each_send_once() -> None:
     # given 30 committed rows sending, and four processes each trying to record all of them

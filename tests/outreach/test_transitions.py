@@ -122,6 +122,7 @@ def test_transition_many_moves_only_rows_still_in_from_state() -> None:
     assert OutreachEvent.objects.filter(to_state=State.DISPATCHED).count() == 3
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_processes_racing_the_same_transition_exactly_one_wins() -> None:
     # given a committed queued outreach on PostgreSQL
