@@ -63,7 +63,7 @@ _DECODE_LAYERS = 3
 _NESTING = 3
 # National formats are read as these countries write them; "+<country code>" numbers are found
 # whatever the region. VALID leniency: a real number plan, so dates, prices, order numbers and
-# versions are not numbers (tests/outreach/test_draft_policy_hostile.py holds both lists).
+# versions are not numbers (tests/nurture/writing/test_draft_policy_hostile.py holds both lists).
 _PHONE_REGIONS = ("US", "GB", "DE", "FR")
 # Digits with the separators numbers are written with: "+44 (0)20 7946-0958", "415.555.2671".
 _PHONE_CANDIDATE = re.compile(r"\+?\(?\d[\d \t().\-/]{4,}\d")

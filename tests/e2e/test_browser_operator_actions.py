@@ -4,7 +4,7 @@ reason, and pause and resume an owner (docs/operators.md, "Actions", "Pause and 
 
 Debian's Chromium driven by Playwright (tests/e2e/conftest.py); screenshots in
 artifacts/e2e/browser/. Who may not do these is tested with Django's test client
-(tests/outreach/test_admin_actions.py, tests/orchestrator/test_admin_pauses.py).
+(tests/backoffice/test_admin_actions.py, tests/backoffice/test_admin_pauses.py).
 """
 
 from __future__ import annotations

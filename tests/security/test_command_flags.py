@@ -1,6 +1,6 @@
 """Bad values for management command flags: a CommandError that names the flag, and nothing written.
 
-(CSV rows are covered in tests/nurture/test_intake_csv.py, add_owner's hours/tz/days in
+(CSV rows are covered in tests/nurture/intake/test_intake_csv.py, add_owner's hours/tz/days in
 tests/outreach/test_add_owner.py.) Tests marked xfail(strict=True) pin bugs reported to the
 owners of those commands: they start failing, as a reminder to drop the mark, once fixed.
 """

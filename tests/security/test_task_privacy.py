@@ -1,5 +1,5 @@
 """Lead data never travels in task messages (Redis, hence Flower and its event stream): beyond the
-dispatcher (tests/orchestrator/test_broker_privacy.py), the send task the generation worker
+dispatcher (tests/orchestrator/dispatch/test_broker_privacy.py), the send task the generation worker
 publishes, the dead-letter alert, and the per-chunk intake tasks of `assign_leads --fan-out`
 carry ids only."""
 
@@ -19,7 +19,7 @@ from orchestrator.budget import Budget, Reservation
 from orchestrator.models import DeadLetter
 from outreach.models import AssignmentBatch, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
-from tests.orchestrator.test_broker_privacy import _redis_texts
+from tests.orchestrator.dispatch.test_broker_privacy import _redis_texts
 
 pytestmark = pytest.mark.django_db
 

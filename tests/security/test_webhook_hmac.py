@@ -1,6 +1,6 @@
 """The reply webhook's signature check is constant-time (hmac.compare_digest, every candidate,
 no early exit) and refuses replays outside the 5-minute window; inside it the message_id makes a
-replay a no-op. (Signature, payload and fuzz cases: tests/nurture/test_webhook.py.)"""
+replay a no-op. (Signature, payload and fuzz cases: tests/nurture/intake/test_webhook.py.)"""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The dispatch shell loads each tier's per-owner top-k candidates (k from `rows_per_owner`), calls
 `select_batch`, then checks owner capacity, reserves budget, claims and enqueues the picks and persists
 the returned cursor (`Cursor.to_json`). Nothing here touches the ORM, Redis, the clock or randomness,
-so the policy is property-tested on its own (tests/orchestrator/test_selection.py).
+so the policy is property-tested on its own (tests/orchestrator/dispatch/test_selection.py).
 
 Policy:
 1. Slots per tier: reply, then intro, then nudge (strict priority); slots a tier cannot use are

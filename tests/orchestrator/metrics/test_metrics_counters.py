@@ -29,7 +29,7 @@ from tests.factories import make_outreach, make_user
 urlpatterns = [path("", include("backoffice.urls")), path("admin/", admin.site.urls)]
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 S = State
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

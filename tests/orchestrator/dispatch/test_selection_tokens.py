@@ -2,7 +2,7 @@
 
 Owners share the budget in what their jobs cost: an owner's tag moves by cost / weight per pick and
 the cursor carries each owner's lead, so cycles chain into one start-time fair queue. Count mode
-(no `costs`) is the rest of tests/orchestrator/test_selection.py, unchanged.
+(no `costs`) is the rest of tests/orchestrator/dispatch/test_selection.py, unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from orchestrator.dispatch.selection import (
     select_batch,
 )
 from outreach.tiers import Tier
-from tests.orchestrator.test_selection import (
+from tests.orchestrator.dispatch.test_selection import (
     budget_groups,
     guards,
     ids,

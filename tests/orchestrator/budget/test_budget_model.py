@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 from orchestrator.budget import Budget, Denied, Limits, Reservation, connect, maths
 from orchestrator.budget.maths import UNITS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # --- the maths, table-driven ------------------------------------------------------------------
 

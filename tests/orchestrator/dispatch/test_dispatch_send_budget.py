@@ -1,5 +1,5 @@
 """The dispatcher hands approved drafts to `send` at the send budget's rate: real PostgreSQL and
-Redis. (The budget itself: test_budget_sends.py; the send worker: tests/nurture/test_send_budget.py.)"""
+Redis. (The budget itself: test_budget_sends.py; the send worker: tests/nurture/mail/test_send_budget.py.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The organization admin (backoffice/admin/organizations.py): members, and LLM caps checked by the budget's
-rule (tests/orchestrator/test_organization_caps.py has the cap's refusals)."""
+rule (tests/orchestrator/dispatch/test_organization_caps.py has the cap's refusals)."""
 
 from __future__ import annotations
 
