@@ -54,7 +54,7 @@ def quantiles_of(values: Iterable[float]) -> Quantiles:
     )
 
 
-def ratio(part: int, whole: int) -> float | None:
+def ratio(part: float, whole: float) -> float | None:
     """part / whole; None (no data), not 0 or a division error, when `whole` is 0."""
     return part / whole if whole else None
 
