@@ -33,6 +33,12 @@ OUT = ROOT / "var" / "bench"  # reports, charts and process logs of the benches
 POSTGRES = "postgres://postgres@127.0.0.1:5432"  # local server, user postgres, trust auth
 
 
+def out_dir() -> Path:
+    """Where a bench writes its reports, charts and process logs: var/bench, or var/bench/smoke
+    in a smoke run, which must never overwrite (or delete the logs of) a full run's."""
+    return OUT / "smoke" if os.environ.get(SUFFIX, "").startswith("_smoke_") else OUT
+
+
 # Set by smoke_stores (and inherited by a bench's workers, which ignore them): the suffix of
 # every scratch database name, and the private redis-server that stands in for local Redis.
 SUFFIX = "BENCH_SCRATCH_SUFFIX"
