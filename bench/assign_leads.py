@@ -35,6 +35,7 @@ from bench.stack import (
     smoke_stores,
     smoke_verdict,
 )
+from orchestrator.figures import ratio
 
 DB_NAME = "outreach_bench_intake"
 ZONES = ["Europe/Berlin", "America/New_York", "Asia/Tokyo", "UTC", "Australia/Sydney", "America/Los_Angeles"]
@@ -124,7 +125,9 @@ def measure(*, args: argparse.Namespace) -> tuple[int, int, int, int]:
         rerun_seconds, rerun_summary = _timed_run(path)
     print(f"file: {args.rows:,} rows, {size_mb:.1f} MB, {args.owners} owners, {len(ZONES)} time zones")
     print(f"  {summary}")
-    print(f"load: {seconds:.1f} s ({args.rows / seconds:,.0f} rows/s; target < 60 s for 100,000 rows)")
+    print(
+        f"load: {seconds:.1f} s ({ratio(args.rows, seconds) or 0:,.0f} rows/s; target < 60 s for 100,000 rows)"
+    )
     print(f"  leads: {Lead.objects.count():,}, outreach: {Outreach.objects.count():,}")
     print(f"re-run: {rerun_seconds:.1f} s, {rerun_summary[:60]}...")
     return (*loaded, Lead.objects.count(), Outreach.objects.count())

@@ -42,7 +42,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from bench.stack import SMOKE_HELP, smoke_verdict
 from devtools.processes import RedisServer
 from orchestrator.budget import Budget, Limits, Reservation, connect
-from orchestrator.figures import percentile
+from orchestrator.figures import percentile, ratio
 
 LIMITS = Limits(rpm=10**9, tpm=10**11)  # never the bottleneck: we measure Redis + the client
 
@@ -96,7 +96,7 @@ def run(
     elapsed = max(e for _, e, _ in results)
     calls = sum(len(lats) for _, _, lats in results)
     return {
-        "per_s": sum(g for g, _, _ in results) / elapsed,
+        "per_s": ratio(sum(g for g, _, _ in results), elapsed) or 0.0,
         "granted_all": float(sum(g for g, _, _ in results) == calls * batch),
         "p50": percentile(values=latencies_ms, fraction=0.50) or 0.0,
         "p99": percentile(values=latencies_ms, fraction=0.99) or 0.0,

@@ -500,7 +500,7 @@ def _percent(value: float | None, *, places: int) -> str:
     return "n/a" if value is None else f"{100 * value:.{places}f}%"
 
 
-def smoke_problems(results: list[ArmResult]) -> list[str]:
+def smoke_problems(*, results: list[ArmResult]) -> list[str]:
     """What makes a smoke run broken: an arm that completed nothing in its steady window
     (no Jain's index: nothing was shared out) or sent no request to the provider."""
     problems = []
@@ -534,7 +534,7 @@ def main() -> None:
         with smoke_stores():
             results = _arms(parser=parser, args=args, load=load)
         report(results, rpm=args.rpm, seconds=args.seconds, load=load)
-        smoke_verdict(problems=smoke_problems(results))
+        smoke_verdict(problems=smoke_problems(results=results))
     else:
         report(_arms(parser=parser, args=args, load=load), rpm=args.rpm, seconds=args.seconds, load=load)
 

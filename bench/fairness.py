@@ -44,7 +44,7 @@ from bench.stack import (
     smoke_stores,
     smoke_verdict,
 )
-from orchestrator.figures import jain_index, utilization
+from orchestrator.figures import jain_index, per_minute, ratio, utilization
 
 OWNERS = 4  # owners 0 and 1 short inbound emails, 2 and 3 long ones
 BACKLOG, SMOKE_BACKLOG = 200, 20  # replies queued per owner: more than a run can write
@@ -126,7 +126,7 @@ def run_arm(
         jain_emails=jain_index(shares=emails.values()),
         tokens=tokens,
         emails=emails,
-        tokens_per_email={n: round(tokens[n] / emails[n], 1) if emails[n] else 0.0 for n in tokens},
+        tokens_per_email={n: round(ratio(tokens[n], emails[n]) or 0.0, 1) for n in tokens},
         minutes=elapsed_s / 60,
         dispatched=dispatched,
         paced_back=paced_back,
@@ -230,7 +230,7 @@ def report(results: list[ArmResult]) -> None:
                 f"{r.paced_back[name]:>3} of {r.dispatched[name]:>3} dispatches put back by the pacer"
             )
         print(
-            f"  tokens used: {sum(r.tokens.values()) / r.minutes:,.0f}/min; the key's token limit "
+            f"  tokens used: {per_minute(count=sum(r.tokens.values()), seconds=60 * r.minutes) or 0:,.0f}/min; the key's token limit "
             f"counted at {_figure(r.key_use, percent=True)} (prompt + max_tokens a call), {r.provider_429s} 429s"
         )
     (out_dir() / "fairness.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
@@ -242,7 +242,7 @@ def _figure(value: float | None, *, percent: bool = False) -> str:
     return f"{value:.1%}" if percent else f"{value:.4f}"
 
 
-def smoke_problems(results: list[ArmResult]) -> list[str]:
+def smoke_problems(*, results: list[ArmResult]) -> list[str]:
     """Broken, not slow: an owner with no job written in the window (the stack stalled or
     starved someone outright), or no Jain's index at all."""
     return [
@@ -281,7 +281,7 @@ def main() -> None:
         with smoke_stores():
             results = _arms(args=args, backlog=SMOKE_BACKLOG)
         report(results)
-        smoke_verdict(problems=smoke_problems(results))
+        smoke_verdict(problems=smoke_problems(results=results))
     else:
         report(_arms(args=args, backlog=BACKLOG))
 

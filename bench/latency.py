@@ -518,7 +518,7 @@ def main() -> None:
     if args.smoke:
         with smoke_stores():
             runs = runs_all(args=args)
-        smoke_verdict(problems=smoke_problems(runs))
+        smoke_verdict(problems=smoke_problems(runs=runs))
     else:
         runs_all(args=args)
 
@@ -542,7 +542,7 @@ def runs_all(*, args: argparse.Namespace) -> list[Run]:
     return runs
 
 
-def smoke_problems(runs: list[Run]) -> list[str]:
+def smoke_problems(*, runs: list[Run]) -> list[str]:
     """Broken, not slow: nothing sent in the steady window, no reply sent, an email twice or
     SENT and never received, a Procfile line that died."""
     problems = []

@@ -251,7 +251,7 @@ def main() -> None:
         args.duration, args.warmup, args.fail_at, args.median_ms, args.owners = 12.0, 3.0, 6.0, 200.0, 3
         with smoke_stores():
             result = measure(args=args)
-        smoke_verdict(problems=smoke_problems(result, mode=args.mode))
+        smoke_verdict(problems=smoke_problems(result=result, mode=args.mode))
     elif args.mode is None:
         parser.error("--mode: required (split or pool)")
     else:
@@ -269,7 +269,7 @@ def measure(*, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def smoke_problems(result: dict[str, Any], *, mode: str) -> list[str]:
+def smoke_problems(*, result: dict[str, Any], mode: str) -> list[str]:
     """Broken, not slow: nothing sent, work gone dead, or (split) the large model never called."""
     problems = []
     if not result["sent"]:

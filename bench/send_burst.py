@@ -228,7 +228,7 @@ def main() -> None:
     if args.smoke:
         with smoke_stores():
             result = measure(args=args)
-        smoke_verdict(problems=smoke_problems(result, rate=args.rate))
+        smoke_verdict(problems=smoke_problems(result=result, rate=args.rate))
     else:
         measure(args=args)
 
@@ -244,7 +244,7 @@ def measure(*, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def smoke_problems(result: dict[str, Any], *, rate: int) -> list[str]:
+def smoke_problems(*, result: dict[str, Any], rate: int) -> list[str]:
     """Broken, not slow: no mail left, an email twice, a cap or the rate not held, a line died."""
     checks = [
         (result["arrivals"] > 0, "no email arrived"),

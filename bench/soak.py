@@ -61,7 +61,7 @@ from bench.stack import (
     smoke_verdict,
 )
 from devtools.smtp_sink import SMTPSink, normalise_message_id
-from orchestrator.figures import percentile, retry_rate
+from orchestrator.figures import per_minute, percentile, ratio, retry_rate
 
 DB_NAME = "outreach_bench_soak"
 REDIS_DB = 11
@@ -547,7 +547,7 @@ def _judge(*, figures: Figures, seeded: Seeded, unexpected: Any, flatness: bool)
 
 def report(figures: Figures, args: argparse.Namespace) -> None:
     f = figures
-    rate = f.states.get("sent", 0) / f.seconds * 60 if f.seconds else 0
+    rate = per_minute(count=f.states.get("sent", 0), seconds=f.seconds) or 0.0
     finished = sum(f.states.get(s, 0) for s in ("sent", "awaiting_approval", "dead"))
     rows: list[tuple[str, str]] = [
         (
@@ -563,7 +563,7 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
         ("total time", f"{f.seconds:.0f} s ({'finished' if f.finished else 'TIMED OUT'})"),
         (
             "throughput",
-            f"{finished / f.seconds * 60 if f.seconds else 0:,.0f} finished/min, {rate:,.0f} sent/min",
+            f"{per_minute(count=finished, seconds=f.seconds) or 0:,.0f} finished/min, {rate:,.0f} sent/min",
         ),
         (
             "states",
@@ -603,7 +603,7 @@ def report(figures: Figures, args: argparse.Namespace) -> None:
     rows.append(
         (
             "CPU s used (all processes)",
-            f"{cpu_total:,.0f} ({1000 * cpu_total / max(1, finished):.0f} ms per "
+            f"{cpu_total:,.0f} ({_number(ratio(1000 * cpu_total, finished), 0)} ms per "
             "outreach; " + ", ".join(f"{n} {s:,.0f}" for n, s in f.cpu_s.items()) + ")",
         )
     )
