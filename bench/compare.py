@@ -3,6 +3,7 @@
   (b) this product: the dispatcher, the shared budget, paced calls.
 
     .venv/bin/python bench/compare.py [--seconds 240] [--rpm 300] [--arms naive,product]
+    .venv/bin/python bench/compare.py --smoke   # both arms, a tiny workload, seconds (CI)
 
 The provider is `llm_sim` in strict sliding-window mode (in this process). The workload: one
 owner assigned a big backlog first, nine owners with smaller ones, and replies arriving every
@@ -12,7 +13,12 @@ first window is a ramp). Prints a table and writes var/bench/compare.svg and com
 Retries and reply latency mean what they mean on the dashboard (orchestrator.figures):
 a retry is a failed attempt run again (5xx, connection error), not a wait for budget (429s
 are their own row); latency runs from when the work fell due (enqueued) to done (sent). The
-product arm reads them with the dashboard's own selector (`product_figures`).
+product arm reads them with the dashboard's own selector (`product_figures`). Utilization and
+Jain's index are orchestrator.figures' too.
+
+--smoke runs both arms on a tiny workload (40 + 3 x 10 intros, 8 s each from the first
+outreach done, the steady window after 2 s) on its own scratch stores, and exits 1 unless each arm completed work in its steady
+window and shared it out (a Jain's index to report).
 """
 
 from __future__ import annotations
@@ -20,10 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,10 +36,51 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.stack import OUT, ROOT, bench_lead, django_start, scratch_database
-from orchestrator.figures import Quantiles, quantiles_of, retry_rate
+from bench.stack import (
+    SMOKE_HELP,
+    bench_lead,
+    django_start,
+    out_dir,
+    redis_for,
+    scratch_database,
+    smoke_stores,
+    smoke_verdict,
+)
+from orchestrator.figures import (
+    Quantiles,
+    jain_index,
+    per_minute,
+    quantiles_of,
+    ratio,
+    retry_rate,
+    utilization,
+)
 
-BIG_OWNER_LEADS, SMALL_OWNERS, SMALL_OWNER_LEADS = 700, 9, 60
+
+@dataclass(frozen=True)
+class Workload:
+    """One owner assigned a big backlog first, then smaller owners; replies during the run."""
+
+    big_owner_leads: int
+    small_owners: int
+    small_owner_leads: int
+    ramp_s: float  # the first window is a ramp: steady figures start after it
+    # Smoke: the run's clock starts when the arm's first outreach is done, at most this long
+    # after the workers were started (on a loaded machine they take 10-30 s to boot), so a
+    # slow start is not taken for a broken run. 0: the clock starts at once (the full run).
+    ready_timeout_s: float = 0.0
+
+    @property
+    def owners(self) -> int:
+        return self.small_owners + 1
+
+    def assignments(self) -> list[tuple[int, int]]:
+        """(owner, n) in assignment order: the big backlog first, as a bulk assignment would."""
+        return [(0, self.big_owner_leads)] + [(o, self.small_owner_leads) for o in range(1, self.owners)]
+
+
+FULL = Workload(big_owner_leads=700, small_owners=9, small_owner_leads=60, ramp_s=60)
+SMOKE = Workload(big_owner_leads=40, small_owners=3, small_owner_leads=10, ramp_s=2, ready_timeout_s=90)
 
 
 @dataclass
@@ -45,12 +91,12 @@ class ArmResult:
     provider_requests: int = 0
     retries: int = 0
     completed: int = 0
-    utilization: float = 0.0
+    utilization: float | None = None
     reply_p50_s: float | None = None
     reply_p95_s: float | None = None
     replies_done: int = 0
     replies_sent_in: int = 0
-    jain: float = 0.0
+    jain: float | None = None
     per_owner: dict[str, int] = field(default_factory=dict)
     peak_window_requests: int = 0
 
@@ -59,14 +105,8 @@ class ArmResult:
         return retry_rate(retries=self.retries, completed=self.completed)
 
     @property
-    def rate_429(self) -> float:
-        return self.provider_429s / self.provider_requests if self.provider_requests else 0.0
-
-
-def jain(values: list[int]) -> float:
-    """Jain's fairness index: 1.0 = every owner got the same, 1/n = one owner got everything."""
-    total = sum(values)
-    return total * total / (len(values) * sum(v * v for v in values)) if total else 0.0
+    def rate_429(self) -> float | None:
+        return ratio(self.provider_429s, self.provider_requests)
 
 
 @dataclass(frozen=True)
@@ -98,11 +138,6 @@ def _seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def workload() -> list[tuple[int, int]]:
-    """(owner, n) in assignment order: the big backlog first, as a bulk assignment would."""
-    return [(0, BIG_OWNER_LEADS)] + [(o, SMALL_OWNER_LEADS) for o in range(1, SMALL_OWNERS + 1)]
-
-
 def start_sim(*, rpm: int, tpm: int, latency_ms: float, sigma: float = 0.0) -> Any:
     """llm_sim in this process: `latency_ms` +- half (sigma 0), or lognormal with that median."""
     from devtools.llm_sim import LLMSim
@@ -115,118 +150,137 @@ def start_sim(*, rpm: int, tpm: int, latency_ms: float, sigma: float = 0.0) -> A
     return sim
 
 
+@dataclass(frozen=True)
 class Steady:
-    """Counters of the simulator at the start of the steady window, and their change after."""
+    """The steady window of a run: when it started (wall clock), how long it lasted, the
+    requests the simulator admitted in it, and the replies sent in during the whole run."""
 
-    def __init__(self, sim: Any) -> None:
-        self.sim, self.t0 = sim, 0.0
-        self.base: dict[str, Any] = {}
+    from_wall: float
+    seconds: float
+    admitted: int
+    replies: int
 
-    def mark(self) -> None:
-        self.t0, self.base = time.monotonic(), self.sim.stats()
-
-    def utilization(self, *, rpm: int) -> tuple[float, float]:
-        now, stats = time.monotonic(), self.sim.stats()
-        minutes = (now - self.t0) / 60
-        return (stats["admitted"] - self.base["admitted"]) / (rpm * minutes), minutes
+    def utilization(self, *, rpm: int) -> float | None:
+        return utilization(used=self.admitted, limit_per_min=rpm, seconds=self.seconds)
 
 
 def run_naive(
-    *, seconds: float, rpm: int, tpm: int, workers: int, reply_every: float, rate_limit: str, latency_ms: int
+    *,
+    seconds: float,
+    rpm: int,
+    tpm: int,
+    workers: int,
+    reply_every: float,
+    rate_limit: str,
+    latency_ms: int,
+    load: Workload,
 ) -> ArmResult:
     import redis
 
-    broker = "redis://127.0.0.1:6379/13"
+    broker = redis_for(db=13)
     results = redis.Redis.from_url(broker)
     results.flushdb()
     sim = start_sim(rpm=rpm, tpm=tpm, latency_ms=latency_ms)
+    # A plain Celery app, no Django: without DJANGO_SETTINGS_MODULE (this process's, or a test
+    # run's), or Celery's Django fixup would load the product's settings into the workers.
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
         "NAIVE_BROKER": broker,
         "NAIVE_LLM_BASE_URL": sim.base_url,
         "NAIVE_RATE_LIMIT": rate_limit,
     }
-    procs = [
-        subprocess.Popen(
+    from devtools.processes import ProcessGroup
+
+    group = ProcessGroup(log_dir=out_dir() / "naive-logs", env=env)
+    for i in range(workers):
+        group.start(
+            f"naive{i}",
             [
                 sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "bench.naive_app",
-                "worker",
-                "-n",
-                f"naive{i}@%h",
-                "--concurrency",
-                "1",
-                "--loglevel",
-                "WARNING",
-                "--without-gossip",
-                "--without-mingle",
+                *("-m", "celery", "-A", "bench.naive_app", "worker", "-n", f"naive{i}@%h"),
+                *("--concurrency", "1", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"),
             ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
         )
-        for i in range(workers)
-    ]
+    # naive_app reads its broker at import: this process must enqueue where the workers listen.
+    os.environ["NAIVE_BROKER"] = broker
     from bench.naive_app import outreach
 
     try:
         now = time.time()
-        for owner, n in workload():
+        for owner, n in load.assignments():
             for i in range(n):
                 outreach.delay(f"{owner}-{i}", owner, "intro", now)
-        _drive(
+        steady = _drive(
             seconds=seconds,
             sim=sim,
             reply_every=reply_every,
-            send_reply=lambda k: outreach.delay(f"reply-{k}", k % (SMALL_OWNERS + 1), "reply", time.time()),
+            load=load,
+            send_reply=lambda k: outreach.delay(f"reply-{k}", k % load.owners, "reply", time.time()),
+            ready=lambda: bool(results.hlen("naive:done")),
         )
-        steady_util, minutes = sim._steady.utilization(rpm=rpm)
         done = [json.loads(v) for v in results.hgetall("naive:done").values()]
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(30)
+        group.stop()
         stats = sim.stats()
         sim.stop()
-    steady_from = sim._steady_wall
-    in_window = [d for d in done if d["done_at"] >= steady_from]
+    in_window = [d for d in done if d["done_at"] >= steady.from_wall]
     figures = naive_figures(done=done, retries=int(results.get("naive:retries") or 0))
-    per_owner = {str(o): sum(1 for d in in_window if d["owner"] == o) for o in range(SMALL_OWNERS + 1)}
+    per_owner = {str(o): sum(1 for d in in_window if d["owner"] == o) for o in range(load.owners)}
     return _arm_result(
         name=f"plain Celery (rate_limit={rate_limit} per worker x {workers}, autoretry)",
-        completed_per_min=len(in_window) / minutes,
+        completed_per_min=per_minute(count=len(in_window), seconds=steady.seconds),
         stats=stats,
         figures=figures,
-        utilization=steady_util,
-        replies_sent_in=sim._replies,
+        utilization=steady.utilization(rpm=rpm),
+        replies_sent_in=steady.replies,
         per_owner=per_owner,
     )
 
 
-def _drive(*, seconds: float, sim: Any, reply_every: float, send_reply: Any) -> None:
-    """Replies arrive every `reply_every` s; the steady window starts after the first minute."""
+def _drive(
+    *,
+    seconds: float,
+    sim: Any,
+    reply_every: float,
+    load: Workload,
+    send_reply: Callable[[int], object],
+    ready: Callable[[], bool],
+) -> Steady:
+    """Replies arrive every `reply_every` s; the steady window starts after the ramp."""
+    if load.ready_timeout_s:
+        _wait_ready(ready=ready, timeout_s=load.ready_timeout_s)
     start, k = time.monotonic(), 0
-    sim._steady, sim._replies = Steady(sim), 0
-    marked = False
+    marked_at, marked_wall, base = start + load.ramp_s, 0.0, None
     while (elapsed := time.monotonic() - start) < seconds:
-        if not marked and elapsed >= 60:
-            sim._steady.mark()
-            sim._steady_wall = time.time()
-            marked = True
+        if base is None and elapsed >= load.ramp_s:
+            marked_at, marked_wall, base = time.monotonic(), time.time(), sim.stats()
         if elapsed >= k * reply_every:
             send_reply(k)
-            sim._replies += 1
             k += 1
         time.sleep(0.2)
-    print(f"  ran {seconds:.0f}s; live window now {sim.stats()['window']}", flush=True)
+    stats = sim.stats()
+    print(f"  ran {seconds:.0f}s; live window now {stats['window']}", flush=True)
+    assert base is not None  # main() keeps --seconds beyond the ramp
+    return Steady(
+        from_wall=marked_wall,
+        seconds=time.monotonic() - marked_at,
+        admitted=stats["admitted"] - base["admitted"],
+        replies=k,
+    )
 
 
-def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float, latency_ms: int) -> ArmResult:
+def _wait_ready(*, ready: Callable[[], bool], timeout_s: float) -> None:
+    started = time.monotonic()
+    while not ready():
+        if time.monotonic() - started > timeout_s:
+            raise SystemExit(f"smoke: FAIL: no outreach done {timeout_s:.0f} s after the workers started")
+        time.sleep(0.5)
+    print(f"  first outreach done {time.monotonic() - started:.0f}s after the workers started", flush=True)
+
+
+def run_product(
+    *, seconds: float, rpm: int, tpm: int, reply_every: float, latency_ms: int, load: Workload
+) -> ArmResult:
     database_url = scratch_database(name="outreach_bench_compare")
     started_at = datetime.now(UTC)
     sim = start_sim(rpm=rpm, tpm=tpm, latency_ms=latency_ms)
@@ -238,32 +292,42 @@ def run_product(*, seconds: float, rpm: int, tpm: int, reply_every: float, laten
         llm_base_url=sim.base_url,
         smtp_port=smtp.port,
         DATABASE_URL=database_url,
-        REDIS_URL="redis://127.0.0.1:6379/12",
+        REDIS_URL=redis_for(db=12),
         LLM_RPM=str(rpm),
         LLM_TPM=str(tpm),
         DISPATCH_INTERVAL="1",
         LOG_LEVEL="WARNING",
     )
     django_start(env=env)
-    owners = _seed_product()
+    owners = _seed_product(load=load)
     from devtools.processes import ProcessGroup, start_pipeline
 
-    group = ProcessGroup(log_dir=OUT / "product-logs", env=env)
+    group = ProcessGroup(log_dir=out_dir() / "product-logs", env=env)
     start_pipeline(group)  # the Procfile's recipe (config.workers)
     try:
-        _drive(seconds=seconds, sim=sim, reply_every=reply_every, send_reply=lambda k: _reply(owners, k))
-        steady_util, minutes = sim._steady.utilization(rpm=rpm)
+        steady = _drive(
+            seconds=seconds,
+            sim=sim,
+            reply_every=reply_every,
+            load=load,
+            send_reply=lambda k: _reply(owners, k),
+            ready=_product_ready,
+        )
     finally:
         group.stop()
         stats = sim.stats()
         sim.stop()
         smtp.stop()
-    return _product_result(
-        stats=stats, steady_util=steady_util, minutes=minutes, sim=sim, started_at=started_at
-    )
+    return _product_result(stats=stats, steady=steady, rpm=rpm, started_at=started_at)
 
 
-def _seed_product() -> list[Any]:
+def _product_ready() -> bool:
+    from outreach.models import Outreach, State
+
+    return Outreach.objects.filter(state=State.SENT).exists()
+
+
+def _seed_product(*, load: Workload) -> list[Any]:
     from datetime import time as dtime
 
     from django.utils import timezone
@@ -285,10 +349,10 @@ def _seed_product() -> list[Any]:
                 organization="Bench",
             )
         )[0]
-        for o in range(SMALL_OWNERS + 1)
+        for o in range(load.owners)
     ]
     now = timezone.now()
-    for owner_index, n in workload():
+    for owner_index, n in load.assignments():
         owner = owners[owner_index]
         leads = Lead.objects.bulk_create(
             bench_lead(owner=owner, n=f"{owner_index}-{i}", domain="bench.example") for i in range(n)
@@ -323,22 +387,20 @@ def _reply(owners: list[Any], k: int) -> None:
     )
 
 
-def _product_result(
-    *, stats: dict[str, Any], steady_util: float, minutes: float, sim: Any, started_at: datetime
-) -> ArmResult:
+def _product_result(*, stats: dict[str, Any], steady: Steady, rpm: int, started_at: datetime) -> ArmResult:
     from outreach.models import Outreach, State
 
-    steady_from = datetime.fromtimestamp(sim._steady_wall, tz=UTC)
+    steady_from = datetime.fromtimestamp(steady.from_wall, tz=UTC)
     in_window = Outreach.objects.filter(state=State.SENT, sent_at__gte=steady_from)
     per_owner = {o.name.split()[-1]: in_window.filter(owner=o).count() for o in _owners()}
     figures = product_figures(since=started_at)
     return _arm_result(
         name="this product (dispatcher + shared budget + paced calls)",
-        completed_per_min=in_window.count() / minutes,
+        completed_per_min=per_minute(count=in_window.count(), seconds=steady.seconds),
         stats=stats,
         figures=figures,
-        utilization=steady_util,
-        replies_sent_in=sim._replies,
+        utilization=steady.utilization(rpm=rpm),
+        replies_sent_in=steady.replies,
         per_owner=per_owner,
     )
 
@@ -346,17 +408,17 @@ def _product_result(
 def _arm_result(
     *,
     name: str,
-    completed_per_min: float,
+    completed_per_min: float | None,
     stats: dict[str, Any],
     figures: RunFigures,
-    utilization: float,
+    utilization: float | None,
     replies_sent_in: int,
     per_owner: dict[str, int],
 ) -> ArmResult:
     """Both arms' row of the table, from the simulator's counters and the shared figures."""
     return ArmResult(
         name=name,
-        completed_per_min=completed_per_min,
+        completed_per_min=completed_per_min or 0.0,
         provider_429s=stats["rejected_429"],
         provider_requests=stats["requests"],
         retries=figures.retries,
@@ -366,7 +428,7 @@ def _arm_result(
         reply_p95_s=_seconds(figures.reply.p95_s),
         replies_done=figures.reply.count,
         replies_sent_in=replies_sent_in,
-        jain=jain(list(per_owner.values())),
+        jain=jain_index(shares=per_owner.values()),
         per_owner=per_owner,
         peak_window_requests=stats["peak_window"]["requests"],
     )
@@ -378,15 +440,15 @@ def _owners() -> list[Any]:
     return list(Owner.objects.filter(organization__name="Bench").order_by("id"))
 
 
-def report(results: list[ArmResult], *, rpm: int, seconds: float) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+def report(results: list[ArmResult], *, rpm: int, seconds: float, load: Workload) -> None:
+    out_dir().mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, Any]] = [
         ("completed outreach / min (steady)", lambda r: f"{r.completed_per_min:.1f}"),
-        ("LLM utilization (steady, % of limit)", lambda r: f"{100 * r.utilization:.1f}%"),
+        ("LLM utilization (steady, % of limit)", lambda r: _percent(r.utilization, places=1)),
         ("peak requests in any 60 s window", lambda r: f"{r.peak_window_requests} / {rpm}"),
         (
             "provider 429s (of requests)",
-            lambda r: f"{r.provider_429s} of {r.provider_requests} ({100 * r.rate_429:.2f}%)",
+            lambda r: f"{r.provider_429s} of {r.provider_requests} ({_percent(r.rate_429, places=2)})",
         ),
         (
             "transient retries per completed job",
@@ -396,11 +458,11 @@ def report(results: list[ArmResult], *, rpm: int, seconds: float) -> None:
             "reply latency p50 / p95 (s)",
             lambda r: f"{r.reply_p50_s} / {r.reply_p95_s} ({r.replies_done}/{r.replies_sent_in} done)",
         ),
-        ("fairness across owners (Jain)", lambda r: f"{r.jain:.3f}"),
+        ("fairness across owners (Jain)", lambda r: _rate(r.jain)),
     ]
     width = max(len(label) for label, _ in rows)
     print(
-        f"\nworkload: {BIG_OWNER_LEADS} + {SMALL_OWNERS}x{SMALL_OWNER_LEADS} intros, replies during the run; "
+        f"\nworkload: {load.big_owner_leads} + {load.small_owners}x{load.small_owner_leads} intros, replies during the run; "
         f"provider {rpm} rpm strict sliding window; {seconds:.0f}s per arm\n"
     )
     for i, r in enumerate(results):
@@ -408,9 +470,9 @@ def report(results: list[ArmResult], *, rpm: int, seconds: float) -> None:
     print("\n" + " " * width + "".join(f"  {'(' + chr(97 + i) + ')':>36}" for i in range(len(results))))
     for label, get in rows:
         print(label.ljust(width) + "".join(f"  {get(r):>36}" for r in results))
-    (OUT / "compare.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+    (out_dir() / "compare.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
     _chart(results)
-    print(f"\nwrote {OUT / 'compare.json'} and {OUT / 'compare.svg'}")
+    print(f"\nwrote {out_dir() / 'compare.json'} and {out_dir() / 'compare.svg'}")
 
 
 def _chart(results: list[ArmResult]) -> None:
@@ -421,17 +483,31 @@ def _chart(results: list[ArmResult]) -> None:
         title="Plain Celery vs this product",
         labels=[f"({chr(97 + i)})" for i in range(len(results))],
         panels=[
-            ("LLM utilization %", [100 * r.utilization for r in results]),
+            ("LLM utilization %", [100 * (r.utilization or 0.0) for r in results]),
             ("provider 429s", [float(r.provider_429s) for r in results]),
             ("reply latency p50 (s)", [r.reply_p50_s or 0.0 for r in results]),
-            ("fairness (Jain)", [r.jain for r in results]),
+            ("fairness (Jain)", [r.jain or 0.0 for r in results]),
         ],
     )
-    (OUT / "compare.svg").write_text(svg_document(chart))
+    (out_dir() / "compare.svg").write_text(svg_document(chart))
 
 
 def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _percent(value: float | None, *, places: int) -> str:
+    return "n/a" if value is None else f"{100 * value:.{places}f}%"
+
+
+def smoke_problems(*, results: list[ArmResult]) -> list[str]:
+    """What makes a smoke run broken: an arm that completed nothing in its steady window
+    (no Jain's index: nothing was shared out) or sent no request to the provider."""
+    problems = []
+    for r in results:
+        if r.jain is None or not r.provider_requests:
+            problems.append(f"{r.name}: {sum(r.per_owner.values())} completed in the steady window")
+    return problems
 
 
 def main() -> None:
@@ -447,9 +523,23 @@ def main() -> None:
     parser.add_argument(
         "--latency-ms", type=int, default=400, help="The simulated model's latency (default 400)."
     )
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
-    if args.seconds < 90:
+    load = SMOKE if args.smoke else FULL
+    if args.smoke:
+        args.seconds, args.reply_every = 8, 2.0
+    elif args.seconds < 90:
         parser.error("--seconds: at least 90 (the first minute is a ramp, excluded from steady figures)")
+    if args.smoke:
+        with smoke_stores():
+            results = _arms(parser=parser, args=args, load=load)
+        report(results, rpm=args.rpm, seconds=args.seconds, load=load)
+        smoke_verdict(problems=smoke_problems(results=results))
+    else:
+        report(_arms(parser=parser, args=args, load=load), rpm=args.rpm, seconds=args.seconds, load=load)
+
+
+def _arms(*, parser: argparse.ArgumentParser, args: argparse.Namespace, load: Workload) -> list[ArmResult]:
     results = []
     for arm in args.arms.split(","):
         print(f"running {arm} ...", flush=True)
@@ -466,6 +556,7 @@ def main() -> None:
                     reply_every=args.reply_every,
                     rate_limit=per_worker,
                     latency_ms=args.latency_ms,
+                    load=load,
                 )
             )
         elif arm == "product":
@@ -476,11 +567,12 @@ def main() -> None:
                     tpm=args.tpm,
                     reply_every=args.reply_every,
                     latency_ms=args.latency_ms,
+                    load=load,
                 )
             )
         else:
             parser.error(f"--arms: unknown arm {arm!r}; use naive and/or product")
-    report(results, rpm=args.rpm, seconds=args.seconds)
+    return results
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ With --history, the depth stays fixed and what grows is the day's history instea
 rows already SENT today (each moved through the in-flight states first, as the pipeline does,
 so the partial indexes carry the same dead entries), the owners' daily limits unlimited. The
 cycle should not notice: the daily-limit check reads one count per owner, not the sent rows.
+
+    .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000: seconds
+
+--smoke runs the same fill and cycles on its own scratch stores and exits 1 unless every timed
+cycle dispatched a full batch.
 """
 
 from __future__ import annotations
@@ -19,86 +24,186 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.stack import database_for, django_env, django_start, redis_for
-from orchestrator.figures import percentile
+from bench.stack import (
+    SMOKE_HELP,
+    bench_intro,
+    bench_lead,
+    database_for,
+    django_env,
+    django_start,
+    redis_for,
+    smoke_stores,
+    smoke_verdict,
+)
+from orchestrator.figures import percentile, ratio
+
+WARM_UP = 3  # cycles run before the timed ones: connections, plans and caches warm
 
 
-def _fill(*, depth: int, owners: int) -> None:
+@dataclass(frozen=True)
+class Templates:
+    """One owner, lead and queued intro written through the ORM (bench.stack's helpers, which
+    follow the model); the bench's other rows are SQL copies of them."""
+
+    owner_id: int
+    lead_id: int
+    outreach_id: int
+
+
+def _clone(
+    *, model: Any, template_id: int, rows_sql: str, overrides: dict[str, str], params: list[Any]
+) -> None:
+    """INSERT copies of the `model` row `template_id` (alias `t`), one per row of `rows_sql`
+    (a FROM/JOIN tail), with `overrides` (column -> SQL) and every other column copied.
+
+    Why copies and not a column list written here: the bench inserts 10^6 rows, so it cannot
+    go through the ORM, and the hand-written INSERT it had rotted unseen when NOT NULL columns
+    were added. Copying the columns the model has now keeps every new column filled."""
     from django.db import connection
+
+    table, quote = model._meta.db_table, connection.ops.quote_name  # a column may be a keyword
+    columns = [f.column for f in model._meta.concrete_fields if not f.primary_key]
+    select = ", ".join(overrides.get(c, f"t.{quote(c)}") for c in columns)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {table} ({', '.join(map(quote, columns))}) SELECT {select} FROM {table} t {rows_sql}",
+            [*params, template_id],
+        )
+
+
+def _seed(*, owners: int) -> Templates:
+    """`owners` round-the-clock agents, unlimited per day, one lead each (the first from the ORM)."""
+    from datetime import time as dtime
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from outreach.models import Lead, Owner
+    from outreach.services.owners import OwnerSpec, owner_upsert
 
     with connection.cursor() as cur:
         cur.execute(
             "TRUNCATE outreach_outreachevent, outreach_outreach, outreach_lead, outreach_owner, outreach_organization CASCADE"
         )
-        cur.execute(
-            "INSERT INTO outreach_organization (name, allowed_link_domains, sender_email, created_at) VALUES ('bench', '', '', now()) RETURNING id"
-        )
-        org = cur.fetchone()[0]
-        cur.execute(
-            """INSERT INTO outreach_owner (organization_id, name, kind, daily_limit, hours_start, hours_end, working_days,
-                   timezone, review_required, weight, active, created_at)
-               SELECT %s, 'owner ' || g, 'agent', 1000000, '00:00', '00:00', '1234567', 'UTC', false, 1, true, now()
-               FROM generate_series(1, %s) g""",
-            [org, owners],
-        )
-        cur.execute(
-            """INSERT INTO outreach_lead (organization_id, owner_id, email, first_name, last_name, company, title, timezone, status, created_at)
-               SELECT %s, o.id, 'lead' || o.id || '@bench.example', 'B', 'L', 'C', 'T', 'UTC', 'active', now() FROM outreach_owner o""",
-            [org],
-        )
-        cur.execute(
-            """INSERT INTO outreach_outreach (lead_id, owner_id, kind, tier, state, not_before, idempotency_key, step, context,
-                   attempts, last_error, error_class, blocked_reason, reservation_id, draft_subject, draft_body, sent_at,
-                   message_id, in_reply_to, tokens_used, llm_calls, created_at, updated_at, state_changed_at)
-               SELECT l.id, l.owner_id, 'intro', 2, 'queued', now() - interval '1 hour' + (g * interval '1 ms'), 'bench:' || g, 0,
-                   '{}', 0, '', '', '', '', '', '', NULL, '', '', 0, 0, now(), now(), now()
-               FROM generate_series(1, %s) g JOIN outreach_lead l ON l.id = (SELECT min(id) FROM outreach_lead) + (g %% %s)""",
-            [depth, owners],
-        )
+    spec = OwnerSpec("owner 1", "agent", 1_000_000, dtime(0), dtime(0), "UTC", working_days="1234567")
+    owner = owner_upsert(spec=spec)[0]
+    lead = bench_lead(owner=owner, n=f"{owner.pk}", domain="bench.example")
+    lead.save()
+    outreach = bench_intro(lead=lead, now=timezone.now())
+    outreach.save()
+    _clone(
+        model=Owner,
+        template_id=owner.pk,
+        rows_sql="CROSS JOIN generate_series(2, %s) g WHERE t.id = %s",
+        overrides={"name": "'owner ' || g"},
+        params=[owners],
+    )
+    _clone(
+        model=Lead,
+        template_id=lead.pk,
+        rows_sql="JOIN outreach_owner o ON o.id <> t.owner_id WHERE t.id = %s",
+        overrides={"owner_id": "o.id", "email": "'lead' || o.id || '@bench.example'"},
+        params=[],
+    )
+    return Templates(owner_id=owner.pk, lead_id=lead.pk, outreach_id=outreach.pk)
+
+
+# Row g of a fill goes to lead number g mod (leads): every owner gets depth / owners rows.
+SPREAD = """CROSS JOIN generate_series(1, %s) g
+    JOIN (SELECT id, owner_id, row_number() OVER (ORDER BY id) - 1 AS k FROM outreach_lead) l
+      ON l.k = g %% (SELECT count(*) FROM outreach_lead)
+    WHERE t.id = %s"""
+
+
+def _fill(*, templates: Templates, depth: int, history: int) -> None:
+    """`history` outreach sent today (first: its moves must not touch the queued rows), then
+    `depth` QUEUED intros due over the last hour, both spread over the owners."""
+    from django.db import connection
+
+    from outreach.models import Outreach
+
+    if history:
+        _add_sent_history(templates=templates, rows=history)
+    _clone(
+        model=Outreach,
+        template_id=templates.outreach_id,
+        rows_sql=SPREAD,
+        overrides={
+            "lead_id": "l.id",
+            "owner_id": "l.owner_id",
+            "idempotency_key": "'bench:' || g",
+            "not_before": "now() - interval '1 hour' + g * interval '1 ms'",
+        },
+        params=[depth],
+    )
+    Outreach.objects.filter(pk=templates.outreach_id).delete()  # the template is not one of them
+    with connection.cursor() as cur:
         cur.execute("ANALYZE")
 
 
-def _add_sent_history(*, rows: int, owners: int) -> None:
-    """`rows` outreach sent today, spread over the owners, with their per-owner daily counts."""
+def _add_sent_history(*, templates: Templates, rows: int) -> None:
+    """`rows` outreach sent today, each moved through the in-flight states first (as the
+    pipeline does, so the partial indexes carry the same dead entries), and the per-owner daily
+    counts the SENT transition keeps."""
     from django.db import connection
+    from django.db.models import Count
+    from django.utils import timezone
 
+    from outreach.models import Outreach, OwnerDailySends, State
+
+    _clone(
+        model=Outreach,
+        template_id=templates.outreach_id,
+        rows_sql=SPREAD,
+        overrides={
+            "lead_id": "l.id",
+            "owner_id": "l.owner_id",
+            "idempotency_key": "'history:' || g",
+            "state": "'dispatched'",
+            "not_before": "now()",
+        },
+        params=[rows],
+    )
     with connection.cursor() as cur:
-        cur.execute(
-            """INSERT INTO outreach_outreach (lead_id, owner_id, kind, tier, state, not_before, idempotency_key, step, context,
-                   attempts, last_error, error_class, blocked_reason, reservation_id, draft_subject, draft_body, sent_at,
-                   message_id, in_reply_to, tokens_used, llm_calls, created_at, updated_at, state_changed_at)
-               SELECT l.id, l.owner_id, 'intro', 2, 'dispatched', now(), 'history:' || g, 0,
-                   '{}', 0, '', '', '', '', '', '', NULL, '', '', 0, 0, now(), now(), now()
-               FROM generate_series(1, %s) g JOIN outreach_lead l ON l.id = (SELECT min(id) FROM outreach_lead) + (g %% %s)""",
-            [rows, owners],
-        )
         for state in ("generating", "sending"):
             cur.execute(
                 "UPDATE outreach_outreach SET state = %s WHERE state = 'dispatched' OR state = 'generating'",
                 [state],
             )
         cur.execute("UPDATE outreach_outreach SET state = 'sent', sent_at = now() WHERE state = 'sending'")
-        cur.execute(
-            """INSERT INTO outreach_ownerdailysends (owner_id, day, sent)
-               SELECT owner_id, current_date, count(*) FROM outreach_outreach WHERE state = 'sent' GROUP BY owner_id
-               ON CONFLICT (owner_id, day) DO UPDATE SET sent = excluded.sent"""
-        )
-        cur.execute("ANALYZE")
+    sent = Outreach.objects.filter(state=State.SENT).values("owner_id").annotate(n=Count("id"))
+    today = timezone.now().date()  # the owners are on UTC
+    OwnerDailySends.objects.bulk_create(
+        OwnerDailySends(owner_id=row["owner_id"], day=today, sent=row["n"]) for row in sent
+    )
 
 
 def _requeue(ids: list[int]) -> None:
+    """Put the claimed rows back (untimed, not a transition: the bench's reset, not the
+    product's), so every cycle sees the same depth."""
     from outreach.models import Outreach
 
-    Outreach.objects.filter(id__in=ids).update(state="queued", reservation_id="")
+    Outreach.objects.filter(id__in=ids).update(state="queued", reservation_id="", llm_route="")
 
 
-def _measure(
-    *, depth: int, owners: int, slots: int, cycles: int, history: int = 0
-) -> tuple[float, float, float]:
+@dataclass(frozen=True)
+class Measured:
+    depth: int
+    history: int
+    p50_ms: float
+    p95_ms: float
+    dispatched: int  # in the timed cycles
+    per_s: float | None  # outreach dispatched per second of cycle time
+    seconds: float  # the whole run: fill, warm-up and timed cycles
+
+
+def _measure(*, depth: int, owners: int, slots: int, cycles: int, history: int = 0) -> Measured:
     import redis
     from django.conf import settings
     from django.db import connection
@@ -106,26 +211,41 @@ def _measure(
     from orchestrator.budget import Budget, Limits
     from orchestrator.dispatch.cycle import dispatch_cycle
 
+    started = time.perf_counter()
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.flushdb()
     budget = Budget(redis_client=client, limits=Limits(rpm=10**9, tpm=10**12, burst_ms=60_000))
-    settings.DISPATCH_MAX_IN_FLIGHT = slots
-    _fill(depth=depth, owners=owners)
-    if history:
-        _add_sent_history(rows=history, owners=owners)
+    settings.DISPATCH_MAX_IN_FLIGHT = slots  # the budget is unlimited: this cap is the slot count
+    _fill(templates=_seed(owners=owners), depth=depth, history=history)
     times, dispatched = [], 0
-    for i in range(cycles + 3):
+    for i in range(cycles + WARM_UP):
         report = dispatch_cycle(budget=budget)
         connection.close_if_unusable_or_obsolete()
-        if i >= 3:  # warm-up cycles untimed
+        if i >= WARM_UP:
             times.append(report.duration_ms)
             dispatched += len(report.generation)
         _requeue(report.generation)
         client.flushdb()
-    # Never None: main() requires --cycles >= 1, so there is a time.
-    median = percentile(values=times, fraction=0.5) or 0.0
-    p95 = percentile(values=times, fraction=0.95) or 0.0
-    return median, p95, dispatched / (sum(times) / 1000)
+    return Measured(
+        depth=depth,
+        history=history,
+        # Never None: main() requires --cycles >= 1, so there is a time.
+        p50_ms=percentile(values=times, fraction=0.5) or 0.0,
+        p95_ms=percentile(values=times, fraction=0.95) or 0.0,
+        dispatched=dispatched,
+        per_s=ratio(dispatched, sum(times) / 1000),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def smoke_problems(*, runs: list[Measured], slots: int, cycles: int) -> list[str]:
+    """What makes a run broken rather than slow: a cycle that dispatched less than a full
+    batch from a queue deeper than it (the depths are chosen so it always is)."""
+    return [
+        f"depth {r.depth:,}: dispatched {r.dispatched} in {cycles} cycles, not {slots * cycles}"
+        for r in runs
+        if r.dispatched != slots * cycles
+    ]
 
 
 def main() -> None:
@@ -141,32 +261,45 @@ def main() -> None:
     parser.add_argument(
         "--history", help="sent-today row counts to try at one fixed depth, e.g. 0,100000,1000000"
     )
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke:
+        args.owners, args.slots, args.cycles = 20, 50, 3
+        args.depths, args.history = "200,2000", args.history and "0,500"
     if args.cycles < 1:
         parser.error("--cycles: at least 1")
+    if args.smoke:
+        with smoke_stores():
+            runs = _run(args=args)
+        smoke_verdict(problems=smoke_problems(runs=runs, slots=args.slots, cycles=args.cycles))
+    else:
+        _run(args=args)
+
+
+def _run(*, args: argparse.Namespace) -> list[Measured]:
     django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=14)))
     print(
         f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, budget unlimited)"
     )
     if args.history:
         depth = int((args.depths or "10000").split(",")[0])
-        runs = [(depth, int(h)) for h in args.history.split(",")]
+        plan = [(depth, int(h)) for h in args.history.split(",")]
         label = f"sent today (queued {depth:,})"
     else:
-        runs = [(int(d), 0) for d in (args.depths or "1000,10000,100000,1000000").split(",")]
+        plan = [(int(d), 0) for d in (args.depths or "1000,10000,100000,1000000").split(",")]
         label = "queued rows"
     print(f"{label:>26} {'cycle p50 ms':>13} {'cycle p95 ms':>13} {'dispatched/s':>13} {'p50 vs first':>13}")
-    first = None
-    for depth, history in runs:
-        t0 = time.perf_counter()
-        median, p95, rate = _measure(
-            depth=depth, owners=args.owners, slots=args.slots, cycles=args.cycles, history=history
-        )
-        first = first or median
+    runs: list[Measured] = []
+    for depth, history in plan:
+        run = _measure(depth=depth, owners=args.owners, slots=args.slots, cycles=args.cycles, history=history)
+        first = runs[0].p50_ms if runs else run.p50_ms
+        runs.append(run)
         print(
-            f"{history if args.history else depth:>26,} {median:>13.1f} {p95:>13.1f} {rate:>13,.0f} {median / first:>12.2f}x   (run {time.perf_counter() - t0:.0f}s)",
+            f"{history if args.history else depth:>26,} {run.p50_ms:>13.1f} {run.p95_ms:>13.1f} "
+            f"{run.per_s or 0:>13,.0f} {ratio(run.p50_ms, first) or 0:>12.2f}x   (run {run.seconds:.0f}s)",
             flush=True,
         )
+    return runs
 
 
 if __name__ == "__main__":

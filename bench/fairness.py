@@ -3,6 +3,7 @@
     .venv/bin/python bench/fairness.py [--seconds 180] [--warmup 60] [--tpm 80000] [--long-body 3250] [--arms tokens,count]
     .venv/bin/python bench/fairness.py --median-ms 200 --sigma 0   # the earlier short-latency run
     .venv/bin/python bench/fairness.py --set LLM_EST_TOKENS_PER_CALL=1600  # try a setting
+    .venv/bin/python bench/fairness.py --smoke   # the tokens arm, seconds (CI)
 
 The whole stack as the Procfile's recipe runs it (bench.stack, devtools.processes.start_pipeline),
 against `llm_sim` (usage proportional to the prompt, chars / 4; latency lognormal, median
@@ -12,7 +13,12 @@ body enters every prompt of the job), so the second pair's jobs cost about three
 tokens. Measured after the warm-up (the owners' estimates are learned by then): the tokens each
 owner's finished jobs used (`Outreach.tokens_used`), Jain's index of those token shares, and the
 emails each got, the dispatches the worker's pacer handed back, and how much of the key's token
-limit the provider counted. Prints a table and writes var/bench/fairness.json.
+limit the provider counted. Prints a table and writes var/bench/fairness.json. Jain's index and
+the key's utilization are orchestrator.figures'.
+
+--smoke runs the tokens arm (--arms to choose) with a backlog of 20 per owner, 200 ms calls and
+400,000 tokens/min, measuring 8 s from 2 s after the first written job, on its own scratch stores, and exits 1
+unless every owner got jobs written in the window (a Jain's index of their tokens).
 """
 
 from __future__ import annotations
@@ -27,19 +33,30 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.compare import jain, start_sim
-from bench.stack import OUT, bench_lead, django_start, scratch_database
+from bench.compare import start_sim
+from bench.stack import (
+    SMOKE_HELP,
+    bench_lead,
+    django_start,
+    out_dir,
+    redis_for,
+    scratch_database,
+    smoke_stores,
+    smoke_verdict,
+)
+from orchestrator.figures import jain_index, per_minute, ratio, utilization
 
 OWNERS = 4  # owners 0 and 1 short inbound emails, 2 and 3 long ones
-BACKLOG = 200  # replies queued per owner: more than a run can write
+BACKLOG, SMOKE_BACKLOG = 200, 20  # replies queued per owner: more than a run can write
+READY_TIMEOUT_S = 90.0  # smoke: the workers' boot on a loaded machine, before the warm-up
 SHORT_BODY = "Tell me more."
 
 
 @dataclass
 class ArmResult:
     fairness: str
-    jain_tokens: float
-    jain_emails: float
+    jain_tokens: float | None
+    jain_emails: float | None
     tokens: dict[str, int]
     emails: dict[str, int]
     tokens_per_email: dict[str, float]
@@ -49,7 +66,7 @@ class ArmResult:
     dispatched: dict[str, int]
     paced_back: dict[str, int]
     # Of the key's token limit, what the provider counted (prompt + max_tokens a call), and 429s.
-    key_use: float
+    key_use: float | None
     provider_429s: int
 
 
@@ -63,6 +80,8 @@ def run_arm(
     median_ms: float,
     sigma: float,
     overrides: dict[str, str],
+    backlog: int = BACKLOG,
+    smoke: bool = False,
 ) -> ArmResult:
     database_url = scratch_database(name="outreach_bench_fairness")
     sim = start_sim(rpm=6_000, tpm=tpm, latency_ms=median_ms, sigma=sigma)
@@ -72,7 +91,7 @@ def run_arm(
     smtp = SMTPSink(keep_messages=False).start()
     settings = {
         "DATABASE_URL": database_url,
-        "REDIS_URL": "redis://127.0.0.1:6379/12",
+        "REDIS_URL": redis_for(db=12),
         "LLM_RPM": "6000",
         "LLM_TPM": str(tpm),
         "DISPATCH_INTERVAL": "1",
@@ -81,14 +100,16 @@ def run_arm(
     }
     env = stack_env(llm_base_url=sim.base_url, smtp_port=smtp.port, **(settings | overrides))
     django_start(env=env)
-    owners = _seed(long_body=long_body)
-    group = ProcessGroup(log_dir=OUT / f"fairness-{fairness}-logs", env=env)
+    owners = _seed(long_body=long_body, backlog=backlog)
+    group = ProcessGroup(log_dir=out_dir() / f"fairness-{fairness}-logs", env=env)
     start_pipeline(group)
     try:
+        if smoke:  # the warm-up starts once the stack writes: its boot time varies with the load
+            _wait_written(owners=owners, timeout_s=READY_TIMEOUT_S)
         time.sleep(warmup)
         before, t0, since, sim0 = _used(owners), time.monotonic(), _now(), sim.stats()
         time.sleep(seconds)
-        after, minutes, sim1 = _used(owners), (time.monotonic() - t0) / 60, sim.stats()
+        after, elapsed_s, sim1 = _used(owners), time.monotonic() - t0, sim.stats()
         dispatched, paced_back = _handed_back(owners, since=since)
     finally:
         group.stop()
@@ -101,17 +122,28 @@ def run_arm(
     emails = {name: after[name][1] - before[name][1] for name in after}
     return ArmResult(
         fairness=fairness,
-        jain_tokens=jain(list(tokens.values())),
-        jain_emails=jain(list(emails.values())),
+        jain_tokens=jain_index(shares=tokens.values()),
+        jain_emails=jain_index(shares=emails.values()),
         tokens=tokens,
         emails=emails,
-        tokens_per_email={n: round(tokens[n] / emails[n], 1) if emails[n] else 0.0 for n in tokens},
-        minutes=minutes,
+        tokens_per_email={n: round(ratio(tokens[n], emails[n]) or 0.0, 1) for n in tokens},
+        minutes=elapsed_s / 60,
         dispatched=dispatched,
         paced_back=paced_back,
-        key_use=(sim1.get("tokens", 0) - sim0.get("tokens", 0)) / (tpm * minutes),
+        key_use=utilization(
+            used=sim1.get("tokens", 0) - sim0.get("tokens", 0), limit_per_min=tpm, seconds=elapsed_s
+        ),
         provider_429s=sim1.get("rejected_429", 0) - sim0.get("rejected_429", 0),
     )
+
+
+def _wait_written(*, owners: list[Any], timeout_s: float) -> None:
+    started = time.monotonic()
+    while not any(jobs for _, jobs in _used(owners).values()):
+        if time.monotonic() - started > timeout_s:
+            raise SystemExit(f"smoke: FAIL: no job written {timeout_s:.0f} s after the workers started")
+        time.sleep(0.5)
+    print(f"  first job written {time.monotonic() - started:.0f}s after the workers started", flush=True)
 
 
 def _now() -> Any:
@@ -141,7 +173,7 @@ def _handed_back(owners: list[Any], *, since: Any) -> tuple[dict[str, int], dict
     )
 
 
-def _seed(*, long_body: int) -> list[Any]:
+def _seed(*, long_body: int, backlog: int) -> list[Any]:
     """Owners with an intro each lead already had and a backlog of replies to answer."""
     from datetime import time as dtime
 
@@ -157,7 +189,7 @@ def _seed(*, long_body: int) -> list[Any]:
         owners.append(owner)
         body = SHORT_BODY if o < OWNERS // 2 else ("Here is what we run today. " * long_body)[:long_body]
         leads = Lead.objects.bulk_create(
-            bench_lead(owner=owner, n=f"{o}-{i}", domain="bench.example") for i in range(BACKLOG)
+            bench_lead(owner=owner, n=f"{o}-{i}", domain="bench.example") for i in range(backlog)
         )
         for i, lead in enumerate(leads):
             outreach_enqueue(
@@ -185,11 +217,11 @@ def _used(owners: list[Any]) -> dict[str, tuple[int, int]]:
 
 
 def report(results: list[ArmResult]) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+    out_dir().mkdir(parents=True, exist_ok=True)
     for r in results:
         print(
             f"\nDISPATCH_FAIRNESS={r.fairness} ({r.minutes:.1f} min measured): "
-            f"Jain(tokens) {r.jain_tokens:.4f}, Jain(emails) {r.jain_emails:.4f}"
+            f"Jain(tokens) {_figure(r.jain_tokens)}, Jain(emails) {_figure(r.jain_emails)}"
         )
         for name in r.tokens:
             print(
@@ -198,10 +230,26 @@ def report(results: list[ArmResult]) -> None:
                 f"{r.paced_back[name]:>3} of {r.dispatched[name]:>3} dispatches put back by the pacer"
             )
         print(
-            f"  tokens used: {sum(r.tokens.values()) / r.minutes:,.0f}/min; the key's token limit "
-            f"counted at {r.key_use:.1%} (prompt + max_tokens a call), {r.provider_429s} 429s"
+            f"  tokens used: {per_minute(count=sum(r.tokens.values()), seconds=60 * r.minutes) or 0:,.0f}/min; the key's token limit "
+            f"counted at {_figure(r.key_use, percent=True)} (prompt + max_tokens a call), {r.provider_429s} 429s"
         )
-    (OUT / "fairness.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+    (out_dir() / "fairness.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+
+
+def _figure(value: float | None, *, percent: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.1%}" if percent else f"{value:.4f}"
+
+
+def smoke_problems(*, results: list[ArmResult]) -> list[str]:
+    """Broken, not slow: an owner with no job written in the window (the stack stalled or
+    starved someone outright), or no Jain's index at all."""
+    return [
+        f"DISPATCH_FAIRNESS={r.fairness}: jobs written per owner {r.emails}"
+        for r in results
+        if r.jain_tokens is None or not all(r.emails.values())
+    ]
 
 
 def main() -> None:
@@ -222,10 +270,24 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="A setting for the workers."
     )
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
     if not all("=" in setting for setting in args.set):
         parser.error("--set: NAME=VALUE")
-    results = [
+    if args.smoke:
+        # Five times the key: in seconds every owner gets jobs written (tokens still share it).
+        args.seconds, args.warmup, args.median_ms, args.sigma, args.tpm = 8.0, 2.0, 200.0, 0.0, 400_000
+        args.arms = "tokens" if args.arms == parser.get_default("arms") else args.arms
+        with smoke_stores():
+            results = _arms(args=args, backlog=SMOKE_BACKLOG)
+        report(results)
+        smoke_verdict(problems=smoke_problems(results=results))
+    else:
+        report(_arms(args=args, backlog=BACKLOG))
+
+
+def _arms(*, args: argparse.Namespace, backlog: int) -> list[ArmResult]:
+    return [
         run_arm(
             fairness=arm,
             seconds=args.seconds,
@@ -235,10 +297,11 @@ def main() -> None:
             median_ms=args.median_ms,
             sigma=args.sigma,
             overrides=dict(setting.split("=", 1) for setting in args.set),
+            backlog=backlog,
+            smoke=args.smoke,
         )
         for arm in args.arms.split(",")
     ]
-    report(results)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     .venv/bin/python bench/latency.py --rpm 600 --duration 90                    # a quick look
     .venv/bin/python bench/latency.py --rpm 600 --kill-generation-at 60         # crash mid-run
     .venv/bin/python bench/latency.py --rpm 600 --set DISPATCH_MAX_IN_FLIGHT=200 # try a setting
+    .venv/bin/python bench/latency.py --smoke                                   # seconds (CI)
 
 The worker lines of the root Procfile (orchestrator, generation, send, dead_letter, beat) are
 started exactly as written, only `$VARIABLES` substituted from the environment, against:
@@ -31,6 +32,12 @@ again: the report says how many jobs were stranded in DISPATCHED/GENERATING and 
 took to get back to QUEUED (or to move on at all).
 
 Writes var/bench/latency-<timestamp>.json and prints a table, one column per --rpm.
+Percentiles, utilization and rates are orchestrator.figures'.
+
+--smoke: 600 rpm, 200 ms calls, 3 owners and 60 intros, a reply every 2 s; the run's clock
+starts when the first outreach is sent (the workers' boot varies with the machine's load) and
+lasts 12 s, steady after 3 s; its own scratch database and redis-server. Exits 1 unless work
+and a reply were sent, no email arrived twice or went missing and no Procfile line died.
 """
 
 from __future__ import annotations
@@ -51,20 +58,25 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
 from bench.stack import (
-    OUT,
+    SMOKE_HELP,
     bench_intro,
     bench_lead,
     database_for,
+    out_dir,
     private_redis_django,
     process_trees,
     production_env,
+    smoke_stores,
+    smoke_verdict,
 )
+from orchestrator.figures import per_minute, percentile, ratio, utilization
 
 DB_NAME = "outreach_bench_latency"
 LINES = ("orchestrator", "generation", "reply", "send", "dead_letter", "beat")  # the Procfile's; no web
 IN_FLIGHT = ("dispatched", "generating")
 CALLS_PER_OUTREACH = 3  # plan, context, message (settings.LLM_CALLS_PER_OUTREACH)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+READY_TIMEOUT_S = 90.0  # smoke: from the workers' start to the first email sent, at most
 
 
 # --- one run ---------------------------------------------------------------------------------------
@@ -87,11 +99,11 @@ class Run:
     rpm: int
     leads: int
     steady_s: float = 0.0
-    utilization: float = 0.0
-    own_utilization: float = 0.0
+    utilization: float | None = None
+    own_utilization: float | None = None
     provider_requests: int = 0
     rejected_429: int = 0
-    share_429: float = 0.0
+    share_429: float | None = None
     peak_window_requests: int = 0
     provider_latency_mean_ms: float = 0.0
     in_flight_p50: float | None = None
@@ -103,7 +115,7 @@ class Run:
     reply_p50_s: float | None = None
     reply_p95_s: float | None = None
     sent: int = 0
-    sent_per_min_steady: float = 0.0
+    sent_per_min_steady: float | None = None
     cpu_ms_per_outreach: float | None = None
     cpu_s_steady: dict[str, float] = field(default_factory=dict)
     rss_mb_max: dict[str, float] = field(default_factory=dict)
@@ -126,7 +138,7 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
     from devtools.smtp_sink import SMTPSink
 
     leads = args.leads or math.ceil(1.5 * rpm / CALLS_PER_OUTREACH * args.duration / 60) + 100
-    run, logs = Run(rpm=rpm, leads=leads), OUT / "latency-logs" / f"{rpm}rpm"
+    run, logs = Run(rpm=rpm, leads=leads), out_dir() / "latency-logs" / f"{rpm}rpm"
     for old in logs.glob("*.log"):
         old.unlink()
     database_fresh()
@@ -148,6 +160,8 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
         commands = {name: procfile_argv(name) for name in LINES}  # as written, run by a shell
         for name in LINES:
             workers.start(name, commands[name])
+        if args.smoke:  # the clock starts once the stack sends: its boot time varies with the load
+            first_sent_wait(timeout_s=READY_TIMEOUT_S)
         samples = drive(
             args=args,
             run=run,
@@ -202,6 +216,17 @@ def wait_healthy(url: str, *, timeout_s: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def first_sent_wait(*, timeout_s: float) -> None:
+    from outreach.models import Outreach, State
+
+    started = time.monotonic()
+    while not Outreach.objects.filter(state=State.SENT).exists():
+        if time.monotonic() - started > timeout_s:
+            raise SystemExit(f"smoke: FAIL: nothing sent {timeout_s:.0f} s after the workers started")
+        time.sleep(0.5)
+    print(f"  first outreach sent {time.monotonic() - started:.0f}s after the workers started", flush=True)
 
 
 def database_fresh() -> None:
@@ -329,21 +354,19 @@ def sample_take(*, t: float, workers: Any, stats_url: str, offset: dict[str, flo
 def figures(
     *, run: Run, args: argparse.Namespace, samples: list[Sample], stats: dict[str, Any], sink: Any
 ) -> None:
-    from orchestrator.figures import percentile
-
     def pct(values: list[float], fraction: float) -> float | None:
         found = percentile(values=values, fraction=fraction)
         return None if found is None else round(found, 2)
 
     steady = [s for s in samples if s.t_s >= args.warmup]
     first, last = steady[0], steady[-1]
-    minutes = (last.t_s - first.t_s) / 60
-    run.steady_s = round(last.t_s - first.t_s, 1)
+    seconds = last.t_s - first.t_s
+    run.steady_s = round(seconds, 1)
     own, foreign = last.admitted - first.admitted, last.shared_admitted - first.shared_admitted
-    run.utilization = round((own + foreign) / (run.rpm * minutes), 4)
-    run.own_utilization = round(own / (run.rpm * minutes), 4)
+    run.utilization = _round(utilization(used=own + foreign, limit_per_min=run.rpm, seconds=seconds), 4)
+    run.own_utilization = _round(utilization(used=own, limit_per_min=run.rpm, seconds=seconds), 4)
     run.provider_requests, run.rejected_429 = stats["requests"], stats["rejected_429"]
-    run.share_429 = round(run.rejected_429 / max(run.provider_requests, 1), 4)
+    run.share_429 = _round(ratio(run.rejected_429, run.provider_requests), 4)
     run.peak_window_requests = stats["peak_window"]["requests"]
     run.provider_latency_mean_ms = stats["latency"]["mean_ms"]
     run.in_flight_p50 = pct([s.in_flight for s in steady], 0.5)
@@ -351,17 +374,19 @@ def figures(
     run.provider_in_flight_p50 = pct([s.provider_in_flight for s in steady], 0.5)
     run.provider_in_flight_p95 = pct([s.provider_in_flight for s in steady], 0.95)
     run.sent, sent_steady = samples[-1].sent, last.sent - first.sent
-    run.sent_per_min_steady = round(sent_steady / minutes, 1)
+    run.sent_per_min_steady = _round(per_minute(count=sent_steady, seconds=seconds), 1)
     run.cpu_s_steady = {n: round(last.cpu_s[n] - first.cpu_s[n], 1) for n in LINES}
-    run.cpu_ms_per_outreach = (
-        round(1000 * sum(run.cpu_s_steady.values()) / sent_steady, 1) if sent_steady else None
-    )
+    run.cpu_ms_per_outreach = _round(ratio(1000 * sum(run.cpu_s_steady.values()), sent_steady), 1)
     run.rss_mb_max = {n: round(max(s.rss_kb[n] for s in samples) / 1024, 1) for n in LINES}
     reply_figures(run=run, pct=pct)
     sink_figures(run=run, sink=sink)
     if run.kill:
         kill_figures(run=run, pct=pct)
     run.samples = [asdict(s) for s in samples]
+
+
+def _round(value: float | None, places: int) -> float | None:
+    return None if value is None else round(value, places)
 
 
 def reply_figures(*, run: Run, pct: Any) -> None:
@@ -423,11 +448,11 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
     rows: list[tuple[str, list[str]]] = [
         ("limit (requests/min)", [f"{r.rpm:,}" for r in runs]),
         ("leads seeded / replies created", [f"{r.leads:,} / {r.replies_created}" for r in runs]),
-        ("utilization (key, steady)", [f"{100 * r.utilization:.1f}%" for r in runs]),
-        ("  this product's share", [f"{100 * r.own_utilization:.1f}%" for r in runs]),
+        ("utilization (key, steady)", [_percent(r.utilization, 1) for r in runs]),
+        ("  this product's share", [_percent(r.own_utilization, 1) for r in runs]),
         (
             "429 share",
-            [f"{100 * r.share_429:.2f}% ({r.rejected_429} of {r.provider_requests:,})" for r in runs],
+            [f"{_percent(r.share_429, 2)} ({r.rejected_429} of {r.provider_requests:,})" for r in runs],
         ),
         ("peak requests in a 60 s window", [f"{r.peak_window_requests:,}" for r in runs]),
         ("provider latency mean", [f"{r.provider_latency_mean_ms / 1000:.2f} s" for r in runs]),
@@ -440,7 +465,7 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
             "reply p50 / p95 (created -> sent)",
             [pair(r.reply_p50_s, r.reply_p95_s, " s") + f" ({r.replies_sent} sent)" for r in runs],
         ),
-        ("outreach sent (run) / per min (steady)", [f"{r.sent:,} / {r.sent_per_min_steady:g}" for r in runs]),
+        ("outreach sent (run) / per min (steady)", [f"{r.sent:,} / {r.sent_per_min_steady}" for r in runs]),
         (
             "CPU ms per outreach (steady)",
             ["-" if r.cpu_ms_per_outreach is None else f"{r.cpu_ms_per_outreach:g}" for r in runs],
@@ -484,8 +509,21 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _percent(value: float | None, places: int) -> str:
+    return "-" if value is None else f"{100 * value:.{places}f}%"
+
+
 def main() -> None:
     args = arguments()
+    if args.smoke:
+        with smoke_stores():
+            runs = runs_all(args=args)
+        smoke_verdict(problems=smoke_problems(runs=runs))
+    else:
+        runs_all(args=args)
+
+
+def runs_all(*, args: argparse.Namespace) -> list[Run]:
     runs = []
     with private_redis_django(db_name=DB_NAME) as redis_url:
         import redis
@@ -495,12 +533,31 @@ def main() -> None:
             redis.Redis.from_url(redis_url).flushall()
             runs.append(run_once(args=args, rpm=rpm, redis_url=redis_url))
     print("\n" + table(runs, args))
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"latency-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out_dir().mkdir(parents=True, exist_ok=True)
+    path = out_dir() / f"latency-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     path.write_text(
         json.dumps({"args": vars(args), "runs": [asdict(r) for r in runs]}, indent=1, default=str)
     )
-    print(f"\nwrote {path}; process logs in {OUT / 'latency-logs'}")
+    print(f"\nwrote {path}; process logs in {out_dir() / 'latency-logs'}")
+    return runs
+
+
+def smoke_problems(*, runs: list[Run]) -> list[str]:
+    """Broken, not slow: nothing sent in the steady window, no reply sent, an email twice or
+    SENT and never received, a Procfile line that died."""
+    problems = []
+    for r in runs:
+        if not r.sent_per_min_steady:
+            problems.append(f"{r.rpm} rpm: nothing sent in the steady window")
+        if not r.replies_sent:
+            problems.append(f"{r.rpm} rpm: no reply sent (of {r.replies_created})")
+        if r.duplicates or r.sent_not_received:
+            problems.append(
+                f"{r.rpm} rpm: {r.duplicates} duplicates, {r.sent_not_received} SENT not received"
+            )
+        if r.dead_processes:
+            problems.append(f"{r.rpm} rpm: died: {', '.join(r.dead_processes)}")
+    return problems
 
 
 def arguments() -> argparse.Namespace:
@@ -545,7 +602,11 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--settle-s", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke:
+        args.rpm, args.median_ms, args.sigma, args.owners, args.leads = ["600"], 200.0, 0.0, 3, 60
+        args.duration, args.warmup, args.reply_every, args.settle_s = 30.0, 3.0, 2.0, 2.0
     try:
         args.rpm = [int(v) for chunk in args.rpm or ["600,3000"] for v in chunk.split(",") if v.strip()]
     except ValueError:
@@ -565,8 +626,11 @@ def arguments() -> argparse.Namespace:
         if not ok:
             parser.error(f"{flag}: {message}")
     args.warmup = min(60.0, args.duration / 3) if args.warmup is None else args.warmup
-    if not 0 <= args.warmup < args.duration - 10:
-        parser.error("--warmup: must leave at least 10 s of --duration")
+    if args.smoke:  # past the checks: a full run needs 30 s, a smoke run a steady window at all
+        args.duration = 12.0
+    steady_s = 5 if args.smoke else 10
+    if not 0 <= args.warmup < args.duration - steady_s:
+        parser.error(f"--warmup: must leave at least {steady_s} s of --duration")
     if args.kill_generation_at is not None and not 0 < args.kill_generation_at < args.duration:
         parser.error("--kill-generation-at: must fall inside --duration")
     return args

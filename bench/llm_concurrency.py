@@ -1,14 +1,17 @@
 """Many slow LLM calls in one process: the threads pool's way against an asyncio client (run by hand).
 
     .venv/bin/python bench/llm_concurrency.py [--calls 200] [--latency-ms 3000]
+    .venv/bin/python bench/llm_concurrency.py --smoke   # 20 calls of 200 ms each way (CI)
 
 Starts llm_sim (limits far above the load, `--latency-ms` mean, no jitter), then in a fresh
 interpreter per mode, with Django set up as in a worker, makes `--calls` chat completions at
 once and prints wall time, CPU seconds (user + system) and peak RSS:
-- threads: one OS thread per call through the product's client (nurture.writing.llm.chat: the sync
-  openai client, one shared connection pool), as a `--pool threads` generation worker runs;
+- threads: one OS thread per call through the product's client (nurture.writing.llm.chat: plain
+  JSON over one shared httpx2 connection pool), as a `--pool threads` generation worker runs;
 - asyncio: one coroutine per call through openai.AsyncOpenAI on one event loop.
 Figures and the choice they support: docs/benchmarks.md.
+
+--smoke makes 20 calls of 200 ms each way and exits 1 unless every call answered, in both.
 """
 
 from __future__ import annotations
@@ -100,11 +103,44 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=3000)
     parser.add_argument("--mode", choices=["threads", "asyncio"], help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="20 calls of 200 ms; exit 1 if any failed")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.mode:  # the child: one measurement
         print(json.dumps(_measure(args.mode, calls=args.calls, base_url=args.base_url)))
         return
+    if args.smoke:
+        args.calls, args.latency_ms = 20, 200.0
+    from bench.stack import smoke_verdict
+
+    results = _compare(calls=args.calls, latency_ms=args.latency_ms)
+    if args.smoke:
+        smoke_verdict(
+            problems=[
+                f"{mode}: {r['ok']:.0f} of {args.calls} calls answered"
+                for mode, r in results.items()
+                if r["ok"] != args.calls
+            ]
+        )
+
+
+def _wait_healthy(url: str, *, timeout_s: float = 60.0) -> None:
+    """Until llm_sim answers (it boots Django first: seconds on a loaded machine)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _compare(*, calls: int, latency_ms: float) -> dict[str, dict[str, float]]:
+    """Start llm_sim, measure each mode in a fresh interpreter; mode -> its figures."""
     from devtools.processes import free_port
 
     port = free_port()
@@ -120,19 +156,20 @@ def main() -> None:
             "--tpm",
             "1000000000",
             "--latency-ms",
-            str(args.latency_ms),
+            str(latency_ms),
             "--jitter-ms",
             "0",
             "--log-every",
             "0",
         ],
         cwd=ROOT,
-        env={**os.environ, "DJANGO_DEBUG": "1"},
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    results = {}
     try:
-        time.sleep(3)
+        _wait_healthy(f"http://127.0.0.1:{port}/health")
         for mode in ("threads", "asyncio"):
             child = [
                 sys.executable,
@@ -140,15 +177,17 @@ def main() -> None:
                 "--mode",
                 mode,
                 "--calls",
-                str(args.calls),
+                str(calls),
                 "--base-url",
                 f"http://127.0.0.1:{port}/v1",
             ]
             out = subprocess.run(child, cwd=ROOT, capture_output=True, text=True, check=True).stdout
-            print(mode, out.strip().splitlines()[-1])
+            print(mode, out.strip().splitlines()[-1], flush=True)
+            results[mode] = json.loads(out.strip().splitlines()[-1])
     finally:
         sim.terminate()
         sim.wait(10)
+    return results
 
 
 if __name__ == "__main__":

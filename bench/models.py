@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/models.py --mode split --duration 150   # small for plan+context, large for the message
     .venv/bin/python bench/models.py --mode pool --duration 150    # one model on two deployments, one fails
+    .venv/bin/python bench/models.py --smoke [--mode pool]        # seconds (CI runs split)
 
 split: one llm_sim serving `small` (--small-rpm, default 600) and `large` (--large-rpm, 120),
 each with limits of its own (tokens never bind); LLM_DEPLOYMENTS names both, LLM_STEP_MODELS
@@ -18,6 +19,12 @@ interval, nothing dead-lettered.
 The worker lines of the root Procfile run as written (bench/latency.py's stack: a private
 redis-server, scratch PostgreSQL `outreach_bench_latency`, an SMTP sink), at --median-ms
 provider latency. Writes var/bench/models-<mode>-<timestamp>.json and prints the figures.
+Utilization, rates and shares are orchestrator.figures'.
+
+--smoke: split unless --mode says pool, 200 ms calls, 3 owners; the clock starts when the first
+outreach is sent (the workers' boot varies with the load) and runs 12 s, steady after 3 s (pool:
+the failure at 6 s), on its own scratch database and redis-server. Exits 1 unless work was
+sent, none went dead, and (split) the large model was used.
 """
 
 from __future__ import annotations
@@ -34,10 +41,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.latency import DB_NAME, LINES, database_fresh, http_json, seed, wait_healthy
-from bench.stack import OUT, private_redis_django, production_env
+from bench.latency import (
+    DB_NAME,
+    LINES,
+    READY_TIMEOUT_S,
+    database_fresh,
+    first_sent_wait,
+    http_json,
+    seed,
+    wait_healthy,
+)
+from bench.stack import SMOKE_HELP, out_dir, private_redis_django, production_env, smoke_stores, smoke_verdict
+from orchestrator.figures import per_minute, ratio, utilization
 
 TPM = 100_000_000  # tokens never bind: the request limits are what is measured
+SETTLE_S = 10.0  # pool: the survivor's figure starts this long after the failure (the breaker opens)
 
 
 def sim_argv(*, port: int, models: list[tuple[str, int]], median_ms: float) -> list[str]:
@@ -66,11 +84,14 @@ def counts(stats: dict[str, Any], model: str) -> tuple[int, int]:
     return int(row["admitted"]), int(row["rejected_429"])
 
 
-def steady_rate(samples: list[dict[str, Any]], key: str, *, start_s: float, end_s: float) -> float:
-    """Admitted per minute between the first sample at or after start_s and the last before end_s."""
+def steady_window(
+    samples: list[dict[str, Any]], key: str, *, start_s: float, end_s: float
+) -> tuple[int, float]:
+    """Admitted between the first sample at or after start_s and the last before end_s, and
+    the seconds between them."""
     window = [s for s in samples if start_s <= s["t"] <= end_s]
     first, last = window[0], window[-1]
-    return (last[key] - first[key]) / ((last["t"] - first["t"]) / 60)
+    return last[key] - first[key], last["t"] - first["t"]
 
 
 def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
@@ -104,7 +125,7 @@ def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     leads = math.ceil(1.5 * jobs_per_min * args.duration / 60) + 100
     database_fresh()
     sink = SMTPSink().start()
-    logs = OUT / "models-logs" / args.mode
+    logs = out_dir() / "models-logs" / args.mode
     env = stack(deployments=deployments, steps=steps, sink_port=sink.port, redis_url=redis_url)
     provider, workers = ProcessGroup(log_dir=logs, env=env), ProcessGroup(log_dir=logs, env=env)
     samples: list[dict[str, Any]] = []
@@ -118,6 +139,8 @@ def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
             wait_healthy(f"http://127.0.0.1:{port}/health")
         for name in LINES:
             workers.start(name, procfile_argv(name))
+        if args.smoke:  # the clock starts once the stack sends: its boot time varies with the load
+            first_sent_wait(timeout_s=READY_TIMEOUT_S)
         started = time.monotonic()
         while (t := time.monotonic() - started) < args.duration:
             if pool and failed_at is None and t >= args.fail_at:
@@ -169,36 +192,38 @@ def figures(
     last = samples[-1]
     if args.mode == "split":
         end = last["t"]
-        large = steady_rate(samples, "0:large", start_s=args.warmup, end_s=end)
-        small = steady_rate(samples, "0:small", start_s=args.warmup, end_s=end)
+        large, seconds = steady_window(samples, "0:large", start_s=args.warmup, end_s=end)
+        small, _ = steady_window(samples, "0:small", start_s=args.warmup, end_s=end)
         refused = last["0:large:429"] + last["0:small:429"]
         return {
-            "large_utilization": large / args.large_rpm,
-            "small_utilization": small / args.small_rpm,
-            "large_per_min": large,
-            "small_per_min": small,
-            "share_429": refused / max(1, last["0:large"] + last["0:small"] + refused),
+            "large_utilization": utilization(used=large, limit_per_min=args.large_rpm, seconds=seconds),
+            "small_utilization": utilization(used=small, limit_per_min=args.small_rpm, seconds=seconds),
+            "large_per_min": per_minute(count=large, seconds=seconds),
+            "small_per_min": per_minute(count=small, seconds=seconds),
+            "share_429": ratio(refused, last["0:large"] + last["0:small"] + refused),
             "sent": last["sent"],
             "dead": last["dead"],
         }
     end = (failed_at or last["t"]) - 0.5  # the last sample before the failure
     both = [{**s, "both": s.get("0:big", 0) + s.get("1:big", 0)} for s in samples if "1:big" in s]
-    combined = steady_rate(both, "both", start_s=args.warmup, end_s=end)
-    after = (
-        steady_rate(samples, "0:big", start_s=(failed_at or 0) + 10, end_s=last["t"]) if failed_at else None
-    )
+    combined, seconds = steady_window(both, "both", start_s=args.warmup, end_s=end)
+    survivor = None
+    if failed_at:
+        after, after_s = steady_window(samples, "0:big", start_s=failed_at + SETTLE_S, end_s=last["t"])
+        survivor = utilization(used=after, limit_per_min=args.pool_rpm, seconds=after_s)
     refused = last.get("0:big:429", 0) + max(s.get("1:big:429", 0) for s in samples)
     return {
-        "combined_utilization_before_failure": combined / (2 * args.pool_rpm),
-        "combined_per_min": combined,
-        "survivor_utilization_after_failure": None if after is None else after / args.pool_rpm,
+        "combined_utilization_before_failure": utilization(
+            used=combined, limit_per_min=2 * args.pool_rpm, seconds=seconds
+        ),
+        "combined_per_min": per_minute(count=combined, seconds=seconds),
+        "survivor_utilization_after_failure": survivor,
         "failed_at_s": failed_at,
         "breaker_open_after_s": None
         if failed_at is None or breaker_open_at is None
         else breaker_open_at - failed_at,
         "not_found_404s": last.get("1:unknown", 0),
-        "share_429": refused
-        / max(1, last.get("0:big", 0) + max(s.get("1:big", 0) for s in samples) + refused),
+        "share_429": ratio(refused, last.get("0:big", 0) + max(s.get("1:big", 0) for s in samples) + refused),
         "sent": last["sent"],
         "dead": last["dead"],
     }
@@ -208,7 +233,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mode", choices=("split", "pool"), required=True)
+    parser.add_argument("--mode", choices=("split", "pool"), help="required, but split with --smoke")
     parser.add_argument("--duration", type=float, default=150.0)
     parser.add_argument("--warmup", type=float, default=40.0, help="Seconds before the steady window.")
     parser.add_argument("--median-ms", type=float, default=300.0)
@@ -219,14 +244,41 @@ def main() -> None:
         "--fail-at", type=float, default=110.0, help="pool: when the second deployment fails."
     )
     parser.add_argument("--owners", type=int, default=20)
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
+    if args.smoke:
+        args.mode = args.mode or "split"
+        args.duration, args.warmup, args.fail_at, args.median_ms, args.owners = 12.0, 3.0, 6.0, 200.0, 3
+        with smoke_stores():
+            result = measure(args=args)
+        smoke_verdict(problems=smoke_problems(result=result, mode=args.mode))
+    elif args.mode is None:
+        parser.error("--mode: required (split or pool)")
+    else:
+        measure(args=args)
+
+
+def measure(*, args: argparse.Namespace) -> dict[str, Any]:
     with private_redis_django(db_name=DB_NAME) as redis_url:
         result = run(args, redis_url)
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"models-{args.mode}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out_dir().mkdir(parents=True, exist_ok=True)
+    path = out_dir() / f"models-{args.mode}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps({"args": vars(args), "figures": result}, indent=1))
     print(f"wrote {path}")
+    return result
+
+
+def smoke_problems(*, result: dict[str, Any], mode: str) -> list[str]:
+    """Broken, not slow: nothing sent, work gone dead, or (split) the large model never called."""
+    problems = []
+    if not result["sent"]:
+        problems.append("nothing sent")
+    if result["dead"]:
+        problems.append(f"{result['dead']} outreach dead")
+    if mode == "split" and not result["large_utilization"]:
+        problems.append("the large model admitted nothing in the steady window")
+    return problems
 
 
 if __name__ == "__main__":

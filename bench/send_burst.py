@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/send_burst.py                              # 5,000 drafts at 20/s
     .venv/bin/python bench/send_burst.py --drafts 1000 --rate 10      # a quick look
+    .venv/bin/python bench/send_burst.py --smoke                      # seconds (CI)
 
 --drafts written drafts of --owners sellers (review required) in --domains organizations, each
 sending from its own domain, are approved at once (nurture.review.drafts_approve, what the
@@ -22,6 +23,11 @@ arrival times (time.time() at DATA):
 - sent per owner and per domain against their caps (must be <=); what the waiting rows say.
 
 Writes var/bench/send-burst-<timestamp>.json and prints the figures.
+
+--smoke: 60 drafts of 4 owners in 2 domains at 10/s, every fourth owner's limit 5, each
+domain's day 20 (both kinds of cap bind), done after 3 quiet seconds, on its own scratch
+database and redis-server. Exits 1 unless mail left, no email twice, no cap exceeded, no
+second over the rate and no Procfile line died.
 """
 
 from __future__ import annotations
@@ -38,7 +44,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.stack import OUT, bench_intro, bench_lead, database_for, private_redis_django
+from bench.stack import (
+    SMOKE_HELP,
+    bench_intro,
+    bench_lead,
+    database_for,
+    out_dir,
+    private_redis_django,
+    smoke_stores,
+    smoke_verdict,
+)
 from orchestrator.figures import event_rate, most_in_window, window_counts
 
 DB_NAME = "outreach_bench_send_burst"
@@ -172,7 +187,7 @@ def run(*, args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     from devtools.procfile import procfile_argv
     from devtools.smtp_sink import SMTPSink
 
-    logs = OUT / "send-burst-logs"
+    logs = out_dir() / "send-burst-logs"
     for old in logs.glob("*.log"):
         old.unlink()
     from django.core.management import call_command
@@ -210,13 +225,36 @@ def run(*, args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
 
 def main() -> None:
     args = arguments()
+    if args.smoke:
+        with smoke_stores():
+            result = measure(args=args)
+        smoke_verdict(problems=smoke_problems(result=result, rate=args.rate))
+    else:
+        measure(args=args)
+
+
+def measure(*, args: argparse.Namespace) -> dict[str, Any]:
     with private_redis_django(db_name=DB_NAME) as redis_url:
         result = run(args=args, redis_url=redis_url)
     print(json.dumps(result, indent=1))
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"send-burst-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out_dir().mkdir(parents=True, exist_ok=True)
+    path = out_dir() / f"send-burst-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps({"args": vars(args), "result": result}, indent=1, default=str))
-    print(f"\nwrote {path}; process logs in {OUT / 'send-burst-logs'}")
+    print(f"\nwrote {path}; process logs in {out_dir() / 'send-burst-logs'}")
+    return result
+
+
+def smoke_problems(*, result: dict[str, Any], rate: int) -> list[str]:
+    """Broken, not slow: no mail left, an email twice, a cap or the rate not held, a line died."""
+    checks = [
+        (result["arrivals"] > 0, "no email arrived"),
+        (not result["duplicates"], f"{result['duplicates']} emails arrived twice"),
+        (not result["owners_over_limit"], f"owners over their limit: {result['owners_over_limit']}"),
+        (not result["domains_over_cap"], f"domains over their cap: {result['domains_over_cap']}"),
+        (result["most_in_1s"] <= rate, f"{result['most_in_1s']} emails in one second, rate {rate}"),
+        (not result["dead_processes"], f"died: {result['dead_processes']}"),
+    ]
+    return [problem for ok, problem in checks if not ok]
 
 
 def arguments() -> argparse.Namespace:
@@ -236,7 +274,12 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--quiet-s", type=float, default=15.0)
     parser.add_argument("--timeout-s", type=float, default=600.0)
-    return parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args()
+    if args.smoke:
+        args.drafts, args.owners, args.domains, args.rate = 60, 4, 2, 10
+        args.domain_daily, args.owner_daily, args.quiet_s, args.timeout_s = 20, 5, 3.0, 120.0
+    return args
 
 
 if __name__ == "__main__":

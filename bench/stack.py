@@ -8,6 +8,12 @@ its figure functions) must not point this process at a scratch database.
 
     url = database_for(name="outreach_bench")
     django_start(env=django_env(database_url=url, redis_url=redis_for(db=14)))
+
+Every bench has a smoke mode (`--smoke`: tiny sizes, seconds, the same code path; tests/bench
+runs them in CI). A smoke run keeps to stores of its own (`smoke_stores`): its databases are
+named with a per-process suffix and dropped at the end, and its Redis is a private
+redis-server, so it never drops or empties what the test suite, a full bench or another smoke
+run is using at the same time.
 """
 
 from __future__ import annotations
@@ -27,10 +33,29 @@ OUT = ROOT / "var" / "bench"  # reports, charts and process logs of the benches
 POSTGRES = "postgres://postgres@127.0.0.1:5432"  # local server, user postgres, trust auth
 
 
+def out_dir() -> Path:
+    """Where a bench writes its reports, charts and process logs: var/bench, or var/bench/smoke
+    in a smoke run, which must never overwrite (or delete the logs of) a full run's."""
+    return OUT / "smoke" if os.environ.get(SUFFIX, "").startswith("_smoke_") else OUT
+
+
+# Set by smoke_stores (and inherited by a bench's workers, which ignore them): the suffix of
+# every scratch database name, and the private redis-server that stands in for local Redis.
+SUFFIX = "BENCH_SCRATCH_SUFFIX"
+REDIS_SERVER = "BENCH_REDIS_SERVER"
+
+
+def scratch_name(*, name: str) -> str:
+    """`name` with this run's suffix (BENCH_SCRATCH_SUFFIX; a smoke run's is `_smoke_<pid>`)."""
+    return name + os.environ.get(SUFFIX, "")
+
+
 def scratch_database(*, name: str) -> str:
-    """Drop and create the PostgreSQL database `name` (a bench's own, never a real one); its URL."""
+    """Drop and create the PostgreSQL database `name` (a bench's own, never a real one; with
+    this run's suffix); its URL."""
     import psycopg
 
+    name = scratch_name(name=name)
     with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as conn:
         # WITH (FORCE): a previous run killed half-way may still hold connections to it.
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -45,8 +70,58 @@ def database_for(*, name: str) -> str:
 
 
 def redis_for(*, db: int) -> str:
-    """BENCH_REDIS_URL when it is set, else local Redis database `db` (django_start empties it)."""
-    return os.environ.get("BENCH_REDIS_URL") or f"redis://127.0.0.1:6379/{db}"
+    """BENCH_REDIS_URL when it is set, else database `db` of local Redis (of the smoke run's
+    private redis-server in a smoke run). django_start empties it."""
+    server = os.environ.get(REDIS_SERVER, "redis://127.0.0.1:6379")
+    return os.environ.get("BENCH_REDIS_URL") or f"{server}/{db}"
+
+
+@contextmanager
+def smoke_stores() -> Iterator[None]:
+    """A smoke run's own stores, for the `with` block: scratch databases named `<name>_smoke_<pid>`
+    and dropped at the end, and a private redis-server for every Redis database the bench names
+    (redis_for). BENCH_DATABASE_URL and BENCH_REDIS_URL are ignored: a smoke run truncates and
+    flushes, and must never do it to a database someone pointed a full run at."""
+    from devtools.processes import RedisServer
+
+    for variable in ("BENCH_DATABASE_URL", "BENCH_REDIS_URL"):
+        os.environ.pop(variable, None)
+    os.environ[SUFFIX] = f"_smoke_{os.getpid()}"
+    server = RedisServer().start()
+    os.environ[REDIS_SERVER] = f"redis://127.0.0.1:{server.port}"
+    try:
+        yield
+    finally:
+        server.stop()
+        _drop_suffixed(suffix=os.environ[SUFFIX])
+
+
+def _drop_suffixed(*, suffix: str) -> None:
+    """Drop every database this smoke run created (their names end with its suffix)."""
+    import psycopg
+    from django.conf import settings
+
+    if settings.configured:  # this process's own connections first, if Django was set up
+        from django.db import connections
+
+        connections.close_all()
+    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT datname FROM pg_database WHERE right(datname, %s) = %s", [len(suffix), suffix]
+        ).fetchall()
+        for (name,) in names:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+SMOKE_HELP = "a few seconds on tiny sizes, own scratch stores; exit 1 when the run is broken (CI)"
+
+
+def smoke_verdict(*, problems: list[str]) -> None:
+    """End a smoke run: print what is wrong and exit 1 (CI fails), or say it passed."""
+    if problems:
+        print("smoke: FAIL: " + "; ".join(problems), flush=True)
+        raise SystemExit(1)
+    print("smoke: OK", flush=True)
 
 
 def django_env(*, database_url: str, redis_url: str, **settings: str) -> dict[str, str]:
@@ -66,12 +141,14 @@ def django_env(*, database_url: str, redis_url: str, **settings: str) -> dict[st
 
 def django_start(*, env: Mapping[str, str]) -> None:
     """Point this process at `env` (its DATABASE_URL and REDIS_URL are the bench's scratch
-    stores), set Django up, empty that Redis database and migrate the database."""
+    stores), set Django up with logging at WARNING (this process seeds and measures: a line per
+    transition would bury its figures), empty that Redis database and migrate the database."""
     os.environ.update(env)
     import django
     import redis
 
     django.setup()
+    logging.getLogger().setLevel(logging.WARNING)
     from django.core.management import call_command
 
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
@@ -106,7 +183,9 @@ def private_redis_django(*, db_name: str) -> Iterator[str]:
     from devtools.processes import RedisServer
 
     os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1")
-    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL") or f"{POSTGRES}/{db_name}"
+    os.environ["DATABASE_URL"] = (
+        os.environ.get("BENCH_DATABASE_URL") or f"{POSTGRES}/{scratch_name(name=db_name)}"
+    )
     redis_server = RedisServer().start()
     os.environ["REDIS_URL"] = redis_server.url
     try:

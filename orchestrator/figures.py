@@ -2,8 +2,8 @@
 
 Pure: no Django, no database. The dashboard, `queue_stats`, `/metrics`, the demo report and
 the benchmarks (bench/*.py, which import this before Django is set up, or never set it up)
-all compute percentiles and rates here, so a figure with the same name means the same thing
-everywhere. The figures that need the database (latency per tier, retries and completed work
+all compute percentiles, rates, utilization and fairness here, so a figure with the same name
+means the same thing everywhere. The figures that need the database (latency per tier, retries and completed work
 in a window) have one selector each in activity.py, built on these.
 """
 
@@ -57,6 +57,27 @@ def quantiles_of(values: Iterable[float]) -> Quantiles:
 def ratio(part: float, whole: float) -> float | None:
     """part / whole; None (no data), not 0 or a division error, when `whole` is 0."""
     return part / whole if whole else None
+
+
+def per_minute(*, count: float, seconds: float) -> float | None:
+    """`count` events in `seconds`, per minute; None when no time passed."""
+    return ratio(60 * count, seconds)
+
+
+def utilization(*, used: float, limit_per_min: float, seconds: float) -> float | None:
+    """The share of a per-minute limit (requests or tokens) that `used`, admitted over
+    `seconds`, took: used / (limit_per_min x seconds / 60). 1.0 is the whole limit; a figure
+    above 1 means the limit was not held. None with no time or no limit."""
+    return ratio(used, limit_per_min * seconds / 60)
+
+
+def jain_index(*, shares: Iterable[float]) -> float | None:
+    """Jain's fairness index of `shares` (what each owner got, one value each):
+    (sum x)^2 / (n x sum x^2). 1.0 when every owner got the same, 1/n when one got everything.
+    None with no owners or nothing shared (all zero): an idle run is neither fair nor unfair."""
+    values = list(shares)
+    total, squares = sum(values), sum(v * v for v in values)
+    return ratio(total * total, len(values) * squares)
 
 
 def retry_rate(*, retries: int, completed: int) -> float | None:

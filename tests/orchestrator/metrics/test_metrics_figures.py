@@ -13,10 +13,14 @@ from orchestrator.figures import (
     EMPTY,
     Quantiles,
     event_rate,
+    jain_index,
     most_in_window,
+    per_minute,
     percentile,
     quantiles_of,
+    ratio,
     retry_rate,
+    utilization,
     window_counts,
 )
 
@@ -124,3 +128,71 @@ def test_event_rate_is_events_per_second_first_to_last() -> None:
     assert event_rate(times=[0.0, 0.5, 1.0, 1.5, 2.0]) == 2.0
     assert event_rate(times=[1.0]) is None
     assert event_rate(times=[1.0, 1.0]) is None
+
+
+# (shares, expected): worked out by hand from (sum x)^2 / (n x sum x^2).
+JAIN = [
+    ([], None),  # no owners: no figure
+    ([0, 0, 0], None),  # nothing shared: neither fair nor unfair, not 0
+    ([5], 1.0),  # one owner has everything there is to have
+    ([30, 30, 30, 30], 1.0),  # equal shares
+    ([294, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0.1),  # one of ten got it all: 1 / n (compare.py's plain Celery)
+    ([1, 1, 3, 3], 0.8),  # 8^2 / (4 x 20): a 1:1:3:3 split (fairness.py's count mode, in tokens)
+    ([1, 3], 0.8),  # 4^2 / (2 x 10)
+    ([2.5, 2.5], 1.0),  # token counts or emails alike: any numbers
+]
+
+
+@pytest.mark.parametrize(("shares", "expected"), JAIN)
+def test_jain_index_is_one_when_equal_and_one_over_n_when_one_owner_gets_all(
+    shares: list[float], expected: float | None
+) -> None:
+    # when
+    found = jain_index(shares=shares)
+    # then
+    assert found == (None if expected is None else pytest.approx(expected))
+
+
+@given(shares=st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=30))
+def test_jain_index_lies_between_one_over_n_and_one(shares: list[int]) -> None:
+    found = jain_index(shares=shares)
+    if not any(shares):
+        assert found is None
+    else:
+        assert found is not None
+        assert 1 / len(shares) - 1e-9 <= found <= 1 + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("used", "limit_per_min", "seconds", "expected"),
+    [
+        (300, 300, 60, 1.0),  # a minute at the limit
+        (147, 300, 60, 0.49),
+        (450, 300, 90, 1.0),  # 90 s: the limit allows 1.5 minutes' worth
+        (1188, 600, 120, 0.99),
+        (700, 600, 60, 7 / 6),  # over the limit is reported, not capped
+        (0, 300, 60, 0.0),  # idle is 0, not None
+        (10, 300, 0, None),  # no time: no figure
+        (10, 0, 60, None),  # no limit: no figure
+    ],
+)
+def test_utilization_is_what_was_used_of_the_limit_over_the_window(
+    used: float, limit_per_min: float, seconds: float, expected: float | None
+) -> None:
+    found = utilization(used=used, limit_per_min=limit_per_min, seconds=seconds)
+    assert found == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize(
+    ("count", "seconds", "expected"),
+    [(30, 60, 30.0), (30, 30, 60.0), (5, 150, 2.0), (0, 60, 0.0), (3, 0, None)],
+)
+def test_per_minute_scales_a_count_to_a_minute(count: float, seconds: float, expected: float | None) -> None:
+    assert per_minute(count=count, seconds=seconds) == expected
+
+
+def test_ratio_takes_any_numbers_and_is_none_over_nothing() -> None:
+    assert ratio(3, 4) == 0.75
+    assert ratio(1.5, 0.5) == 3.0
+    assert ratio(1, 0) is None
+    assert ratio(0, 0) is None

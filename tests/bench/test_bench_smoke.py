@@ -1,0 +1,107 @@
+"""Every bench's smoke mode runs and passes, so a change that breaks a bench fails CI.
+
+bench/dispatch.py rotted unseen when columns were added: nothing ran it. Each bench's
+`--smoke` runs its own code path (the same processes and queries as the full run) at a tiny
+size on stores of its own (bench.stack.smoke_stores: databases with a per-process suffix,
+dropped at the end, and a private redis-server), so it can run beside this suite. It exits 1
+when the run is broken; these tests run it as a file, as a person would, with this venv's
+python, and read its figures where that is cheap.
+
+Not benches, so no smoke mode: bench/stack.py (the shared set-up) and bench/naive_app.py (the
+plain-Celery app compare.py starts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = [
+    "assign_leads",
+    "budget",
+    "compare",
+    "dispatch",
+    "fairness",
+    "latency",
+    "llm_concurrency",
+    "models",
+    "send_burst",
+    "soak",
+]
+# A stack bench waits up to 90 s for its workers to boot on a loaded machine, then runs seconds.
+TIMEOUT_S = 280
+
+pytestmark = pytest.mark.slow
+
+
+def smoke(bench: str) -> str:
+    """Run `bench/<bench>.py --smoke`; its output, once it exited 0."""
+    # A developer's BENCH_DATABASE_URL / BENCH_REDIS_URL point a full run at their own stores;
+    # smoke_stores ignores them, and the test does not pass them on either.
+    env = {k: v for k, v in os.environ.items() if k not in ("BENCH_DATABASE_URL", "BENCH_REDIS_URL")}
+    done = subprocess.run(
+        [sys.executable, f"bench/{bench}.py", "--smoke"],
+        cwd=ROOT,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"{bench} --smoke exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    assert done.stdout.rstrip().endswith("smoke: OK"), done.stdout[-3000:]
+    return done.stdout
+
+
+def test_every_bench_has_a_smoke_test() -> None:
+    # a new bench without one would rot as dispatch.py did
+    helpers = {"__init__", "stack", "naive_app"}
+    assert sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem not in helpers) == BENCHES
+
+
+def test_dispatch_smoke_dispatches_a_full_batch_every_cycle_at_two_depths() -> None:
+    out = smoke("dispatch")
+    rows = re.findall(r"^\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\s+([\d,]+)\s", out, re.MULTILINE)
+    assert [depth for depth, *_ in rows] == ["200", "2,000"]
+    assert all(float(p50) > 0 for _, p50, _, _ in rows)
+
+
+def test_soak_smoke_loses_nothing_and_sends_nothing_twice() -> None:
+    out = smoke("soak")
+    assert "result: PASS" in out
+    assert re.search(r"duplicates \(sent twice\)\s+0 \(SENT received twice: 0; SENT not received: 0", out)
+
+
+def test_send_burst_smoke_holds_the_caps_and_the_rate() -> None:
+    out = smoke("send_burst")
+    figures = json.loads(out[out.index("{") : out.rindex("}") + 1])
+    assert figures["arrivals"] > 0
+    assert figures["duplicates"] == 0
+    assert figures["owners_over_limit"] == figures["domains_over_cap"] == {}
+    assert figures["most_in_1s"] <= figures["configured_per_s"]
+
+
+def test_compare_smoke_completes_work_in_both_arms() -> None:
+    out = smoke("compare")
+    jain = re.search(r"fairness across owners \(Jain\)\s+([\d.]+)\s+([\d.]+)", out)
+    assert jain is not None, out[-2000:]
+    assert all(0 < float(value) <= 1 for value in jain.groups())
+
+
+def test_latency_smoke_sends_with_no_duplicates() -> None:
+    out = smoke("latency")
+    assert re.search(r"duplicates at the sink\s+0 \(SENT not received: 0\)", out)
+
+
+@pytest.mark.parametrize("bench", ["assign_leads", "budget", "fairness", "llm_concurrency", "models"])
+def test_bench_smoke_passes(bench: str) -> None:
+    smoke(bench)
