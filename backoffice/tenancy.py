@@ -150,6 +150,31 @@ class TenantUsers(OrganizationScopedAdmin):
         readonly = tuple(super().get_readonly_fields(request, obj))
         return readonly if request.user.is_superuser else (*readonly, *self.escalation_fields)
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Also the password reset (UserAdmin.user_change_password asks this).
+        return super().has_change_permission(request, obj) and self._all_theirs(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Also each row of the bulk delete (Django asks per object).
+        return super().has_delete_permission(request, obj) and self._all_theirs(request, obj)
+
+    @staticmethod
+    def _all_theirs(request: HttpRequest, user: Any) -> bool:
+        """A tenant's power over an account ends where the tenant ends: a superuser, or someone
+        who also belongs to another organization (a member, or the login of its owner), may be
+        seen as a colleague but is changed, reset or deleted only by a superuser."""
+        if user is None or request.user.is_superuser:
+            return True
+        if user.is_superuser:
+            return False
+        theirs = set(
+            Organization.objects.filter(Q(members=user.pk) | Q(owners__user=user.pk)).values_list(
+                "pk", flat=True
+            )
+        )
+        mine = set(Organization.objects.filter(members=request.user.pk).values_list("pk", flat=True))
+        return theirs <= mine
+
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
         if not change and not request.user.is_superuser:

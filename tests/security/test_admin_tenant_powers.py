@@ -196,6 +196,66 @@ def test_a_user_a_tenant_adds_joins_their_organizations() -> None:
     assert list(User.objects.get(username="colleague").organizations.all()) == [org]
 
 
+def _tenant_admin(org: Organization) -> Client:
+    _, client = _tenant(org, "view_user", "change_user", "delete_user")
+    return client
+
+
+def _shared_and_superuser_members(org: Organization) -> list[User]:
+    """A colleague who is also staff of another organization, and a superuser added as a member."""
+    shared = make_user("shared", organizations=[org, make_org()])
+    root = make_user("platform-admin", superuser=True)
+    root.organizations.add(org)
+    return [shared, root]
+
+
+def test_a_tenant_admin_cannot_change_a_shared_user_or_a_superuser_member() -> None:
+    # given a tenant's user administrator, a user shared with another organization, a superuser member
+    org = make_org()
+    client, platform = _tenant_admin(org), superuser_client()
+    for user in _shared_and_superuser_members(org):
+        url = reverse("admin:auth_user_change", args=[user.pk])
+        values = {
+            k: v for k, v in form_values(platform, url).items() if k not in ("date_joined", "last_login")
+        }
+        joined = {
+            "date_joined_0": f"{user.date_joined:%Y-%m-%d}",
+            "date_joined_1": f"{user.date_joined:%H:%M:%S}",
+        }
+        # when the tenant deactivates them, resets their password and deletes them
+        changed = client.post(url, values | joined | {"is_active": ""})
+        password = client.post(
+            reverse("admin:auth_user_password_change", args=[user.pk]),
+            {"password1": "taken-over-pass-9", "password2": "taken-over-pass-9"},
+        )
+        deleted = client.post(reverse("admin:auth_user_delete", args=[user.pk]), {"post": "yes"})
+        bulk = client.post(
+            reverse("admin:auth_user_changelist"),
+            {"action": "delete_selected", "_selected_action": [user.pk], "post": "yes"},
+        )
+        # then every request is refused and the account is as it was
+        assert (changed.status_code, password.status_code, deleted.status_code) == (403, 403, 403), user
+        assert bulk.status_code in (200, 302, 403)
+        user.refresh_from_db()
+        assert (user.is_active, user.check_password("pw")) == (True, True), user.username
+
+
+def test_a_tenant_admin_still_manages_a_colleague_of_their_own_organizations_only() -> None:
+    # given a colleague who is a member of the tenant's organizations and of nothing else
+    org = make_org()
+    client = _tenant_admin(org)
+    colleague = make_user("colleague", organizations=[org])
+    # when the tenant resets the colleague's password
+    response = client.post(
+        reverse("admin:auth_user_password_change", args=[colleague.pk]),
+        {"password1": "a-new-pass-phrase-9", "password2": "a-new-pass-phrase-9"},
+    )
+    # then it is changed
+    assert response.status_code == 302
+    colleague.refresh_from_db()
+    assert colleague.check_password("a-new-pass-phrase-9")
+
+
 # --- queue_stats --org -----------------------------------------------------------------------
 
 
