@@ -4,7 +4,8 @@ A session needs orchestrator.view_queue_health (superusers have it; organization
 not by default). Unless a superuser, the dashboard's figures are of the user's organizations
 only (their rows, owners, dead letters: see queue_health), and each links to the admin list
 behind it, scoped the same way; the shared LLM budget and in-flight sizing are system-wide.
-/metrics is for the operators' scraper and shows everything.
+/metrics shows everything to the operators' scraper (its token) and superusers; a member's
+session allowed on the dashboard gets its organizations' figures only.
 
 Thin: both read `orchestrator.metrics.queue_health.queue_health()`, the one source of the figures.
 """
@@ -62,16 +63,21 @@ def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text format. A scrape needs `Authorization: Bearer <METRICS_TOKEN>` (or a
     session allowed to see the dashboard): settings require the token outside debug, so only
     a debug process (the demo, development) with no token set answers anyone."""
-    if not _may_scrape(request):
-        return HttpResponse(
-            "metrics need a bearer token\n", status=401, headers={"WWW-Authenticate": "Bearer"}
-        )
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    if _platform_scrape(request):
+        return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    if request.user.has_perm(VIEW_PERMISSION):  # a member's session: their organizations' figures
+        scoped = metrics_registry(organization_ids=_organizations_of(request))
+        return HttpResponse(generate_latest(scoped), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse("metrics need a bearer token\n", status=401, headers={"WWW-Authenticate": "Bearer"})
 
 
-def _may_scrape(request: HttpRequest) -> bool:
+def _platform_scrape(request: HttpRequest) -> bool:
+    """Every organization's figures: the scraper's token, a superuser's session, or a debug
+    process without a token (the demo)."""
     token = getattr(settings, "METRICS_TOKEN", "")
-    if not token or request.user.has_perm(VIEW_PERMISSION):
+    if request.user.is_superuser:
         return True
+    if not token:
+        return not request.user.is_authenticated  # a debug process: the demo's anonymous scraper
     given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
     return hmac.compare_digest(given.encode(), token.encode())  # constant time: no timing oracle

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from orchestrator.dispatch.inflight import call_latency_record
 from orchestrator.metrics.budget_use import budget_sample_record
 from outreach.models import ErrorClass, Organization, Outreach, State
-from tests.factories import logged_in, make_lead, make_outreach, make_owner, make_user
+from tests.factories import logged_in, make_lead, make_org, make_outreach, make_owner, make_user
 from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
 
 # The wiring config/urls.py gets: orchestrator's URLs before the admin's catch-all.
@@ -150,3 +150,32 @@ def test_metrics_token_when_set_is_required(redis_client: redis.Redis, settings:
     assert Client().get(url, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert _scrape(Client(), HTTP_AUTHORIZATION="Bearer s3cret")[("outreach_window_seconds", ())] == 86_400
     assert _client(staff=True).get(url).status_code == 200  # a session allowed on the dashboard may look too
+
+
+def test_a_members_session_on_metrics_sees_only_its_organizations(
+    redis_client: redis.Redis, settings: Any
+) -> None:
+    # given two organizations with an owner, queued work and a spend cap each, and a member of
+    # the first allowed on the dashboard (the documented way to give a tenant the figures)
+    settings.METRICS_TOKEN = "s3cret"
+    ours, theirs = (
+        make_org(name="Ours Inc", daily_spend_cap=5),
+        make_org(name="Theirs Ltd", daily_spend_cap=7),
+    )
+    for org, name in ((ours, "Our Agent"), (theirs, "Their Agent")):
+        make_outreach(lead=make_lead(owner=make_owner(organization=org, name=name)))
+    member = make_user("member", permissions=["view_queue_health"], organizations=[ours])
+    # when the member's session and the scraper's token read /metrics
+    as_member = logged_in(member).get(reverse("orchestrator:metrics")).content.decode()
+    as_scraper = _scrape(Client(), HTTP_AUTHORIZATION="Bearer s3cret")
+    # then the member sees their organization's figures and nothing of the other's
+    assert "Ours Inc" in as_member
+    assert "Our Agent" in as_member
+    assert "Theirs Ltd" not in as_member
+    assert "Their Agent" not in as_member
+    assert str(theirs.pk) not in {
+        s.labels.get("organization_id") for f in text_string_to_metric_families(as_member) for s in f.samples
+    }
+    # and the scraper still sees every organization
+    organizations = {dict(labels).get("organization") for _, labels in as_scraper}
+    assert {"Ours Inc", "Theirs Ltd"} <= organizations
