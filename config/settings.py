@@ -300,6 +300,11 @@ RETRY_MAX_RATE_LIMITED = env_int("RETRY_MAX_RATE_LIMITED", 100, minimum=1)
 
 # --- Inbound webhook ------------------------------------------------------------------------
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
+# Request bodies Django reads into memory. The email providers post an inbound reply whole,
+# attachments base64-encoded inside (a reply with a PDF is several MB); Django's 2.5 MB default
+# answered them 400, and the reply was lost. 32 MB takes a reply with tens of MB of email
+# attached (base64 adds a third); only the text is kept, never attachments (docs/email.md).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 32 * 1024 * 1024
 
 # --- Bounces and complaints (orchestrator.controls.deliverability; docs/email.md) ---------------------
 # An owner or sender domain is paused when, over its last BOUNCE_WINDOW_SENDS delivery attempts

@@ -239,3 +239,28 @@ def test_our_answer_to_a_provider_delivered_reply_threads_under_it_on_the_wire(
     # then it names their message, under ours
     message = smtp_sink.wait_for(1)[0].message
     assert (message["In-Reply-To"], message["References"]) == (THEIRS, f"{OURS_A} {THEIRS}")
+
+
+def test_a_ten_megabyte_reply_with_an_attachment_is_recorded_without_it(
+    client: Client, leads: tuple[Lead, Lead]
+) -> None:
+    # given the prospect's answer with a 10 MB PDF attached, as Postmark posts it (base64 inline)
+    pdf = base64.b64encode(b"%PDF-1.4 " + b"x" * (7_500_000)).decode()
+    payload = postmark_payload() | {
+        "Attachments": [
+            {
+                "Name": "terms.pdf",
+                "Content": pdf,
+                "ContentType": "application/pdf",
+                "ContentLength": 7_500_009,
+            }
+        ]
+    }
+    assert len(json.dumps(payload)) > 10_000_000
+    # when the provider posts it
+    response = post(client, "postmark", payload)
+    # then the reply is recorded, its text kept and the attachment not
+    assert response.status_code == 200, response.content[:300]
+    reply = Outreach.objects.get(kind=Outreach.Kind.REPLY)
+    assert reply.context["inbound"]["body"] == "Yes, Tuesday works."
+    assert pdf[:100] not in json.dumps(reply.context)
