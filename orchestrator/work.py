@@ -11,7 +11,7 @@ this module). A job, in the order a worker goes through it:
    `deployment_fault(...)` or `deployment_down(...)`. A send reserves and releases one message
    of the send budget on the `Budget` (`reserve_send`, `release_send`).
 4. settle or refund: `job_settle(...)` (what the calls counted, or all of it back),
-   `reservations_refund(...)` for a job put back before any call.
+   `reservations_known(...)` then `Budget.refund` for a job put back before any call.
 5. finish: `owner_tokens_record(...)`, `replay_outcome_success(...)`; a failure ends through
    `attempts_exhausted`, `dead_letter` or `send_unconfirmed`.
 
@@ -70,7 +70,7 @@ __all__ = [
     "job_settle",
     "owner_tokens_record",
     "replay_outcome_success",
-    "reservations_refund",
+    "reservations_known",
     "send_unconfirmed",
 ]
 
@@ -167,16 +167,15 @@ def job_budget(*, budget: Budget, outreach: Outreach) -> JobBudget:
     return job
 
 
-def reservations_refund(*, budget: Budget, outreach: Outreach) -> None:
-    """Give back every reservation the dispatcher made for a job put back before any call
-    (what was settled already stays settled). Call it after the job's row left GENERATING or
-    DISPATCHED: each reservation's scopes are looked up first (an organization's cap must be
-    known to refund it)."""
+def reservations_known(*, budget: Budget, outreach: Outreach) -> list[str]:
+    """The reservations the dispatcher made for a job, each one's scopes looked up (an
+    organization's cap must be known to refund it: a database read, so call it inside the
+    job's database turn). Refund them with `Budget.refund` after the turn: Redis calls need
+    no connection held."""
     rids = reservation_ids(outreach.reservation_id)
     for rid in rids:
         job_scopes(budget=budget, reservation_id=rid)
-    for rid in rids:
-        budget.refund(reservation_id=rid)
+    return rids
 
 
 def job_settle(*, budget: Budget, usage: JobBudget, refund: bool = False) -> None:

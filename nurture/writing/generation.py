@@ -112,7 +112,9 @@ def _put_back(
             )
         except TransitionLost:
             return None
-        work.reservations_refund(budget=budget, outreach=outreach)
+        rids = work.reservations_known(budget=budget, outreach=outreach)
+    for rid in rids:  # what was settled already stays settled
+        budget.refund(reservation_id=rid)
     log.info("generate put back: %s", note, extra=outreach_log_context(outreach))
     return State.QUEUED
 
