@@ -241,7 +241,11 @@ def unverified_accept(*, unverified_id: int, by_id: int) -> ReplyReceived:
     for that lead, and who accepted it, when, and the reply it became are recorded. Raises
     NotAcceptable when it was accepted already or claims no lead."""
     with transaction.atomic():
-        held = UnverifiedInbound.objects.select_for_update().select_related("lead").get(pk=unverified_id)
+        held = (
+            UnverifiedInbound.objects.select_for_update(of=("self",))
+            .select_related("lead")
+            .get(pk=unverified_id)
+        )
         if held.status != UnverifiedInbound.Status.HELD:
             raise NotAcceptable(f"unverified inbound #{held.pk} was accepted already")
         if held.lead is None:

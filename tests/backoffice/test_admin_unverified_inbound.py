@@ -1,0 +1,121 @@
+"""Unverified inbound in the admin (backoffice/admin/inbound.py): an organization's operators
+read what was held; only those with `accept_unverifiedinbound` accept it as the lead's reply,
+which runs the normal reply intake; another organization's operators neither see nor accept it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from outreach.models import Lead, Organization, Outreach, State, UnverifiedInbound
+from tests.factories import logged_in, make_lead, make_org, make_outreach, make_owner, make_user
+from tests.nurture.intake.test_inbound_trust import post, postmark
+
+pytestmark = pytest.mark.django_db
+
+LIST = "admin:outreach_unverifiedinbound_changelist"
+OURS = "<5f1c0ffee0ddba11c0ffee0ddba11abc@seller-a.example>"
+VIEW = "view_unverifiedinbound"
+ACCEPT = "accept_unverifiedinbound"
+
+
+@pytest.fixture
+def held(client: Client) -> UnverifiedInbound:
+    """Org A's lead emailed (its nudge still waiting); someone else answered that thread."""
+    lead = make_lead(owner=make_owner(organization=make_org(name="Org A")), email="pat@prospect.example")
+    make_outreach(lead=lead, state=State.SENT, sent_at=timezone.now(), message_id=OURS)
+    make_outreach(lead=lead, kind=Outreach.Kind.NUDGE, step=1, not_before=timezone.now())
+    payload = postmark(sender="pat.assistant@prospect.example", in_reply_to=OURS, references=OURS)
+    assert post(client, payload).status_code == 200
+    return UnverifiedInbound.objects.get()
+
+
+def operator(organization: Organization, *permissions: str) -> User:
+    return make_user(permissions=permissions, organizations=[organization])
+
+
+def accept(client: Client, row: UnverifiedInbound) -> Any:
+    return client.post(
+        reverse(LIST), {"action": "accept_selected", "_selected_action": [row.pk]}, follow=True
+    )
+
+
+def test_an_operator_with_the_permission_accepts_it_and_the_normal_intake_runs(
+    held: UnverifiedInbound,
+) -> None:
+    # given an operator of A who may view and accept
+    user = operator(held.organization, VIEW, ACCEPT)  # type: ignore[arg-type]
+    client = logged_in(user)
+    assert "pat.assistant@prospect.example" in client.get(reverse(LIST)).content.decode()
+    # when they accept it
+    response = accept(client, held)
+    # then it is the lead's reply: queued, the sequence stopped, and who did it recorded
+    assert "1 message(s) accepted" in response.content.decode()
+    reply = Outreach.objects.get(kind=Outreach.Kind.REPLY)
+    assert (reply.lead_id, reply.state, reply.in_reply_to) == (held.lead_id, State.QUEUED, held.message_id)
+    assert reply.context["inbound"]["body"] == "Please send the contract to my new address."
+    assert Outreach.objects.get(kind=Outreach.Kind.NUDGE).state == State.CANCELLED
+    assert Lead.objects.get(pk=held.lead_id).status == Lead.Status.REPLIED
+    held.refresh_from_db()
+    assert (held.status, held.accepted_by, held.outreach_id) == ("accepted", user, reply.pk)
+    assert held.accepted_at is not None
+    # and accepting again changes nothing
+    assert "0 message(s) accepted; 1 skipped" in accept(client, held).content.decode()
+    assert Outreach.objects.filter(kind=Outreach.Kind.REPLY).count() == 1
+
+
+def test_without_the_permission_it_can_be_read_but_not_accepted(held: UnverifiedInbound) -> None:
+    client = logged_in(operator(held.organization, VIEW))  # type: ignore[arg-type]
+    page = client.get(reverse(LIST)).content.decode()
+    assert "pat.assistant@prospect.example" in page
+    assert "accept_selected" not in page
+
+    response = client.post(reverse(LIST), {"action": "accept_selected", "_selected_action": [held.pk]})
+
+    assert response.status_code == 403
+    assert not Outreach.objects.filter(kind=Outreach.Kind.REPLY).exists()
+    assert UnverifiedInbound.objects.get().status == "held"
+
+
+def test_another_organizations_operator_neither_sees_nor_accepts_it(held: UnverifiedInbound) -> None:
+    client = logged_in(operator(make_org(name="Org B"), VIEW, ACCEPT))
+
+    assert "pat.assistant" not in client.get(reverse(LIST)).content.decode()
+    change = reverse("admin:outreach_unverifiedinbound_change", args=[held.pk])
+    assert client.get(change).status_code == 404
+    accept(client, held)
+
+    assert not Outreach.objects.filter(kind=Outreach.Kind.REPLY).exists()
+    assert UnverifiedInbound.objects.get().status == "held"
+
+
+def test_it_is_read_only(held: UnverifiedInbound) -> None:
+    client = logged_in(
+        operator(held.organization, VIEW, ACCEPT, "change_unverifiedinbound", "add_unverifiedinbound")
+    )  # type: ignore[arg-type]
+    change = reverse("admin:outreach_unverifiedinbound_change", args=[held.pk])
+
+    client.post(change, {"sender": "lead@prospect.example", "reason": "spam", "status": "accepted"})
+
+    assert client.get(reverse("admin:outreach_unverifiedinbound_add")).status_code == 403
+    assert UnverifiedInbound.objects.values_list("sender", "status").get() == (
+        "pat.assistant@prospect.example",
+        "held",
+    )
+
+
+def test_a_row_of_no_organization_shows_to_superusers_only(held: UnverifiedInbound) -> None:
+    UnverifiedInbound.objects.filter(pk=held.pk).update(organization=None, lead=None)
+    member = logged_in(operator(Organization.objects.get(name="Org A"), VIEW, ACCEPT))
+    superuser = logged_in(make_user(superuser=True))
+
+    assert "pat.assistant" not in member.get(reverse(LIST)).content.decode()
+    assert "pat.assistant" in superuser.get(reverse(LIST)).content.decode()
+    # and with no claimed lead there is nothing to accept it for
+    assert "names no lead" in accept(superuser, held).content.decode()
