@@ -36,6 +36,10 @@ def held(client: Client) -> UnverifiedInbound:
     return UnverifiedInbound.objects.get()
 
 
+def org_a() -> Organization:
+    return Organization.objects.get(name="Org A")
+
+
 def operator(organization: Organization, *permissions: str) -> User:
     return make_user(permissions=permissions, organizations=[organization])
 
@@ -50,7 +54,7 @@ def test_an_operator_with_the_permission_accepts_it_and_the_normal_intake_runs(
     held: UnverifiedInbound,
 ) -> None:
     # given an operator of A who may view and accept
-    user = operator(held.organization, VIEW, ACCEPT)  # type: ignore[arg-type]
+    user = operator(org_a(), VIEW, ACCEPT)
     client = logged_in(user)
     assert "pat.assistant@prospect.example" in client.get(reverse(LIST)).content.decode()
     # when they accept it
@@ -61,7 +65,7 @@ def test_an_operator_with_the_permission_accepts_it_and_the_normal_intake_runs(
     assert (reply.lead_id, reply.state, reply.in_reply_to) == (held.lead_id, State.QUEUED, held.message_id)
     assert reply.context["inbound"]["body"] == "Please send the contract to my new address."
     assert Outreach.objects.get(kind=Outreach.Kind.NUDGE).state == State.CANCELLED
-    assert Lead.objects.get(pk=held.lead_id).status == Lead.Status.REPLIED
+    assert Lead.objects.get().status == Lead.Status.REPLIED
     held.refresh_from_db()
     assert (held.status, held.accepted_by, held.outreach_id) == ("accepted", user, reply.pk)
     assert held.accepted_at is not None
@@ -71,7 +75,7 @@ def test_an_operator_with_the_permission_accepts_it_and_the_normal_intake_runs(
 
 
 def test_without_the_permission_it_can_be_read_but_not_accepted(held: UnverifiedInbound) -> None:
-    client = logged_in(operator(held.organization, VIEW))  # type: ignore[arg-type]
+    client = logged_in(operator(org_a(), VIEW))
     page = client.get(reverse(LIST)).content.decode()
     assert "pat.assistant@prospect.example" in page
     assert "accept_selected" not in page
@@ -96,9 +100,7 @@ def test_another_organizations_operator_neither_sees_nor_accepts_it(held: Unveri
 
 
 def test_it_is_read_only(held: UnverifiedInbound) -> None:
-    client = logged_in(
-        operator(held.organization, VIEW, ACCEPT, "change_unverifiedinbound", "add_unverifiedinbound")
-    )  # type: ignore[arg-type]
+    client = logged_in(operator(org_a(), VIEW, ACCEPT, "change_unverifiedinbound", "add_unverifiedinbound"))
     change = reverse("admin:outreach_unverifiedinbound_change", args=[held.pk])
 
     client.post(change, {"sender": "lead@prospect.example", "reason": "spam", "status": "accepted"})
@@ -112,7 +114,7 @@ def test_it_is_read_only(held: UnverifiedInbound) -> None:
 
 def test_a_row_of_no_organization_shows_to_superusers_only(held: UnverifiedInbound) -> None:
     UnverifiedInbound.objects.filter(pk=held.pk).update(organization=None, lead=None)
-    member = logged_in(operator(Organization.objects.get(name="Org A"), VIEW, ACCEPT))
+    member = logged_in(operator(org_a(), VIEW, ACCEPT))
     superuser = logged_in(make_user(superuser=True))
 
     assert "pat.assistant" not in member.get(reverse(LIST)).content.decode()
