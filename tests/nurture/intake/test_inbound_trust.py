@@ -27,7 +27,14 @@ from devtools.smtp_sink import SMTPSink
 from nurture.mail.sending import outreach_send
 from outreach.models import Lead, Outreach, State
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
-from tests.nurture.intake.test_inbound_email import auth
+from tests.nurture.intake.test_inbound_email import (  # _mailgun_key: Mailgun's signing key, autouse
+    OURS_A,
+    _mailgun_key,  # noqa: F401
+    auth,
+    mailgun_payload,
+    mailgun_signed,
+    sendgrid_payload,
+)
 
 PROSPECT = "pat@prospect.example"
 THEIRS = "<CAEPk3R+trust@mail.prospect.example>"
@@ -288,3 +295,64 @@ def test_our_message_ids_and_reply_addresses_are_random_and_kept_for_the_resend(
         assert f"outreach-{sent.pk}." not in sent.message_id
         assert conversations[name]["reply_to"] == f"reply+{sent.reply_token}@reply.localhost"
     assert conversations["A"]["reply_to"] != conversations["B"]["reply_to"]
+
+
+@pytest.mark.filterwarnings("ignore::anymail.exceptions.AnymailNotSupportedWarning")
+@pytest.mark.parametrize(
+    ("provider", "verdict", "reason"),
+    [
+        ("mailgun", {"X-Mailgun-Spf": "Fail"}, "authentication"),
+        ("mailgun", {"X-Mailgun-Dkim-Check-Result": "Fail"}, "authentication"),
+        ("mailgun", {"X-Mailgun-Sflag": "Yes"}, "spam"),
+        ("sendgrid", {"SPF": "softfail"}, "authentication"),
+        ("sendgrid", {"dkim": "{@prospect.example : fail}"}, "authentication"),
+        ("sendgrid", {"spam_score": "7.9"}, "spam"),
+    ],
+)
+def test_mailgun_and_sendgrid_verdicts_hold_the_leads_own_reply(
+    client: Client, conversations: dict[str, Any], provider: str, verdict: dict[str, str], reason: str
+) -> None:
+    # given the lead's reply to A's email, to its reply address, as each provider posts it
+    a = conversations["A"]
+    payload = _provider_payload(provider, to=a["reply_to"], parent=a["message_id"], verdict=verdict)
+    # when the provider says it failed a check
+    response = client.post(f"/hooks/anymail/{provider}/inbound/", data=payload, headers=auth())
+    # then it is held, not answered
+    assert response.status_code == 200, response.content
+    untouched(conversations)
+    assert [row["reason"] for row in held()] == [reason]
+
+
+@pytest.mark.filterwarnings("ignore::anymail.exceptions.AnymailNotSupportedWarning")
+@pytest.mark.parametrize("provider", ["mailgun", "sendgrid"])
+def test_mailgun_and_sendgrid_passing_replies_are_answered(
+    client: Client, conversations: dict[str, Any], provider: str
+) -> None:
+    a = conversations["A"]
+    passing = {
+        "mailgun": {"X-Mailgun-Spf": "Pass", "X-Mailgun-Dkim-Check-Result": "Pass", "X-Mailgun-Sflag": "No"},
+        "sendgrid": {"SPF": "pass", "dkim": "{@prospect.example : pass}", "spam_score": "0.1"},
+    }[provider]
+    payload = _provider_payload(provider, to=a["reply_to"], parent=a["message_id"], verdict=passing)
+
+    assert client.post(f"/hooks/anymail/{provider}/inbound/", data=payload, headers=auth()).status_code == 200
+
+    assert replies() == [(a["lead"].pk, State.QUEUED)]
+
+
+def _provider_payload(provider: str, *, to: str, parent: str, verdict: dict[str, str]) -> dict[str, str]:
+    """Mailgun's forward() post (verdicts among its message-headers) or SendGrid's Inbound Parse
+    post (verdicts as its own form fields), as tests/nurture/intake/test_inbound_email.py builds them."""
+    if provider == "mailgun":
+        payload = mailgun_payload(in_reply_to=parent)
+        headers = [*json.loads(payload["message-headers"]), *verdict.items()]
+        headers = [
+            [name, to if name == "To" else value] for name, value in headers if name != "X-Mailgun-Sflag"
+        ]
+        headers.append(["X-Mailgun-Sflag", verdict.get("X-Mailgun-Sflag", "No")])
+        return mailgun_signed({**payload, "recipient": to, "message-headers": json.dumps(headers)})
+    payload = sendgrid_payload()
+    payload["headers"] = (
+        payload["headers"].replace(OURS_A, parent).replace("To: sales@seller-a.example", f"To: {to}")
+    )
+    return {**payload, "to": to, "envelope": json.dumps({"to": [to], "from": PROSPECT}), **verdict}
