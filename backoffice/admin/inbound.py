@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from backoffice.actions import admin_user
+from backoffice.actions import admin_user, run_and_report
 from backoffice.tenancy import OrganizationScopedAdmin
-from nurture.intake.replies import NotAcceptable, unverified_accept
+from nurture.intake.replies import unverified_accept
 from outreach.models import UnverifiedInbound
 
 ACCEPT_PERMISSION = "outreach.accept_unverifiedinbound"
@@ -67,13 +67,11 @@ class UnverifiedInboundAdmin(OrganizationScopedAdmin):
 
     @admin.action(description="Accept as the lead's reply", permissions=["accept"])
     def accept_selected(self, request: HttpRequest, queryset: QuerySet[UnverifiedInbound]) -> None:
-        done, skipped = 0, []
-        for held in queryset.order_by("id"):
-            try:
-                unverified_accept(unverified_id=held.pk, by_id=admin_user(request).pk)
-                done += 1
-            except NotAcceptable as exc:
-                skipped.append(str(exc))
-        level = messages.WARNING if skipped else messages.SUCCESS
-        detail = f": {'; '.join(skipped)}" if skipped else "."
-        self.message_user(request, f"{done} message(s) accepted; {len(skipped)} skipped{detail}", level)
+        by_id = admin_user(request).pk
+        run_and_report(
+            self,
+            request,
+            queryset,
+            verb="accepted as the lead's reply",
+            service=lambda held: unverified_accept(unverified_id=held.pk, by_id=by_id),
+        )

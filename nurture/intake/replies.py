@@ -36,6 +36,7 @@ from nurture.mail.transport import message_id_normalised, message_ids
 from nurture.sequence import sequence_stop
 from outreach.idempotency import reply_key
 from outreach.models import SUPPRESSED, Lead, Outreach, State, UnverifiedInbound
+from outreach.services.operations import NotActionable
 from outreach.services.queue import outreach_enqueue
 from outreach.transitions import REPLY_JOINABLE, transition
 
@@ -68,10 +69,6 @@ class NotBelieved(LookupError):
         )
         self.unverified_id = unverified_id
         self.reason = reason
-
-
-class NotAcceptable(ValueError):
-    """An unverified email that cannot be accepted (already accepted, or it claims no lead)."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +236,7 @@ def _believed_lead(*, reply: InboundReply) -> Lead:
 def unverified_accept(*, unverified_id: int, by_id: int) -> ReplyReceived:
     """A person accepts a held email as its claimed lead's reply: the normal reply intake runs
     for that lead, and who accepted it, when, and the reply it became are recorded. Raises
-    NotAcceptable when it was accepted already or claims no lead."""
+    NotActionable (the operators' actions' refusal) when it was accepted already or claims no lead."""
     with transaction.atomic():
         held = (
             UnverifiedInbound.objects.select_for_update(of=("self",))
@@ -247,9 +244,9 @@ def unverified_accept(*, unverified_id: int, by_id: int) -> ReplyReceived:
             .get(pk=unverified_id)
         )
         if held.status != UnverifiedInbound.Status.HELD:
-            raise NotAcceptable(f"unverified inbound #{held.pk} was accepted already")
+            raise NotActionable(f"#{held.pk} was accepted already")
         if held.lead is None:
-            raise NotAcceptable(f"unverified inbound #{held.pk} names no lead to accept it for")
+            raise NotActionable(f"#{held.pk} names no lead to accept it for")
         result = reply_receive(reply=_held_reply(held=held, lead=held.lead), lead=held.lead)
         UnverifiedInbound.objects.filter(pk=held.pk).update(
             status=UnverifiedInbound.Status.ACCEPTED,

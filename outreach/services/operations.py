@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Model
 from django.utils import timezone
 
 from outreach.models import Outreach, Owner, State
 from outreach.transitions import AT_REST, TransitionLost, transition, update_in_place
+
+Row = TypeVar("Row", bound=Model)
 
 # Not in flight, not finished: a worker holds nothing of these. DEAD rows belong to their
 # dead letter (replay or cancel it there, so the letter is resolved too).
@@ -53,9 +57,10 @@ class ActionReport:
         return text + "."
 
 
-def apply_each(*, rows: Iterable[Outreach], verb: str, service: Callable[[Outreach], object]) -> ActionReport:
+def apply_each(*, rows: Iterable[Row], verb: str, service: Callable[[Row], object]) -> ActionReport:
     """Run `service` on each row (oldest id first); a row it refuses, or that someone else moved
-    meanwhile, is skipped with its reason, and the others still go."""
+    meanwhile, is skipped with its reason, and the others still go. Rows of any model: the
+    operators' actions on outreach, and on unverified inbound (accepting it)."""
     report = ActionReport(verb=verb)
     for outreach in sorted(rows, key=lambda o: o.pk):
         try:

@@ -60,7 +60,7 @@ def test_an_operator_with_the_permission_accepts_it_and_the_normal_intake_runs(
     # when they accept it
     response = accept(client, held)
     # then it is the lead's reply: queued, the sequence stopped, and who did it recorded
-    assert "1 message(s) accepted" in response.content.decode()
+    assert "1 accepted as the lead&#x27;s reply." in response.content.decode()
     reply = Outreach.objects.get(kind=Outreach.Kind.REPLY)
     assert (reply.lead_id, reply.state, reply.in_reply_to) == (held.lead_id, State.QUEUED, held.message_id)
     assert reply.context["inbound"]["body"] == "Please send the contract to my new address."
@@ -70,7 +70,7 @@ def test_an_operator_with_the_permission_accepts_it_and_the_normal_intake_runs(
     assert (held.status, held.accepted_by, held.outreach_id) == ("accepted", user, reply.pk)
     assert held.accepted_at is not None
     # and accepting again changes nothing
-    assert "0 message(s) accepted; 1 skipped" in accept(client, held).content.decode()
+    assert "0 accepted as the lead&#x27;s reply; 1 skipped: #" in accept(client, held).content.decode()
     assert Outreach.objects.filter(kind=Outreach.Kind.REPLY).count() == 1
 
 
