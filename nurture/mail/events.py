@@ -1,4 +1,4 @@
-"""What the mail side tells us about a lead: a hard bounce or a spam complaint.
+"""What the mail side tells us about a lead: a hard bounce, a spam complaint, an unsubscribe.
 
 Two ways in, one outcome (docs/email.md, "Bounces and complaints"):
 - our SMTP server refuses the address for good while we send (nurture.errors.RecipientRefused,
@@ -7,7 +7,8 @@ Two ways in, one outcome (docs/email.md, "Bounces and complaints"):
   `tracking` signal, connected in nurture.apps): `tracking_event_record`.
 Either way the lead is suppressed (nurture.sequence.lead_suppress: never emailed again,
 its queued work cancelled) and its owner's and sender domain's rates are checked, which may
-pause them (orchestrator.controls.deliverability).
+pause them (orchestrator.controls.deliverability). A provider's unsubscribe event opts the lead
+out (nurture.sequence.lead_opt_out), like our own unsubscribe link.
 
 A provider's event belongs to the email it is about, found by the provider's id for it, then
 by our Message-ID, then by address within the one organization that emailed it (`_email_of`):
@@ -27,7 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
-from nurture.sequence import lead_suppress
+from nurture.sequence import lead_opt_out, lead_suppress
 from orchestrator.work import Pause, deliverability_check
 from outreach.models import DELIVERY_ATTEMPT, ErrorClass, Lead, Outreach, State
 from outreach.transitions import transition
@@ -41,6 +42,11 @@ _BOUNCE_REJECTS = (RejectReason.BOUNCED, RejectReason.INVALID)
 # Postmark's SoftBounce (a HardBounce may follow) and virus notices; SendGrid's "blocked" (a
 # refusal by policy, often temporary). They must not suppress a lead or count in its rates.
 _NOT_HARD = (("Type", "SoftBounce"), ("Type", "VirusNotification"), ("type", "blocked"))
+_WHAT = {
+    Lead.Status.BOUNCED: "hard bounce",
+    Lead.Status.COMPLAINED: "spam complaint",
+    Lead.Status.OPTED_OUT: "unsubscribe",
+}
 
 
 def send_refused(*, outreach: Outreach, reason: str) -> State:
@@ -68,8 +74,8 @@ def lead_problem_record(*, lead_id: int, status: Lead.Status, reason: str) -> li
 def tracking_event_record(*, event: AnymailTrackingEvent, esp_name: str) -> list[Pause] | None:
     """One provider event about one of our emails (`_email_of`): a hard bounce suppresses the
     address in every organization (the mailbox does not exist, whoever writes to it); a complaint
-    suppresses only the lead of the organization that sent the email. Anything else (delivered,
-    opened, a soft "deferred" bounce) is ignored. None: nothing to do."""
+    or an unsubscribe suppresses only the lead of the organization that sent the email. Anything
+    else (delivered, opened, a soft "deferred" bounce) is ignored. None: nothing to do."""
     status = _problem(event)
     if status is None or not event.recipient:
         return None
@@ -81,13 +87,15 @@ def tracking_event_record(*, event: AnymailTrackingEvent, esp_name: str) -> list
         return None
     email = _email_of(event=event, attempts=attempts)
     detail = event.description or event.mta_response or event.reject_reason or ""
-    what = "hard bounce" if status == Lead.Status.BOUNCED else "spam complaint"
-    reason = f"{what} reported by {esp_name}: {detail}"
+    reason = f"{_WHAT[status]} reported by {esp_name}: {detail}"
     if status == Lead.Status.BOUNCED:
         return _address_bounced(email=event.recipient, about=email, attempts=attempts, reason=reason)
     if email is None:
         _not_applied(event=event, esp_name=esp_name, attempts=attempts)
         return None
+    if status == Lead.Status.OPTED_OUT:
+        _opted_out(lead_id=email.lead_id, reason=reason)
+        return []
     return lead_problem_record(lead_id=email.lead_id, status=status, reason=reason)
 
 
@@ -99,6 +107,10 @@ def tracking_received(sender: Any, event: AnymailTrackingEvent, esp_name: str, *
 def _problem(event: AnymailTrackingEvent) -> Lead.Status | None:
     if event.event_type == EventType.COMPLAINED:
         return Lead.Status.COMPLAINED
+    if event.event_type == EventType.UNSUBSCRIBED:
+        # SendGrid's unsubscribe and group_unsubscribe, Mailgun's unsubscribed, Postmark's
+        # SubscriptionChange with SuppressSending (a resubscribe is SUBSCRIBED: ignored).
+        return Lead.Status.OPTED_OUT
     if event.event_type == EventType.BOUNCED:
         esp = event.esp_event if isinstance(event.esp_event, dict) else {}
         return None if any(esp.get(key) == value for key, value in _NOT_HARD) else Lead.Status.BOUNCED
@@ -138,6 +150,20 @@ def _address_bounced(
     lead_ids = list(Lead.objects.filter(email=email).order_by("id").values_list("id", flat=True))
     owners = [about.owner_id] if about is not None else [row.owner_id for row in attempts]
     return _suppress(lead_ids=lead_ids, owner_ids=owners, status=Lead.Status.BOUNCED, reason=reason)
+
+
+def _opted_out(*, lead_id: int, reason: str) -> None:
+    """The person unsubscribed at the provider: the lead opts out (nurture.sequence.lead_opt_out,
+    as our own unsubscribe link does); not a deliverability problem, so no rate is checked."""
+    done = lead_opt_out(lead_id=lead_id)
+    log.warning(
+        "lead %s opted out (%s)%s: %d queued outreach cancelled",
+        lead_id,
+        reason,
+        " already" if done.already else "",
+        len(done.cancelled),
+        extra={"lead_id": lead_id},
+    )
 
 
 def _not_applied(*, event: AnymailTrackingEvent, esp_name: str, attempts: list[Outreach]) -> None:
