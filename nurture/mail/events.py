@@ -112,7 +112,7 @@ def _problem(event: AnymailTrackingEvent) -> Lead.Status | None:
         # SubscriptionChange with SuppressSending (a resubscribe is SUBSCRIBED: ignored).
         return Lead.Status.OPTED_OUT
     if event.event_type == EventType.BOUNCED:
-        esp = event.esp_event if isinstance(event.esp_event, dict) else {}
+        esp = _dict(event.esp_event)
         return None if any(esp.get(key) == value for key, value in _NOT_HARD) else Lead.Status.BOUNCED
     if event.event_type == EventType.REJECTED and event.reject_reason in _BOUNCE_REJECTS:
         return Lead.Status.BOUNCED
@@ -219,11 +219,18 @@ def _reported_message_ids(event: AnymailTrackingEvent) -> set[str]:
     """The Message-ID header of the email, where the provider reports it: Mailgun's
     message.headers.message-id (which anymail gives as `message_id`), SendGrid's smtp-id,
     Amazon SES's mail.commonHeaders.messageId. Postmark reports only its own id."""
-    esp = event.esp_event if isinstance(event.esp_event, dict) else {}
-    mail = esp.get("mail") if isinstance(esp.get("mail"), dict) else {}
-    common = mail.get("commonHeaders") if isinstance(mail.get("commonHeaders"), dict) else {}
-    found = (event.message_id, esp.get("smtp-id"), common.get("messageId"))
+    esp = _dict(event.esp_event)
+    found = (
+        event.message_id,
+        esp.get("smtp-id"),
+        _dict(_dict(esp.get("mail")).get("commonHeaders")).get("messageId"),
+    )
     return {_bare(value) for value in found if isinstance(value, str) and _bare(value)}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """A provider's JSON object, or {} where it has something else (or nothing) there."""
+    return value if isinstance(value, dict) else {}
 
 
 def _bare(message_id: str) -> str:

@@ -65,11 +65,11 @@ def b() -> Tenant:
     )
 
 
-def _status(tenant: Tenant) -> Lead.Status:
+def _status(tenant: Tenant) -> str:
     return Lead.objects.get(pk=tenant.lead.pk).status
 
 
-def _state(row: Outreach) -> State:
+def _state(row: Outreach) -> str:
     return Outreach.objects.get(pk=row.pk).state
 
 
