@@ -111,11 +111,13 @@ def _scopes_of(owner: Owner) -> list[tuple[dict[str, Any], QuerySet[Outreach]]]:
     only a domain one organization sends from is paused whole."""
     organization = owner.organization
     domain = organization.sender_domain
-    owner_scope = ({"owner": owner}, Outreach.objects.filter(owner_id=owner.pk))
+    # An organization sends from its one sender domain: its sends on the domain are all of its
+    # sends, and when it is the domain's only sender, the domain's.
+    sends_on_domain = Outreach.objects.filter(lead__organization_id=organization.pk)
+    domain_scope: dict[str, Any] = {"sender_domain": domain}
     if len(_organizations_on(domain)) > 1:
-        ours = Outreach.objects.filter(lead__organization_id=organization.pk)
-        return [owner_scope, ({"organization": organization, "sender_domain": domain}, ours)]
-    return [owner_scope, ({"sender_domain": domain}, _on_domain(domain))]
+        domain_scope["organization"] = organization
+    return [({"owner": owner}, Outreach.objects.filter(owner_id=owner.pk)), (domain_scope, sends_on_domain)]
 
 
 def _since_resume(scope: dict[str, Any]) -> datetime | None:
