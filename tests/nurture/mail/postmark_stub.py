@@ -13,11 +13,12 @@ whatever it then does with it.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from devtools.webhook_sink import WebhookSink
 
 Answer = Literal["ok", "error", "drop", "inactive"]
 
@@ -33,27 +34,17 @@ class Received:
         return next(h["Value"] for h in self.body.get("Headers", []) if h["Name"] == "Message-ID")
 
 
-class PostmarkStub:
+class PostmarkStub(WebhookSink):
+    """devtools.webhook_sink's server (start, stop, `received`), answering as Postmark."""
+
     def __init__(self, *, answer: Answer = "ok") -> None:
+        super().__init__()
         self.answer: Answer = answer
-        self.received: list[Received] = []
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        self._server.RequestHandlerClass = _handler_for(self)
 
     @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/"
-
-    def start(self) -> PostmarkStub:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def url(self) -> str:  # the API's base: anymail's Postmark backend adds `email`
+        return super().url.removesuffix("hook")
 
     def requests(self) -> list[Received]:
         with self._lock:

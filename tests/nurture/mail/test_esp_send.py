@@ -155,7 +155,8 @@ def test_provider_refusal_ends_as_a_permanent_dead_letter(outreach: Outreach, se
 
 @pytest.fixture
 def postmark(settings: Any) -> Iterator[PostmarkStub]:
-    stub = PostmarkStub().start()
+    stub = PostmarkStub()
+    stub.start()
     settings.EMAIL_BACKEND = "anymail.backends.postmark.EmailBackend"
     settings.ANYMAIL = {"POSTMARK_SERVER_TOKEN": "server-token", "POSTMARK_API_URL": stub.url}
     yield stub
