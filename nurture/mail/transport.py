@@ -243,9 +243,10 @@ def esp_idempotency_key(*, message_id: str) -> str:
 def _pass_idempotency_key(connection: BaseEmailBackend, message: EmailMessage) -> None:
     """Give the provider our key where it takes one. Resend reads an `Idempotency-Key` HTTP
     header (24 hours); Brevo an `idempotencyKey` in the request's email headers (15 minutes).
-    Other providers anymail supports (Postmark, Mailgun, SendGrid, Amazon SES, ...) document
-    none, as of django-anymail 15.2: an unknown HTTP header is ignored there, and the stable
-    Message-ID is all the receiving side has to drop a second copy."""
+    Postmark, Mailgun, SendGrid and the others anymail 15.2 speaks document none that we found:
+    the header is ignored there (and honoured by any that adds it), and the stable Message-ID
+    is all the receiving side has to drop a second copy. Amazon SES (boto3, no session) gets
+    none (docs/email.md)."""
     key = esp_idempotency_key(message_id=message.extra_headers["Message-ID"])
     session = getattr(connection, "session", None)
     if isinstance(session, requests.Session):  # anymail's HTTP backends, one session per send
