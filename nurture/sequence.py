@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from outreach.models import SUPPRESSED, Lead, Outreach, State
+from outreach.models import SUPPRESSED, Lead, LeadEvent, Outreach, State
 from outreach.transitions import AT_REST, ENDED_UNSENT, transition_many
 
 SEQUENCE_KINDS = (Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
@@ -50,9 +50,10 @@ class OptOut:
     cancelled: list[int]
 
 
-def lead_opt_out(*, lead_id: int) -> OptOut:
+def lead_opt_out(*, lead_id: int, reason: str = "unsubscribe link") -> OptOut:
     """Mark the lead opted out and cancel ALL its outreach that has not started sending.
 
+    `reason` (the link, a reply asking to stop) is written in the lead's history (LeadEvent).
     Idempotent: a second call cancels whatever was queued since (e.g. a reply) and says `already`.
     Opt-out is per lead, i.e. per organization: another organization's lead with the same
     address is a different sender's contact. Raises Lead.DoesNotExist.
@@ -63,6 +64,9 @@ def lead_opt_out(*, lead_id: int) -> OptOut:
         already = lead.status in SUPPRESSED
         if not already:
             Lead.objects.filter(id=lead_id).update(status=Lead.Status.OPTED_OUT)
+            LeadEvent.objects.create(
+                lead_id=lead_id, from_status=lead.status, to_status=Lead.Status.OPTED_OUT, note=reason
+            )
         cancelled = _cancel_not_started(lead_id=lead_id, note="lead opted out")
     return OptOut(lead_id, lead.email, lead.organization.name, already, cancelled)
 

@@ -17,7 +17,7 @@ from backoffice.admin.uploads import LeadUploadAdmin
 from backoffice.csv_export import CsvExportAdmin
 from backoffice.tenancy import OrganizationScopedAdmin
 from nurture.sequence import lead_mark_converted
-from outreach.models import AssignmentBatch, AssignmentItem, Lead
+from outreach.models import AssignmentBatch, AssignmentItem, Lead, LeadEvent
 
 
 class LeadForm(forms.ModelForm):
@@ -31,6 +31,27 @@ class LeadForm(forms.ModelForm):
                 "owner", f"{owner.name} works for {owner.organization}: pick an owner of {organization}."
             )
         return data
+
+
+class LeadEventInline(admin.TabularInline):
+    """The lead's opt-outs and reactivations: who, when, why."""
+
+    model = LeadEvent
+    extra = 0
+    can_delete = False
+    fields = ("at", "from_status", "to_status", "note", "actor")
+    readonly_fields = fields
+    verbose_name_plural = "status history"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Part of the lead: whoever may read the lead reads why its status changed.
+        return request.user.has_perm("outreach.view_lead") or request.user.has_perm("outreach.change_lead")
 
 
 @admin.register(Lead)
@@ -55,6 +76,7 @@ class LeadAdmin(CsvExportAdmin, OrganizationScopedAdmin):
     list_select_related = ("owner",)
     raw_id_fields = ("owner",)
     actions = ("mark_converted",)
+    inlines = [LeadEventInline]
 
     # "change": marking converted changes the lead and cancels its pending emails; without the
     # declaration Django offers (and runs) it for anyone who may merely view the list.
