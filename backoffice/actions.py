@@ -25,6 +25,7 @@ from django.template.response import TemplateResponse
 from nurture import review
 from outreach.models import Organization, Outreach, Owner
 from outreach.services import operations
+from outreach.services.operations import Row
 
 
 def admin_user(request: HttpRequest) -> AbstractBaseUser:
@@ -37,10 +38,10 @@ def admin_user(request: HttpRequest) -> AbstractBaseUser:
 def run_and_report(
     modeladmin: admin.ModelAdmin,
     request: HttpRequest,
-    queryset: QuerySet[Outreach],
+    queryset: QuerySet[Row],
     *,
     verb: str,
-    service: Callable[[Outreach], object],
+    service: Callable[[Row], object],
 ) -> None:
     """Run `service` on each row the admin handed over and tell the operator what happened to
     every row they selected, including ids it did not hand over (another organization's, or

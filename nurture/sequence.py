@@ -1,4 +1,5 @@
-"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint.
+"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint;
+and the one way back, a reactivation with a recorded reason (never after a complaint).
 
 Only work that has not started sending is cancelled here (QUEUED, AWAITING_APPROVAL, APPROVED),
 through the state machine. Rows already DISPATCHED/GENERATING/SENDING belong to a worker; for
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from outreach.models import SUPPRESSED, Lead, LeadEvent, Outreach, State
+from outreach.services.operations import NotActionable
 from outreach.transitions import AT_REST, ENDED_UNSENT, transition_many
 
 SEQUENCE_KINDS = (Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
@@ -82,6 +85,32 @@ def lead_suppress(*, lead_id: int, status: Lead.Status, reason: str) -> list[int
             rows = rows.exclude(status=Lead.Status.COMPLAINED)
         rows.update(status=status)
         return _cancel_not_started(lead_id=lead_id, note=reason)
+
+
+def lead_reactivate(*, lead: Lead, by: AbstractBaseUser, reason: str) -> None:
+    """Set an opted-out or bounced lead back to active, recording who, when and why (LeadEvent).
+
+    Raises NotActionable, naming the lead, for a lead that complained (a spam complaint is
+    never undone here: mailing that person again is what the complaint rates punish), one that
+    is not suppressed, or an empty reason. Its cancelled emails stay cancelled: nothing is sent
+    until new work is queued for it. Who may call it is the caller's check (the admin asks for
+    outreach.reactivate_lead); tenancy too.
+    """
+    why = reason.strip()
+    if not why:
+        raise NotActionable(f"#{lead.pk} {lead.email}: a reason is required to reactivate a lead")
+    with transaction.atomic():
+        status = Lead.objects.select_for_update().values_list("status", flat=True).get(id=lead.pk)
+        if status == Lead.Status.COMPLAINED:
+            raise NotActionable(
+                f"#{lead.pk} {lead.email} complained (marked our email as spam): never reactivated"
+            )
+        if status not in SUPPRESSED:
+            raise NotActionable(f"#{lead.pk} {lead.email} is {status}, not opted out or bounced")
+        Lead.objects.filter(id=lead.pk).update(status=Lead.Status.ACTIVE)
+        LeadEvent.objects.create(
+            lead_id=lead.pk, from_status=status, to_status=Lead.Status.ACTIVE, note=why, actor_id=by.pk
+        )
 
 
 def _cancel_not_started(*, lead_id: int, note: str) -> list[int]:

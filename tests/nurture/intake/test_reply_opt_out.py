@@ -128,3 +128,26 @@ def test_an_ordinary_reply_is_answered_by_the_same_harness(
     assert lead.status == Lead.Status.REPLIED
     assert len(llm_stub.requests) == 3
     assert [m.message["To"] for m in smtp_sink.wait_for(1)] == [PROSPECT]
+
+
+@pytest.mark.parametrize("status", [Lead.Status.BOUNCED, Lead.Status.COMPLAINED])
+def test_a_reply_from_a_bounced_or_complained_lead_does_not_bring_it_back(
+    client: Client,
+    lead: Lead,
+    status: Lead.Status,
+    budget: Budget,
+    llm_stub: LLMStub,
+    smtp_sink: SMTPSink,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given a lead whose mailbox bounced, or who marked our email as spam
+    Lead.objects.filter(pk=lead.pk).update(status=status)
+    # when a reply from the address arrives anyway
+    reply = _postmark_reply(text="Actually, tell me more.", message_id="<more@prospect.example>")
+    assert post(client, "postmark", reply).status_code == 200
+    _dispatch_and_run(budget, django_capture_on_commit_callbacks)
+    # then it is recorded, unanswered, and the lead keeps its status
+    assert Outreach.objects.get(lead=lead, kind=Outreach.Kind.REPLY).state == State.CANCELLED
+    assert (llm_stub.requests, smtp_sink.messages) == ([], [])
+    lead.refresh_from_db()
+    assert lead.status == status
