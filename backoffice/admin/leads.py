@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from backoffice.actions import action_form_page, admin_user, run_and_report
+from backoffice.actions import ask_then_run
 from backoffice.admin.uploads import LeadUploadAdmin
 from backoffice.csv_export import CsvExportAdmin
 from backoffice.tenancy import OrganizationScopedAdmin
@@ -127,27 +127,20 @@ class LeadAdmin(CsvExportAdmin, OrganizationScopedAdmin):
                 messages.ERROR,
             )
             return None
-        form = ReactivateForm(request.POST if "apply" in request.POST else None)
-        if not form.is_valid():
-            return action_form_page(
-                self,
-                request,
-                queryset,
-                form=form,
-                title="Reactivate leads",
-                intro="Set the selected opted-out or bounced leads back to active. Their cancelled "
-                "emails stay cancelled. A lead that complained is never reactivated.",
-                submit="Reactivate",
-            )
-        by, reason = admin_user(request), form.cleaned_data["reason"]
-        run_and_report(
+        return ask_then_run(
             self,
             request,
             queryset,
+            form_class=ReactivateForm,
+            page=(
+                "Reactivate leads",
+                "Set the selected opted-out or bounced leads back to active. Their cancelled emails "
+                "stay cancelled. A lead that complained is never reactivated.",
+                "Reactivate",
+            ),
             verb="reactivated",
-            service=lambda lead: lead_reactivate(lead=lead, by=by, reason=reason),
+            service=lambda lead, by, answer: lead_reactivate(lead=lead, by=by, reason=answer["reason"]),
         )
-        return None
 
 
 class ReadOnlyAdmin(OrganizationScopedAdmin):
