@@ -151,3 +151,28 @@ def test_a_reply_from_a_bounced_or_complained_lead_does_not_bring_it_back(
     assert (llm_stub.requests, smtp_sink.messages) == ([], [])
     lead.refresh_from_db()
     assert lead.status == status
+
+
+def test_a_stop_while_the_answer_to_an_earlier_message_waits_cancels_that_answer_too(
+    client: Client,
+    lead: Lead,
+    budget: Budget,
+    llm_stub: LLMStub,
+    smtp_sink: SMTPSink,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given Pat asked a question, whose answer is queued and not written yet
+    question = _postmark_reply(text="What does it cost?", message_id="<q@prospect.example>")
+    assert post(client, "postmark", question).status_code == 200
+    # when Pat writes "STOP" before it is written
+    assert (
+        post(client, "postmark", _postmark_reply(text="STOP", message_id="<s@p.example>")).status_code == 200
+    )
+    _dispatch_and_run(budget, django_capture_on_commit_callbacks)
+    # then neither message is answered: the waiting answer is cancelled with the opt-out
+    replies = Outreach.objects.filter(lead=lead, kind=Outreach.Kind.REPLY).order_by("id")
+    assert [(r.context["inbound"]["body"], r.state) for r in replies] == [
+        ("What does it cost?", State.CANCELLED),
+        ("STOP", State.CANCELLED),
+    ]
+    assert (llm_stub.requests, smtp_sink.messages) == ([], [])
