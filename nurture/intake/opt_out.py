@@ -113,10 +113,18 @@ _NEGATED = re.compile(
 )
 
 
+# A request to stop is written at the top of a reply; reading more only costs time on a 30 MB
+# post (nurture.intake.inbound_email reads bodies that large).
+READ_CHARS = 10_000
+# Enough for "I don't really want to" before the request.
+_NEGATION_REACH = 60
+
+
 def reply_asks_to_stop(*, subject: str, body: str) -> bool:
     """True when the reply asks us to stop writing to the sender (see the module docstring)."""
-    if any(_asks(clause) for clause in _clauses(_own_text(body))):
+    if any(_asks(clause) for clause in _clauses(_own_text(body[:READ_CHARS]))):
         return True
+    subject = subject[:1000]
     topic = _REPLY_PREFIX.sub("", subject)
     if topic != subject:  # a reply's subject: ours echoed, only a bare request counts
         return any(_BARE.fullmatch(clause) for clause in _clauses(topic))
@@ -147,6 +155,6 @@ def _asks(clause: str) -> bool:
         return True
     for request in _REQUESTS:
         for found in request.finditer(clause):
-            if not _NEGATED.search(clause[: found.start()]):
+            if not _NEGATED.search(clause[max(0, found.start() - _NEGATION_REACH) : found.start()]):
                 return True
     return False
