@@ -10,7 +10,7 @@ migrations name validators and fields as `outreach.models.<name>`.
 from __future__ import annotations
 
 from outreach.models.assignment import AssignmentBatch, AssignmentItem
-from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField
+from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField, LeadEvent
 from outreach.models.metrics import MetricCounter
 from outreach.models.organizations import Organization, VerifiedDomain
 from outreach.models.outreach import (
@@ -41,6 +41,7 @@ __all__ = [
     "ErrorClass",
     "Lead",
     "LeadEmailField",
+    "LeadEvent",
     "MetricCounter",
     "Organization",
     "Outreach",

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Model
 from django.utils import timezone
 
 from outreach.models import Outreach, Owner, State
@@ -53,18 +55,22 @@ class ActionReport:
         return text + "."
 
 
-def apply_each(*, rows: Iterable[Outreach], verb: str, service: Callable[[Outreach], object]) -> ActionReport:
+# Outreach, or another record an operator acts on row by row (a lead: reactivate).
+Row = TypeVar("Row", bound=Model)
+
+
+def apply_each(*, rows: Iterable[Row], verb: str, service: Callable[[Row], object]) -> ActionReport:
     """Run `service` on each row (oldest id first); a row it refuses, or that someone else moved
     meanwhile, is skipped with its reason, and the others still go."""
     report = ActionReport(verb=verb)
-    for outreach in sorted(rows, key=lambda o: o.pk):
+    for row in sorted(rows, key=lambda r: r.pk):
         try:
-            service(outreach)
-            report.done.append(outreach.pk)
+            service(row)
+            report.done.append(row.pk)
         except NotActionable as exc:
             report.skipped.append(str(exc))
         except TransitionLost:
-            report.skipped.append(f"#{outreach.pk} was moved by someone else meanwhile")
+            report.skipped.append(f"#{row.pk} was moved by someone else meanwhile")
     return report
 
 
