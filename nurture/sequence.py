@@ -80,10 +80,10 @@ def lead_suppress(*, lead_id: int, status: Lead.Status, reason: str) -> list[int
     stopped by the pipeline's own status checks. A complaint outranks a bounce (it is what the
     rates must not forget). Idempotent; returns the ids cancelled."""
     with transaction.atomic():
-        rows = Lead.objects.filter(id=lead_id)
-        if status == Lead.Status.BOUNCED:
-            rows = rows.exclude(status=Lead.Status.COMPLAINED)
-        rows.update(status=status)
+        before = Lead.objects.select_for_update().values_list("status", flat=True).get(id=lead_id)
+        if before != status and not (status == Lead.Status.BOUNCED and before == Lead.Status.COMPLAINED):
+            Lead.objects.filter(id=lead_id).update(status=status)
+            LeadEvent.objects.create(lead_id=lead_id, from_status=before, to_status=status, note=reason)
         return _cancel_not_started(lead_id=lead_id, note=reason)
 
 

@@ -155,7 +155,7 @@ def _address_bounced(
 def _opted_out(*, lead_id: int, reason: str) -> None:
     """The person unsubscribed at the provider: the lead opts out (nurture.sequence.lead_opt_out,
     as our own unsubscribe link does); not a deliverability problem, so no rate is checked."""
-    done = lead_opt_out(lead_id=lead_id)
+    done = lead_opt_out(lead_id=lead_id, reason=reason)
     log.warning(
         "lead %s opted out (%s)%s: %d queued outreach cancelled",
         lead_id,

@@ -76,7 +76,8 @@ SUPPRESSED = frozenset({Lead.Status.OPTED_OUT, Lead.Status.BOUNCED, Lead.Status.
 
 class LeadEvent(models.Model):
     """A change of a lead's status that someone must be able to account for later: an opt-out
-    (by the link or by a reply asking to stop) and a reactivation (who, when, why)."""
+    (by the link, a reply asking to stop or a provider's unsubscribe event), a hard bounce, a
+    complaint, and a reactivation (who, when, why)."""
 
     lead = models.ForeignKey(Lead, on_delete=models.CASCADE, related_name="events")
     from_status = models.CharField(max_length=12, choices=Lead.Status.choices)

@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from outreach.models import Lead, Outreach, State
+from outreach.models import Lead, LeadEvent, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.nurture.mail.providers import mailgun, postmark, postmark_bounce, sendgrid, sendgrid_event
 
@@ -189,6 +189,13 @@ def test_a_complaint_after_a_bounce_stays_with_its_organization(client: Client, 
     assert _complaint(client, "postmark", esp_id="a1b2-esp-a") == 200
     # then A's lead complained (a complaint outranks a bounce), B's stays bounced
     assert (_status(a), _status(b)) == (Lead.Status.COMPLAINED, Lead.Status.BOUNCED)
+    # and each lead's history says what happened, in order
+    history = LeadEvent.objects.filter(lead=a.lead).order_by("at", "id")
+    assert [(e.from_status, e.to_status) for e in history] == [
+        (Lead.Status.ACTIVE, Lead.Status.BOUNCED),
+        (Lead.Status.BOUNCED, Lead.Status.COMPLAINED),
+    ]
+    assert "hard bounce reported by Postmark" in history[0].note
 
 
 def test_an_event_for_an_address_nobody_emailed_changes_nothing(client: Client) -> None:

@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from orchestrator.models import Pause
-from outreach.models import Lead, Outreach, State
+from outreach.models import Lead, LeadEvent, Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.nurture.mail.providers import (
     mailgun,
@@ -89,6 +89,11 @@ def test_an_unsubscribe_opts_out_the_lead_of_the_organization_that_mailed_it(
     assert Outreach.objects.get(pk=b_nudge.pk).state == State.QUEUED
     # and an opt-out is no deliverability problem: nothing is paused
     assert not Pause.objects.exists()
+    # and A's history says who reported it
+    (event,) = LeadEvent.objects.filter(lead=a)
+    assert (event.from_status, event.to_status) == (Lead.Status.ACTIVE, Lead.Status.OPTED_OUT)
+    assert "unsubscribe" in event.note.lower()
+    assert kind.split()[0] in event.note.lower()
 
 
 def test_a_postmark_resubscribe_changes_nothing(client: Client) -> None:
