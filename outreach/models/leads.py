@@ -65,6 +65,10 @@ class Lead(models.Model):
                 violation_error_message="A lead's email is stored trimmed and lower-case.",
             ),
         ]
+        # Provider events and inbound mail find leads by address across organizations (a hard
+        # bounce suppresses the address everywhere): the unique index above starts with the
+        # organization, so it cannot serve that lookup.
+        indexes = [models.Index(fields=["email"], name="lead_email_idx")]
 
     def __str__(self) -> str:
         return f"{self.first_name} {self.last_name} <{self.email}>".strip()
