@@ -178,27 +178,44 @@ class OutreachActions(admin.ModelAdmin):
         return None
 
 
+def ask_then_run(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet[Row],
+    *,
+    form_class: type[forms.Form],
+    page: tuple[str, str, str],
+    verb: str,
+    service: Callable[[Row, AbstractBaseUser, dict[str, Any]], object],
+) -> TemplateResponse | None:
+    """An action that needs an answer first (why): show `form_class` on the action page
+    (`page`: title, intro, submit label) until it is valid, then run `service(row, user,
+    answer)` on each row and report per row."""
+    form = form_class(request.POST if "apply" in request.POST else None)
+    if not form.is_valid():
+        title, intro, submit = page
+        return action_form_page(
+            modeladmin, request, queryset, form=form, title=title, intro=intro, submit=submit
+        )
+    by, answer = admin_user(request), form.cleaned_data
+    run_and_report(modeladmin, request, queryset, verb=verb, service=lambda row: service(row, by, answer))
+    return None
+
+
 def reject_with_reason(
     modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Outreach]
 ) -> TemplateResponse | None:
     """The approval queue's bulk reject: ask why, then reject each draft with that reason."""
-    form = RejectForm(request.POST if "apply" in request.POST else None)
-    if not form.is_valid():
-        return action_form_page(
-            modeladmin,
-            request,
-            queryset,
-            form=form,
-            title="Reject drafts",
-            intro="Reject the selected drafts. Nothing is sent; the reason is kept with each.",
-            submit="Reject",
-        )
-    by, reason = admin_user(request), form.cleaned_data["reason"]
-    run_and_report(
+    return ask_then_run(
         modeladmin,
         request,
         queryset,
+        form_class=RejectForm,
+        page=(
+            "Reject drafts",
+            "Reject the selected drafts. Nothing is sent; the reason is kept with each.",
+            "Reject",
+        ),
         verb="rejected",
-        service=lambda o: review.draft_reject(outreach=o, by=by, reason=reason),
+        service=lambda o, by, answer: review.draft_reject(outreach=o, by=by, reason=answer["reason"]),
     )
-    return None

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file
 from redis.utils import HIREDIS_AVAILABLE
 
 from bench.stack import SMOKE_HELP, smoke_verdict
+from config.env import url_redacted
 from devtools.processes import RedisServer
 from orchestrator.budget import Budget, Limits, Reservation, connect
 from orchestrator.figures import percentile, ratio
@@ -159,7 +160,9 @@ def main() -> None:
             print(f"LLM budget: private Redis at nice -10, {os.cpu_count()} CPUs shared with the clients")
             report(url, args.seconds)
     else:
-        print(f"LLM budget on {args.url}: {os.cpu_count()} CPUs shared by Redis and the clients")
+        print(
+            f"LLM budget on {url_redacted(args.url)}: {os.cpu_count()} CPUs shared by Redis and the clients"
+        )
         report(args.url, args.seconds)
 
 

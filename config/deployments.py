@@ -30,6 +30,7 @@ STEPS: Final = ("plan", "context", "message")  # the generation's calls, in orde
 NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.\-]{1,40}$")  # part of a budget scope: no ':', '@', ','
 PROVIDER_SCOPE: Final = "provider"  # the implicit deployment's scope (orchestrator.budget.PROVIDER)
 _FIELDS: Final = ("name", "model", "rpm", "tpm", "base_url", "api_key")
+_FIELD_LIKE: Final = re.compile(r"^[a-z_]{1,20}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,9 @@ def _load(raw: str, *, variable: str) -> Any:
             try:
                 return yaml.safe_load(text)
             except yaml.YAMLError as exc:
-                raise ImproperlyConfigured(f"{variable}: {source} is not valid YAML: {exc}") from None
+                raise ImproperlyConfigured(
+                    f"{variable}: {source} is not valid YAML{_yaml_where(exc)}"
+                ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -113,10 +116,34 @@ def _load(raw: str, *, variable: str) -> Any:
         ) from None
 
 
+# A quoted value in a YAML parser's problem text, unless it names a token ('<stream end>') or is
+# a character or two ('\t', ','): anything longer may be a piece of the file, a key included.
+_QUOTED = re.compile(r"'(?!<)[^']{3,}'")
+
+
+def _yaml_where(exc: yaml.YAMLError) -> str:
+    """Where the YAML broke and what the parser expected, never the line itself: PyYAML's own
+    message quotes the offending line, and in this file that can be an `api_key` line."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return " (check its quoting and indentation)."
+    problem = _QUOTED.sub("'...'", str(getattr(exc, "problem", None) or "a syntax error"))
+    return (
+        f" at line {mark.line + 1}, column {mark.column + 1}: {problem}. The line is not shown (it may"
+        " hold a key): indent with spaces, not tabs, and quote a value that holds ': ' or ' #' or"
+        " starts with a quote, [, {, *, &, ! or %, closing every quote you open."
+    )
+
+
 def _deployment(entry: object, *, where: str, pools: Mapping[str, int]) -> Deployment:
     if not isinstance(entry, dict):
-        raise ImproperlyConfigured(f"{where}: expected an object with name, model, rpm, tpm, got {entry!r}.")
-    unknown = sorted(set(entry) - set(_FIELDS))
+        # Its type, not its text: a line that failed to become a mapping may hold a key.
+        raise ImproperlyConfigured(
+            f"{where}: expected an object with name, model, rpm, tpm, got a {type(entry).__name__}."
+        )
+    # An unknown field is named only when it looks like one: a malformed line can make a key
+    # the field's name (`sk-...: x`).
+    unknown = sorted(f if _FIELD_LIKE.match(str(f)) else "(one not shown)" for f in set(entry) - set(_FIELDS))
     missing = [f for f in _FIELDS[:4] if f not in entry]
     if unknown or missing:
         problem = f"unknown field(s) {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"

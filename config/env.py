@@ -116,14 +116,19 @@ def env_list(name: str, default: object = REQUIRED) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-# The password in a URL's user info (`//user:password@`) and in libpq's query form
-# (`?password=...`): greedy up to the last `@` of the authority, as urlsplit reads it.
-_URL_PASSWORD = re.compile(r"(//[^/?#@:]*:)[^/?#]*(@)")
-_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+# The password in a URL's user info (`//user:password@`), up to the *last* `@` of the whole URL:
+# a password holding an unencoded `/`, `?`, `#` or `@` ends where the host begins, whatever
+# urlsplit makes of it (it cuts at the first `/?#` and shows the rest as host, port or path).
+# An `@` in a query would widen it to hide the host too: more hidden, never less. And libpq's
+# query form (`?password=...`, `sslpassword=`) up to the next parameter.
+_URL_PASSWORD = re.compile(r"(://[^/?#@:]*:).*(@)", re.DOTALL)
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&]*", re.IGNORECASE)
+_ENCODE = "percent-encode /, ?, #, @ and : in the user name and password (%2F, %3F, %23, %40, %3A)"
 
 
 def url_redacted(url: str) -> str:
-    """`url` with its passwords as `***`: what an error message or a log line may show."""
+    """`url` with its passwords as `***`: the one form an error message or a log line may show,
+    for every URL we take (postgres, redis, rediss, redis+cluster, unix, amqp)."""
     return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\2", url))
 
 
@@ -132,10 +137,29 @@ def _bad_url(name: str, url: str, problem: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"{name}={url_redacted(url)!r}: {problem}")
 
 
+def _check_credentials(name: str, url: str) -> None:
+    """Refuse a password urlsplit (and so psycopg, redis-py and kombu) would cut short at an
+    unencoded `/`, `?` or `#`: the rest would be read as the host, port or database, and come
+    back in their errors ("Port could not be cast to integer value as '<password>'")."""
+    found = _URL_PASSWORD.search(url)
+    if found is None:
+        return
+    written = url[found.end(1) : found.start(2)]
+    if any(c in written for c in "/?#"):
+        raise _bad_url(name, url, f"the password holds a character that ends it early: {_ENCODE}.")
+
+
+def env_url(name: str, default: object = REQUIRED) -> str:
+    """A connection URL (CELERY_BROKER_URL: redis:// or amqp://), with its password checked."""
+    url = env_str(name, default)
+    _check_credentials(name, url)
+    return url
+
+
 def env_redis_url(name: str, default: object = REQUIRED, *, cluster: bool = False) -> str:
     """A Redis URL; with `cluster`, redis+cluster:// and rediss+cluster:// (a Redis Cluster
     node, see orchestrator.budget.connect) are accepted too."""
-    url = env_str(name, default)
+    url = env_url(name, default)
     schemes = {"redis", "rediss", "unix"} | ({"redis+cluster", "rediss+cluster"} if cluster else set())
     if urlsplit(url).scheme not in schemes:
         also = " (or redis+cluster:// or rediss+cluster:// for a Redis Cluster)" if cluster else ""
@@ -145,11 +169,15 @@ def env_redis_url(name: str, default: object = REQUIRED, *, cluster: bool = Fals
 
 def database_from_url(name: str, url: str) -> dict[str, object]:
     """Turn `postgres://user:pass@host:port/db` or `sqlite:///path` into a DATABASES entry."""
+    _check_credentials(name, url)
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:  # a port that is not a number, a broken [IPv6] host
-        raise _bad_url(name, url, f"not a valid URL ({exc}).") from None
+    except ValueError:  # a port that is not a number, a broken [IPv6] host
+        # Not urlsplit's message: it quotes what it took for the port, which can be a password.
+        raise _bad_url(
+            name, url, f"not a valid URL (a port that is not a number, or a broken [IPv6] host; {_ENCODE})."
+        ) from None
     if parts.scheme == "sqlite":
         path = unquote(parts.path[1:] if parts.path.startswith("//") else parts.path.lstrip("/") or "")
         if not path:

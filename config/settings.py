@@ -31,6 +31,7 @@ from config.env import (
     env_redis_url,
     env_shares,
     env_str,
+    env_url,
 )
 from config.logging import logging_config
 from config.queues import TASK_ROUTES, Queue
@@ -379,7 +380,7 @@ FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "admin:admin" if DEBUG else REQ
 
 # --- Celery ---------------------------------------------------------------------------------
 # redis:// (the default: REDIS_URL) or amqp:// (RabbitMQ). The budget and locks stay on REDIS_URL.
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_BROKER_URL = env_url("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None  # tasks record outcomes in PostgreSQL; nobody reads results
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -118,7 +118,8 @@ class PolicyViolation(PermanentError):
 
 class RecipientRefused(PermanentError):
     """The recipient's mail server refused the address for good (5xx at RCPT, or a 5.1.x
-    "no such user" at DATA): a hard bounce. The lead is marked undeliverable and its work
+    "no such user" at DATA), or an email provider refused the recipient (anymail's
+    AnymailRecipientsRefused, e.g. Postmark's inactive address): a hard bounce. The lead is marked undeliverable and its work
     cancelled (nurture.mail.events), not dead-lettered: there is nothing to replay."""
 
     suggested_action = "none: the address does not accept mail"
@@ -135,7 +136,8 @@ class OptedOut(PermanentError):
 
 class PossiblySent(PipelineError):
     """The mail server may have accepted the email: the connection died or timed out after the
-    DATA command, before its answer. Neither a success nor a plain transient failure: resending
+    DATA command, before its answer; or an email provider's API answered 5xx, or the connection
+    was lost after the request went out (nurture.mail.transport.classify_esp_error). Neither a success nor a plain transient failure: resending
     may email the prospect twice, so it is resent at most once and then left to a person
     (orchestrator.failures.recovery.send_unconfirmed)."""
 

@@ -7,7 +7,8 @@ first row that matches decides, and anything no row matches is retried as transi
   to the queue with `not_before` = the wait; not a failed attempt. Never slept off in a worker.
   A provider that keeps refusing is not waited on for ever: after RETRY_MAX_RATE_LIMITED
   re-queues for 429 (since the last replay) the next 429 is a dead letter saying so.
-- PossiblySent (no answer from the mail server after DATA): it may have the email. Resent once
+- PossiblySent (no answer from the mail server after DATA; an email provider's 5xx, or its
+  connection lost after the request went out): it may have the email. Resent once
   with the same Message-ID, then a POSSIBLY_SENT dead letter (recovery.send_unconfirmed).
 - TransientError (5xx, timeouts, connection errors, anything unclassified): attempts + 1 and
   back to the queue with exponential backoff and jitter, until RETRY_MAX_ATTEMPTS; then DEAD.

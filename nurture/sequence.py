@@ -1,4 +1,5 @@
-"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint.
+"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint;
+and the one way back, a reactivation with a recorded reason (never after a complaint).
 
 Only work that has not started sending is cancelled here (QUEUED, AWAITING_APPROVAL, APPROVED),
 through the state machine. Rows already DISPATCHED/GENERATING/SENDING belong to a worker; for
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from outreach.models import SUPPRESSED, Lead, Outreach, State
+from outreach.models import SUPPRESSED, Lead, LeadEvent, Outreach, State
+from outreach.services.operations import NotActionable
 from outreach.transitions import AT_REST, ENDED_UNSENT, transition_many
 
 SEQUENCE_KINDS = (Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
@@ -50,9 +53,10 @@ class OptOut:
     cancelled: list[int]
 
 
-def lead_opt_out(*, lead_id: int) -> OptOut:
+def lead_opt_out(*, lead_id: int, reason: str = "unsubscribe link") -> OptOut:
     """Mark the lead opted out and cancel ALL its outreach that has not started sending.
 
+    `reason` (the link, a reply asking to stop) is written in the lead's history (LeadEvent).
     Idempotent: a second call cancels whatever was queued since (e.g. a reply) and says `already`.
     Opt-out is per lead, i.e. per organization: another organization's lead with the same
     address is a different sender's contact. Raises Lead.DoesNotExist.
@@ -63,6 +67,9 @@ def lead_opt_out(*, lead_id: int) -> OptOut:
         already = lead.status in SUPPRESSED
         if not already:
             Lead.objects.filter(id=lead_id).update(status=Lead.Status.OPTED_OUT)
+            LeadEvent.objects.create(
+                lead_id=lead_id, from_status=lead.status, to_status=Lead.Status.OPTED_OUT, note=reason
+            )
         cancelled = _cancel_not_started(lead_id=lead_id, note="lead opted out")
     return OptOut(lead_id, lead.email, lead.organization.name, already, cancelled)
 
@@ -73,11 +80,37 @@ def lead_suppress(*, lead_id: int, status: Lead.Status, reason: str) -> list[int
     stopped by the pipeline's own status checks. A complaint outranks a bounce (it is what the
     rates must not forget). Idempotent; returns the ids cancelled."""
     with transaction.atomic():
-        rows = Lead.objects.filter(id=lead_id)
-        if status == Lead.Status.BOUNCED:
-            rows = rows.exclude(status=Lead.Status.COMPLAINED)
-        rows.update(status=status)
+        before = Lead.objects.select_for_update().values_list("status", flat=True).get(id=lead_id)
+        if before != status and not (status == Lead.Status.BOUNCED and before == Lead.Status.COMPLAINED):
+            Lead.objects.filter(id=lead_id).update(status=status)
+            LeadEvent.objects.create(lead_id=lead_id, from_status=before, to_status=status, note=reason)
         return _cancel_not_started(lead_id=lead_id, note=reason)
+
+
+def lead_reactivate(*, lead: Lead, by: AbstractBaseUser, reason: str) -> None:
+    """Set an opted-out or bounced lead back to active, recording who, when and why (LeadEvent).
+
+    Raises NotActionable, naming the lead, for a lead that complained (a spam complaint is
+    never undone here: mailing that person again is what the complaint rates punish), one that
+    is not suppressed, or an empty reason. Its cancelled emails stay cancelled: nothing is sent
+    until new work is queued for it. Who may call it is the caller's check (the admin asks for
+    outreach.reactivate_lead); tenancy too.
+    """
+    why = reason.strip()
+    if not why:
+        raise NotActionable(f"#{lead.pk} {lead.email}: a reason is required to reactivate a lead")
+    with transaction.atomic():
+        status = Lead.objects.select_for_update().values_list("status", flat=True).get(id=lead.pk)
+        if status == Lead.Status.COMPLAINED:
+            raise NotActionable(
+                f"#{lead.pk} {lead.email} complained (marked our email as spam): never reactivated"
+            )
+        if status not in SUPPRESSED:
+            raise NotActionable(f"#{lead.pk} {lead.email} is {status}, not opted out or bounced")
+        Lead.objects.filter(id=lead.pk).update(status=Lead.Status.ACTIVE)
+        LeadEvent.objects.create(
+            lead_id=lead.pk, from_status=status, to_status=Lead.Status.ACTIVE, note=why, actor_id=by.pk
+        )
 
 
 def _cancel_not_started(*, lead_id: int, note: str) -> list[int]:

@@ -66,7 +66,7 @@ ensure_postgres() {
       $as_postgres psql -qc "CREATE ROLE outreach_test LOGIN SUPERUSER PASSWORD 'outreach_test'"
     fi
     export DATABASE_URL="postgres://outreach_test:outreach_test@127.0.0.1:5432/outreach"
-    echo "==> using DATABASE_URL=$DATABASE_URL"
+    echo "==> using DATABASE_URL=postgres://outreach_test:***@127.0.0.1:5432/outreach"
     return
   fi
   echo "PostgreSQL on 127.0.0.1:5432 refuses user postgres without a password." >&2

@@ -30,10 +30,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from nurture.intake.belief import REFERENCES_READ, InboundReply, reply_believe
+from nurture.intake.opt_out import reply_asks_to_stop
 from nurture.intake.unverified import unverified_keep
 from nurture.intake.verdicts import Verdict
 from nurture.mail.transport import message_id_normalised, message_ids
-from nurture.sequence import sequence_stop
+from nurture.sequence import lead_opt_out, sequence_stop
 from outreach.idempotency import reply_key
 from outreach.models import SUPPRESSED, Lead, Outreach, State, UnverifiedInbound
 from outreach.services.operations import NotActionable
@@ -210,6 +211,9 @@ def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyRece
         key = reply_key(message_id=reply.message_id)
         if (seen := _received(lead_id=lead.pk, key=key, message_id=reply.message_id)) is not None:
             return ReplyReceived(outreach_id=seen, created=False, lead_id=lead.pk)
+        if reply_asks_to_stop(subject=reply.subject, body=reply.body):
+            # An opt-out, like the link: the reply below is then recorded and never answered.
+            lead_opt_out(lead_id=lead.pk, reason=f"asked to stop in a reply ({reply.message_id[:200]})")
         if (pending := _reply_join(lead_id=lead.pk, inbound=inbound)) is not None:
             return ReplyReceived(outreach_id=pending, created=False, lead_id=lead.pk, joined=True)
         outreach, created = outreach_enqueue(

@@ -1,4 +1,4 @@
-"""What the mail side tells us about a lead: a hard bounce or a spam complaint.
+"""What the mail side tells us about a lead: a hard bounce, a spam complaint, an unsubscribe.
 
 Two ways in, one outcome (docs/email.md, "Bounces and complaints"):
 - our SMTP server refuses the address for good while we send (nurture.errors.RecipientRefused,
@@ -7,12 +7,20 @@ Two ways in, one outcome (docs/email.md, "Bounces and complaints"):
   `tracking` signal, connected in nurture.apps): `tracking_event_record`.
 Either way the lead is suppressed (nurture.sequence.lead_suppress: never emailed again,
 its queued work cancelled) and its owner's and sender domain's rates are checked, which may
-pause them (orchestrator.controls.deliverability).
+pause them (orchestrator.controls.deliverability). A provider's unsubscribe event opts the lead
+out (nurture.sequence.lead_opt_out), like our own unsubscribe link.
+
+A provider's event belongs to the email it is about, found by the provider's id for it, then
+by our Message-ID, then by address within the one organization that emailed it (`_email_of`):
+the same person may be a lead of several organizations, and a complaint about one of them must
+not stop another's conversation. A hard bounce is about the mailbox, so it suppresses the
+address in every organization.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from anymail.signals import AnymailTrackingEvent, EventType, RejectReason
@@ -20,7 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
-from nurture.sequence import lead_suppress
+from nurture.sequence import lead_opt_out, lead_suppress
 from orchestrator.work import Pause, deliverability_check
 from outreach.models import DELIVERY_ATTEMPT, ErrorClass, Lead, Outreach, State
 from outreach.transitions import transition
@@ -34,6 +42,11 @@ _BOUNCE_REJECTS = (RejectReason.BOUNCED, RejectReason.INVALID)
 # Postmark's SoftBounce (a HardBounce may follow) and virus notices; SendGrid's "blocked" (a
 # refusal by policy, often temporary). They must not suppress a lead or count in its rates.
 _NOT_HARD = (("Type", "SoftBounce"), ("Type", "VirusNotification"), ("type", "blocked"))
+_WHAT = {
+    Lead.Status.BOUNCED: "hard bounce",
+    Lead.Status.COMPLAINED: "spam complaint",
+    Lead.Status.OPTED_OUT: "unsubscribe",
+}
 
 
 def send_refused(*, outreach: Outreach, reason: str) -> State:
@@ -54,38 +67,36 @@ def send_refused(*, outreach: Outreach, reason: str) -> State:
 
 def lead_problem_record(*, lead_id: int, status: Lead.Status, reason: str) -> list[Pause]:
     """Suppress the lead, then pause its owner or sender domain if a rate is now too high."""
-    with transaction.atomic():
-        cancelled = lead_suppress(lead_id=lead_id, status=status, reason=reason[:500])
-        owner_id = Lead.objects.values_list("owner_id", flat=True).get(pk=lead_id)
-        pauses = deliverability_check(owner_id=owner_id)
-    log.warning(
-        "lead %s %s: %d queued outreach cancelled%s",
-        lead_id,
-        status,
-        len(cancelled),
-        "".join(f"; {p.scope_text()} paused: {p.reason}" for p in pauses),
-        extra={"lead_id": lead_id, "owner_id": owner_id},
-    )
-    return pauses
+    owner_id = Lead.objects.values_list("owner_id", flat=True).get(pk=lead_id)
+    return _suppress(lead_ids=[lead_id], owner_ids=[owner_id], status=status, reason=reason)
 
 
 def tracking_event_record(*, event: AnymailTrackingEvent, esp_name: str) -> list[Pause] | None:
-    """One provider event: a bounce or complaint suppresses its recipient's lead; anything
+    """One provider event about one of our emails (`_email_of`): a hard bounce suppresses the
+    address in every organization (the mailbox does not exist, whoever writes to it); a complaint
+    or an unsubscribe suppresses only the lead of the organization that sent the email. Anything
     else (delivered, opened, a soft "deferred" bounce) is ignored. None: nothing to do."""
     status = _problem(event)
     if status is None or not event.recipient:
         return None
-    lead_id = _lead_emailed(email=event.recipient)
-    if lead_id is None:
+    attempts = _attempts_to(email=event.recipient)
+    if not attempts:
         log.info(
             "%s %s event for %r: no lead emailed at that address", esp_name, event.event_type, event.recipient
         )
         return None
+    email = _email_of(event=event, attempts=attempts)
     detail = event.description or event.mta_response or event.reject_reason or ""
-    what = "hard bounce" if status == Lead.Status.BOUNCED else "spam complaint"
-    return lead_problem_record(
-        lead_id=lead_id, status=status, reason=f"{what} reported by {esp_name}: {detail}"
-    )
+    reason = f"{_WHAT[status]} reported by {esp_name}: {detail}"
+    if status == Lead.Status.BOUNCED:
+        return _address_bounced(email=event.recipient, about=email, attempts=attempts, reason=reason)
+    if email is None:
+        _not_applied(event=event, esp_name=esp_name, attempts=attempts)
+        return None
+    if status == Lead.Status.OPTED_OUT:
+        _opted_out(lead_id=email.lead_id, reason=reason)
+        return []
+    return lead_problem_record(lead_id=email.lead_id, status=status, reason=reason)
 
 
 def tracking_received(sender: Any, event: AnymailTrackingEvent, esp_name: str, **kwargs: Any) -> None:
@@ -96,20 +107,132 @@ def tracking_received(sender: Any, event: AnymailTrackingEvent, esp_name: str, *
 def _problem(event: AnymailTrackingEvent) -> Lead.Status | None:
     if event.event_type == EventType.COMPLAINED:
         return Lead.Status.COMPLAINED
+    if event.event_type == EventType.UNSUBSCRIBED:
+        # SendGrid's unsubscribe and group_unsubscribe, Mailgun's unsubscribed, Postmark's
+        # SubscriptionChange with SuppressSending (a resubscribe is SUBSCRIBED: ignored).
+        return Lead.Status.OPTED_OUT
     if event.event_type == EventType.BOUNCED:
-        esp = event.esp_event if isinstance(event.esp_event, dict) else {}
+        esp = _dict(event.esp_event)
         return None if any(esp.get(key) == value for key, value in _NOT_HARD) else Lead.Status.BOUNCED
     if event.event_type == EventType.REJECTED and event.reject_reason in _BOUNCE_REJECTS:
         return Lead.Status.BOUNCED
     return None
 
 
-def _lead_emailed(*, email: str) -> int | None:
-    """The lead at this address we emailed last (an address may be a lead of several
-    organizations: the event is about the latest email, so about the one that sent it)."""
-    return (
-        Outreach.objects.filter(DELIVERY_ATTEMPT, lead__email=email)
-        .order_by("-state_changed_at", "-id")
-        .values_list("lead_id", flat=True)
-        .first()
+def _suppress(
+    *, lead_ids: list[int], owner_ids: Iterable[int], status: Lead.Status, reason: str
+) -> list[Pause]:
+    """Suppress these leads, then check these owners' rates (pausing what is over), as one turn."""
+    with transaction.atomic():
+        cancelled = [
+            outreach_id
+            for lead_id in lead_ids
+            for outreach_id in lead_suppress(lead_id=lead_id, status=status, reason=reason[:500])
+        ]
+        pauses = [p for owner_id in sorted(set(owner_ids)) for p in deliverability_check(owner_id=owner_id)]
+    log.warning(
+        "lead %s %s: %d queued outreach cancelled%s",
+        ", ".join(map(str, lead_ids)),
+        status,
+        len(cancelled),
+        "".join(f"; {p.scope_text()} paused: {p.reason}" for p in pauses),
+        extra={"lead_ids": lead_ids},
     )
+    return pauses
+
+
+def _address_bounced(
+    *, email: str, about: Outreach | None, attempts: list[Outreach], reason: str
+) -> list[Pause]:
+    """A hard bounce: every lead at the address, in every organization, is bounced. The rates
+    checked are those of the owner whose email bounced; when the event names none of our
+    emails, those of every owner who emailed the address (each has a bounce in its window)."""
+    lead_ids = list(Lead.objects.filter(email=email).order_by("id").values_list("id", flat=True))
+    owners = [about.owner_id] if about is not None else [row.owner_id for row in attempts]
+    return _suppress(lead_ids=lead_ids, owner_ids=owners, status=Lead.Status.BOUNCED, reason=reason)
+
+
+def _opted_out(*, lead_id: int, reason: str) -> None:
+    """The person unsubscribed at the provider: the lead opts out (nurture.sequence.lead_opt_out,
+    as our own unsubscribe link does); not a deliverability problem, so no rate is checked."""
+    done = lead_opt_out(lead_id=lead_id, reason=reason)
+    log.warning(
+        "lead %s opted out (%s)%s: %d queued outreach cancelled",
+        lead_id,
+        reason,
+        " already" if done.already else "",
+        len(done.cancelled),
+        extra={"lead_id": lead_id},
+    )
+
+
+def _not_applied(*, event: AnymailTrackingEvent, esp_name: str, attempts: list[Outreach]) -> None:
+    organizations = sorted({row.lead.organization_id for row in attempts})
+    log.warning(
+        "%s %s event for %r not applied: %d organizations emailed it (%s) and the event names none "
+        "of their emails (provider id %r)",
+        esp_name,
+        event.event_type,
+        event.recipient,
+        len(organizations),
+        ", ".join(map(str, organizations)),
+        event.message_id,
+        extra={"organization_ids": organizations},
+    )
+
+
+def _attempts_to(*, email: str) -> list[Outreach]:
+    """Our delivery attempts to this address, in every organization, latest first: the few
+    emails a tracking event about it can be about."""
+    return list(
+        Outreach.objects.filter(DELIVERY_ATTEMPT, lead__email=email)
+        .select_related("lead")
+        .order_by("-state_changed_at", "-id")
+    )
+
+
+def _email_of(*, event: AnymailTrackingEvent, attempts: list[Outreach]) -> Outreach | None:
+    """The email among `attempts` the event is about, or None when nothing says which.
+
+    1. the provider's id for it (anymail's `message_id`) among the ids its send API answered
+       (`esp_message_id`, space-separated when it answered several);
+    2. the Message-ID header the provider reports, against ours (`_reported_message_ids`);
+    3. the address alone, only when one organization emailed it (the latest of its emails).
+    An address several organizations emailed is never guessed from: whoever emailed it last
+    is not who the complaint was about.
+    """
+    provider_id = _bare(event.message_id or "")
+    if provider_id:
+        for row in attempts:
+            if provider_id in {_bare(value) for value in row.esp_message_id.split()}:
+                return row
+    reported = _reported_message_ids(event)
+    for row in attempts:
+        if row.message_id and _bare(row.message_id) in reported:
+            return row
+    if len({row.lead.organization_id for row in attempts}) == 1:
+        return attempts[0]
+    return None
+
+
+def _reported_message_ids(event: AnymailTrackingEvent) -> set[str]:
+    """The Message-ID header of the email, where the provider reports it: Mailgun's
+    message.headers.message-id (which anymail gives as `message_id`), SendGrid's smtp-id,
+    Amazon SES's mail.commonHeaders.messageId. Postmark reports only its own id."""
+    esp = _dict(event.esp_event)
+    found = (
+        event.message_id,
+        esp.get("smtp-id"),
+        _dict(_dict(esp.get("mail")).get("commonHeaders")).get("messageId"),
+    )
+    return {_bare(value) for value in found if isinstance(value, str) and _bare(value)}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """A provider's JSON object, or {} where it has something else (or nothing) there."""
+    return value if isinstance(value, dict) else {}
+
+
+def _bare(message_id: str) -> str:
+    """An id without its angle brackets: providers report the same id with or without them."""
+    return message_id.strip().removeprefix("<").removesuffix(">")

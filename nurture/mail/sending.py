@@ -17,8 +17,9 @@ work in between does not bunch evenly spaced grants together at the provider. Th
 is released after SMTP: kept when the message left or may have (PossiblySent), given back when
 it never did (claim lost, opted out, stopped by the sequence, refused by the server).
 
-A recipient the server refuses for good (RecipientRefused) is a hard bounce, not a failure to
-retry: CANCELLED, the lead suppressed, its rates checked (nurture.mail.events.send_refused).
+A recipient the server or the email provider refuses for good (RecipientRefused) is a hard
+bounce, not a failure to retry: CANCELLED, the lead suppressed, its rates checked
+(nurture.mail.events.send_refused).
 Every other failure goes to nurture.retry_rules.
 """
 

@@ -15,6 +15,7 @@ by the model.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import secrets
@@ -37,6 +38,7 @@ from django.core import signing
 from django.core.exceptions import ImproperlyConfigured
 from django.core.mail import BadHeaderError, EmailMessage, get_connection
 from django.core.mail.backends.base import BaseEmailBackend
+from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
 from nurture.errors import (
     OptedOut,
@@ -221,19 +223,72 @@ def _address_refused(code: int, text: bytes | str) -> bool:
 def classify_esp_error(exc: AnymailError) -> PipelineError:
     """An email provider's API failure to the taxonomy, as classify_smtp_error does for SMTP.
 
-    No answer after the request went out (a read timeout) is PossiblySent: the provider may have
-    queued the email. A message the provider can never take (refused or invalid recipient, a
-    feature it lacks, a 4xx answer) is permanent; 408, 429, 5xx and connection failures transient.
+    Only what certainly never reached the provider, or an answer saying it did not take the
+    email, is a plain failure: no connection (refused, DNS, connect timeout) is transient, and
+    so are 408 and 429; another 4xx, an invalid address, a feature it lacks are permanent; a
+    recipient it refuses (anymail's AnymailRecipientsRefused: Postmark's inactive recipient,
+    ErrorCode 406, and the like) is a hard bounce, as a 5xx at RCPT is over SMTP. Everything
+    else may have queued the email, so it is PossiblySent (resent once, then a person decides):
+    a 5xx (a provider can fail after queueing), a connection dropped or reset after the request
+    went out, a read timeout, an answer we cannot read. Calling those transient let the retry
+    rules send one email up to RETRY_MAX_ATTEMPTS times.
     """
-    if isinstance(exc, requests.Timeout) and not isinstance(exc, requests.ConnectTimeout):
-        return PossiblySent(f"email provider gave no answer: {exc}")
-    refused = AnymailRecipientsRefused | AnymailInvalidAddress | AnymailUnsupportedFeature
-    if isinstance(exc, refused | AnymailSerializationError):
+    if isinstance(exc, AnymailRecipientsRefused):
+        return RecipientRefused(f"email provider refused the recipient: {exc}")
+    if isinstance(exc, AnymailInvalidAddress | AnymailUnsupportedFeature | AnymailSerializationError):
         return PermanentError(f"email provider cannot send this message: {exc}")
     status = exc.status_code
-    if status is not None and 400 <= status < 500 and status not in (408, 429):
+    if status is None and _never_reached_provider(exc):
+        return TransientError(f"email provider unreachable: {exc}")
+    if status in (408, 429):
+        return TransientError(f"email provider asked us to come back later ({status}): {exc}", status=status)
+    if status is not None and 400 <= status < 500:
         return PermanentError(f"email provider refused the message ({status}): {exc}", status=status)
-    return TransientError(f"email provider unavailable: {exc}", status=status)
+    return PossiblySent(f"email provider may have the email (no clear refusal): {exc}", status=status)
+
+
+# requests wraps urllib3's reason (a MaxRetryError holding it) in its own exception, which
+# anymail wraps again: these are the links followed to find what happened first.
+_NO_CONNECTION = (requests.ConnectTimeout, NewConnectionError, ConnectTimeoutError)
+
+
+def _never_reached_provider(exc: BaseException) -> bool:
+    """True when no connection was made (refused, DNS failed, connect timeout): the request
+    never left. A TLS or proxy failure, a reset or a read timeout is not this: the request may
+    have gone out."""
+    seen: object = exc
+    for _ in range(8):  # anymail -> requests -> MaxRetryError -> urllib3's reason, and some slack
+        if isinstance(seen, _NO_CONNECTION):
+            return True
+        if isinstance(seen, MaxRetryError):
+            seen = seen.reason
+        elif isinstance(seen, BaseException):
+            first = seen.args[0] if seen.args else None
+            seen = seen.__cause__ or (first if isinstance(first, BaseException) else None)
+        else:
+            return False
+    return False
+
+
+def esp_idempotency_key(*, message_id: str) -> str:
+    """The provider's idempotency key for an email: derived from its Message-ID, so a resend
+    carries the same key and a provider that honours keys sends it once."""
+    return "outreach-" + hashlib.sha256(message_id.encode()).hexdigest()[:40]
+
+
+def _pass_idempotency_key(connection: BaseEmailBackend, message: EmailMessage) -> None:
+    """Give the provider our key where it takes one. Resend reads an `Idempotency-Key` HTTP
+    header (24 hours); Brevo an `idempotencyKey` in the request's email headers (15 minutes).
+    Postmark, Mailgun, SendGrid and the others anymail 15.2 speaks document none that we found:
+    the header is ignored there (and honoured by any that adds it), and the stable Message-ID
+    is all the receiving side has to drop a second copy. Amazon SES (boto3, no session) gets
+    none (docs/email.md)."""
+    key = esp_idempotency_key(message_id=message.extra_headers["Message-ID"])
+    session = getattr(connection, "session", None)
+    if isinstance(session, requests.Session):  # anymail's HTTP backends, one session per send
+        session.headers["Idempotency-Key"] = key
+    if getattr(connection, "esp_name", "") in ("Brevo", "SendinBlue"):
+        message.extra_headers["idempotencyKey"] = key
 
 
 def _deliver(message: EmailMessage, *, before_send: Callable[[], None]) -> str:
@@ -245,6 +300,7 @@ def _deliver(message: EmailMessage, *, before_send: Callable[[], None]) -> str:
     data_sent: Callable[[], bool] = lambda: False  # noqa: E731
     try:
         connection.open()
+        _pass_idempotency_key(connection, message)
         data_sent = _watch_data(connection)
         before_send()
         sent = connection.send_messages([message])

@@ -6,8 +6,14 @@ A scope's rate is read over its last BOUNCE_WINDOW_SENDS delivery attempts: emai
 nurture.mail.events). Of those, the bounced ones went to a lead now BOUNCED, the complained ones
 to a lead now COMPLAINED. Below BOUNCE_MIN_SENDS attempts nothing is paused: one bounce in two
 sends is chance, not a bad list. Past the threshold the scope is paused through
-orchestrator.controls.pauses (the dispatcher and the workers honour it) until an operator resumes it;
-a scope resumed while its rate is still over is paused again at its next bounce or complaint.
+orchestrator.controls.pauses (the dispatcher and the workers honour it) until an operator resumes it.
+
+The scopes are the owner and its sender domain. A domain several organizations send from is
+judged and paused per organization (its own sends; the pause names the organization and the
+domain, so that tenant's operators resume it): one tenant's bad list, or a dozen deliberate
+bounces, must not stop every tenant's email. A domain one organization sends from is paused
+whole. After an operator resumes an automatic pause, its scope is judged on the attempts since
+the resume only: the old window would pause it again at once.
 
 The rule (`over_threshold`, `pause_reason`) is pure; the shell reads the windows and pauses.
 """
@@ -17,10 +23,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 
 from orchestrator.controls.pauses import pause
 from orchestrator.figures import ratio
@@ -76,27 +84,56 @@ def pause_reason(*, what: str, bad: int, sends: int, max_rate: float) -> str:
 
 
 def deliverability_check(*, owner_id: int) -> list[Pause]:
-    """After a bounce or complaint for `owner_id`'s lead: pause the owner and/or its sender
-    domain if a rate is over its threshold; return the pauses that apply (new or existing)."""
+    """After a bounce or complaint for `owner_id`'s lead: pause the owner and/or its organization
+    on its sender domain if a rate is over its threshold; return the pauses that apply (new or
+    existing). Each scope is judged on its attempts since an operator last resumed its automatic
+    pause (`_since_resume`)."""
     owner = Owner.objects.select_related("organization").get(pk=owner_id)
-    domain = owner.organization.sender_domain
-    windows = [
-        (owner, _window(Outreach.objects.filter(owner_id=owner.pk))),
-        (None, _window(_on_domain(domain))),
-    ]
     pauses = []
-    for paused_owner, (sends, bounced, complained) in windows:
+    for scope, attempts in _scopes_of(owner):
+        since = _since_resume(scope)
+        window = attempts if since is None else attempts.filter(state_changed_at__gt=since)
+        sends, bounced, complained = _window(window)
         for source, what, bad, max_rate in (
             (Pause.Source.BOUNCES, "hard-bounce", bounced, settings.BOUNCE_RATE_MAX),
             (Pause.Source.COMPLAINTS, "complaint", complained, settings.COMPLAINT_RATE_MAX),
         ):
             if over_threshold(bad=bad, sends=sends, max_rate=max_rate, min_sends=settings.BOUNCE_MIN_SENDS):
                 reason = pause_reason(what=what, bad=bad, sends=sends, max_rate=max_rate)
-                if paused_owner is not None:
-                    pauses.append(pause(owner=paused_owner, source=source, reason=reason)[0])
-                else:
-                    pauses.append(pause(sender_domain=domain, source=source, reason=reason)[0])
+                pauses.append(pause(**scope, source=source, reason=reason)[0])
     return pauses
+
+
+def _scopes_of(owner: Owner) -> list[tuple[dict[str, Any], QuerySet[Outreach]]]:
+    """The scopes an owner's bounce is judged in, each with its attempts: the owner, and its
+    sender domain. A domain several organizations send from is judged, and paused, per
+    organization (its sends on the domain): one tenant's bad list must not stop the others;
+    only a domain one organization sends from is paused whole."""
+    organization = owner.organization
+    domain = organization.sender_domain
+    # An organization sends from its one sender domain: its sends on the domain are all of its
+    # sends, and when it is the domain's only sender, the domain's.
+    sends_on_domain = Outreach.objects.filter(lead__organization_id=organization.pk)
+    domain_scope: dict[str, Any] = {"sender_domain": domain}
+    if len(_organizations_on(domain)) > 1:
+        domain_scope["organization"] = organization
+    return [({"owner": owner}, Outreach.objects.filter(owner_id=owner.pk)), (domain_scope, sends_on_domain)]
+
+
+def _since_resume(scope: dict[str, Any]) -> datetime | None:
+    """When an operator last resumed an automatic pause of exactly this scope: the rates count
+    attempts after it only. Otherwise the very window that paused the scope pauses it again at
+    the next late bounce of an email sent before the resume, and the resume means nothing; so a
+    resumed scope is judged on what it sends from then on (BOUNCE_MIN_SENDS of them at least)."""
+    exact = {"organization": None, "owner": None, "sender_domain": "", **scope}
+    if exact["owner"] is not None:
+        exact["organization"] = exact["owner"].organization
+    return Pause.objects.filter(
+        **exact,
+        tier__isnull=True,
+        source__in=[Pause.Source.BOUNCES, Pause.Source.COMPLAINTS],
+        resumed_at__isnull=False,
+    ).aggregate(last=Max("resumed_at"))["last"]
 
 
 def deliverability(*, organization_ids: Collection[int] | None = None) -> Deliverability:
@@ -136,13 +173,18 @@ def _window(attempts: QuerySet[Outreach]) -> tuple[int, int, int]:
 
 
 def _on_domain(domain: str, *, within: QuerySet[Outreach] | None = None) -> QuerySet[Outreach]:
-    """Outreach of every organization sending from `domain` (a property, not a column: the
-    organizations are few, so they are grouped here)."""
+    """Outreach of every organization sending from `domain`."""
+    rows = Outreach.objects.all() if within is None else within
+    return rows.filter(lead__organization_id__in=_organizations_on(domain))
+
+
+def _organizations_on(domain: str) -> list[int]:
+    """The organizations sending from `domain` (a property, not a column: the organizations
+    are few, so they are grouped here)."""
     by_domain: dict[str, list[int]] = defaultdict(list)
     for organization in Organization.objects.only("id", "sender_email"):
         by_domain[organization.sender_domain].append(organization.pk)
-    rows = Outreach.objects.all() if within is None else within
-    return rows.filter(lead__organization_id__in=by_domain.get(domain, []))
+    return by_domain.get(domain, [])
 
 
 def _worst_first(rows: Iterable[MailRates]) -> list[MailRates]:

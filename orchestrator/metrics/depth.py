@@ -46,6 +46,32 @@ class DeferredReason:
     owners: int
 
 
+# Why queued work waits, as /metrics labels it: the row's `blocked_reason` is text for people
+# (a pause's says who paused and what they typed, a deployment's quotes the provider), and a
+# label value must be one of a fixed set. (text prefix, code): the first prefix that matches
+# decides; the texts are written by Pause.blocked_reason, controls.spend.spend_cap_reason, the
+# dispatcher's LLM cap, dispatch.owner_limits, the send budget (budget.sends), the deployment
+# breaker and nurture.sequence. A new kind of reason shows as "other" until it gets a row.
+_REASON_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("paused ", "paused"),
+    ("daily spend cap ", "spend_cap"),
+    ("organization LLM cap reached", "llm_cap"),
+    ("outside operating hours", "operating_hours"),
+    ("daily limit ", "owner_daily_limit"),
+    ("send rate ", "send_rate"),
+    ("sender domain ", "sender_domain_day"),
+    ("send budget unavailable", "send_budget_unavailable"),
+    ("deployment '", "deployment"),
+    ("waiting for step ", "sequence"),
+)
+DEFERRED_REASON_CODES: tuple[str, ...] = (*(code for _, code in _REASON_PREFIXES), "other")
+
+
+def deferred_reason_code(reason: str) -> str:
+    """The code of a waiting row's reason, one of DEFERRED_REASON_CODES."""
+    return next((code for prefix, code in _REASON_PREFIXES if reason.startswith(prefix)), "other")
+
+
 @dataclass(frozen=True)
 class Deferred:
     rows: int

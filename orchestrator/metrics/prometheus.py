@@ -9,6 +9,7 @@ not when retention prunes history) and every process on every host adds to the s
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 
 from prometheus_client.core import (
@@ -21,6 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from orchestrator.dispatch.inflight import STEPS
+from orchestrator.metrics.depth import DEFERRED_REASON_CODES, deferred_reason_code
 from orchestrator.metrics.queue_health import QueueHealth, queue_health
 from outreach import counters as c
 from outreach.counters import Labels
@@ -64,11 +66,14 @@ def _depth(h: QueueHealth) -> Iterator[Metric]:
         ["tier"],
         {(t,): age for t, age in d.oldest_ready_age_s_by_tier.items()},
     )
+    by_code: Counter[str] = Counter()
+    for r in h.deferred.reasons:  # the text is for people (the dashboard); a label is a code
+        by_code[deferred_reason_code(r.reason)] += r.rows
     yield _gauge(
         "outreach_deferred_rows",
-        "Queued rows labelled with why they wait (blocked_reason).",
+        f"Queued rows waiting, per reason code ({', '.join(DEFERRED_REASON_CODES)}).",
         ["reason"],
-        {(r.reason,): r.rows for r in h.deferred.reasons},
+        {(code,): rows for code, rows in by_code.items()},
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from outreach.models.assignment import AssignmentBatch, AssignmentItem
 from outreach.models.inbound import UnverifiedInbound
-from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField
+from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField, LeadEvent
 from outreach.models.metrics import MetricCounter
 from outreach.models.organizations import Organization, VerifiedDomain
 from outreach.models.outreach import (
@@ -42,6 +42,7 @@ __all__ = [
     "ErrorClass",
     "Lead",
     "LeadEmailField",
+    "LeadEvent",
     "MetricCounter",
     "Organization",
     "Outreach",

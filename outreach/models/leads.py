@@ -1,7 +1,9 @@
-"""Leads: the people emailed, one per address per organization, and who may not be emailed."""
+"""Leads: the people emailed, one per address per organization, who may not be emailed, and
+the history of their opt-outs and reactivations."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower, Trim
@@ -49,6 +51,11 @@ class Lead(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        permissions = [
+            # Separate from change_lead: whoever may edit a lead's name may not undo an opt-out
+            # or a bounce (nurture.sequence.lead_reactivate: a recorded reason, never a complaint).
+            ("reactivate_lead", "Can reactivate an opted-out or bounced lead, with a reason"),
+        ]
         constraints = [
             # With lead_email_normalised below, unique whatever the case an address was typed in.
             models.UniqueConstraint(fields=["organization", "email"], name="lead_unique_email_per_org"),
@@ -58,6 +65,10 @@ class Lead(models.Model):
                 violation_error_message="A lead's email is stored trimmed and lower-case.",
             ),
         ]
+        # Provider events and inbound mail find leads by address across organizations (a hard
+        # bounce suppresses the address everywhere): the unique index above starts with the
+        # organization, so it cannot serve that lookup.
+        indexes = [models.Index(fields=["email"], name="lead_email_idx")]
 
     def __str__(self) -> str:
         return f"{self.first_name} {self.last_name} <{self.email}>".strip()
@@ -65,3 +76,25 @@ class Lead(models.Model):
 
 # Leads nothing may be sent to, whatever the kind of email: they said no, or their mailbox did.
 SUPPRESSED = frozenset({Lead.Status.OPTED_OUT, Lead.Status.BOUNCED, Lead.Status.COMPLAINED})
+
+
+class LeadEvent(models.Model):
+    """A change of a lead's status that someone must be able to account for later: an opt-out
+    (by the link, a reply asking to stop or a provider's unsubscribe event), a hard bounce, a
+    complaint, and a reactivation (who, when, why)."""
+
+    lead = models.ForeignKey(Lead, on_delete=models.CASCADE, related_name="events")
+    from_status = models.CharField(max_length=12, choices=Lead.Status.choices)
+    to_status = models.CharField(max_length=12, choices=Lead.Status.choices)
+    at = models.DateTimeField(auto_now_add=True)
+    note = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["lead", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.from_status} -> {self.to_status}"

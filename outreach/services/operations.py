@@ -20,8 +20,6 @@ from django.utils import timezone
 from outreach.models import Outreach, Owner, State
 from outreach.transitions import AT_REST, TransitionLost, transition, update_in_place
 
-Row = TypeVar("Row", bound=Model)
-
 # Not in flight, not finished: a worker holds nothing of these. DEAD rows belong to their
 # dead letter (replay or cancel it there, so the letter is resolved too).
 
@@ -57,19 +55,23 @@ class ActionReport:
         return text + "."
 
 
+# Outreach, or another record an operator acts on row by row (a lead: reactivate; unverified
+# inbound: accept).
+Row = TypeVar("Row", bound=Model)
+
+
 def apply_each(*, rows: Iterable[Row], verb: str, service: Callable[[Row], object]) -> ActionReport:
     """Run `service` on each row (oldest id first); a row it refuses, or that someone else moved
-    meanwhile, is skipped with its reason, and the others still go. Rows of any model: the
-    operators' actions on outreach, and on unverified inbound (accepting it)."""
+    meanwhile, is skipped with its reason, and the others still go."""
     report = ActionReport(verb=verb)
-    for outreach in sorted(rows, key=lambda o: o.pk):
+    for row in sorted(rows, key=lambda r: r.pk):
         try:
-            service(outreach)
-            report.done.append(outreach.pk)
+            service(row)
+            report.done.append(row.pk)
         except NotActionable as exc:
             report.skipped.append(str(exc))
         except TransitionLost:
-            report.skipped.append(f"#{outreach.pk} was moved by someone else meanwhile")
+            report.skipped.append(f"#{row.pk} was moved by someone else meanwhile")
     return report
 
 

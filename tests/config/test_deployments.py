@@ -53,6 +53,48 @@ def test_a_yaml_file_is_read_with_at_path(tmp_path: Path) -> None:
     assert deployments_parse(f"@{path}") == (Deployment(name="small", model="m", rpm=10, tpm=1000),)
 
 
+SECRET = "sk-live-abc123SECRET"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (f'  api_key: "{SECRET}\n', 6),  # a quote never closed: the error is at the end of the file
+        (f"  api_key: {SECRET}: x\n", 5),  # ': ' inside an unquoted value
+        (f"\tapi_key: {SECRET}\n", 5),  # a tab for indentation
+        (f"  api_key: [{SECRET}\n", 6),  # a flow list never closed
+    ],
+)
+def test_a_malformed_yaml_file_never_echoes_its_key_line(tmp_path: Path, text: str, line: int) -> None:
+    # given a deployments file whose api_key line is malformed
+    path = tmp_path / "deployments.yaml"
+    path.write_text("- name: main\n  model: gpt-4o-mini\n  rpm: 500\n  tpm: 200000\n" + text)
+    # when it is read, then the error says where and what to fix, and shows no piece of the key
+    with pytest.raises(ImproperlyConfigured) as error:
+        deployments_parse(f"@{path}")
+    message = str(error.value)
+    assert message.startswith(f"LLM_DEPLOYMENTS: {path} is not valid YAML at line {line}, column ")
+    assert "quote" in message
+    for piece in (SECRET, "abc123", "SECRET", "sk-live"):
+        assert piece not in message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"- name: main\n  model: m\n  rpm: 1\n  tpm: 1\n  {SECRET}: x\n",  # the key as a field name
+        f"- {SECRET}\n",  # an entry that is the key alone
+    ],
+)
+def test_a_key_misplaced_in_the_file_is_not_echoed(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "deployments.yaml"
+    path.write_text(text)
+    with pytest.raises(ImproperlyConfigured) as error:
+        deployments_parse(f"@{path}")
+    assert "entry 1" in str(error.value)
+    assert "abc123" not in str(error.value)
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from nurture.mail.transport import unsubscribe_token, unsubscribe_url
-from outreach.models import Lead, Outreach, State
+from outreach.models import Lead, LeadEvent, Outreach, State
 from tests.factories import make_lead, make_org, make_owner
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +101,9 @@ def test_second_opt_out_is_harmless_and_says_so(lead: Lead) -> None:
     assert again.status_code == 200
     assert "You had already unsubscribed" in again.content.decode()
     assert "already unsubscribed" in client.get(_url(lead.pk)).content.decode()
+    # and the lead's history says once why it was opted out
+    events = LeadEvent.objects.filter(lead=lead).values_list("from_status", "to_status", "note")
+    assert list(events) == [(Lead.Status.ACTIVE, Lead.Status.OPTED_OUT, "unsubscribe link")]
 
 
 @pytest.mark.parametrize("method", ["get", "one-click", "form"])

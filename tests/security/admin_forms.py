@@ -21,13 +21,18 @@ def reviewer_client(*, orgs: list[Organization], **client_options: Any) -> tuple
 
 
 def form_values(client: Client, url: str) -> dict[str, Any]:
-    """What the admin form at `url` would post unchanged (its initial or current values)."""
-    form = client.get(url).context["adminform"].form
+    """What the admin form at `url` would post unchanged (its initial or current values), with
+    its inlines' management forms and rows, as a browser posts them."""
+    context = client.get(url).context
+    forms = [context["adminform"].form]
+    for inline in context.get("inline_admin_formsets", []):
+        forms += [inline.formset.management_form, *inline.formset.forms]
     values = {}
-    for name in form.fields:
-        value = form[name].value()
-        if value is not None:
-            values[name] = value
+    for form in forms:
+        for name in form.fields:
+            value = form[name].value()
+            if value is not None:
+                values[form[name].html_name] = value
     return values
 
 

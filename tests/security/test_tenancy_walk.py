@@ -1,7 +1,10 @@
 """One walk over every registered admin page as a tenant: nothing of another organization shows.
 
-The tenant is a staff member of one organization holding EVERY model permission (not a
-superuser): the strongest non-superuser there is. For each model in admin.site._registry the
+The walk runs as three users, each holding EVERY model permission (not superusers): a tenant
+administrator, a staff member of one organization (the strongest non-superuser there is); a
+user shared between two organizations (sees both, nothing of a third); and the tenant
+administrator again, facing a colleague shared with another organization and a superuser
+member, whom they may neither reset, deactivate nor delete. For each model in admin.site._registry the
 walk opens the changelist, the changelist under each choice of each filter, a search, the add
 page, the change page of the tenant's own row (its form widgets list organizations, owners and
 users), the autocomplete endpoint of every relation, and posts every action against the other
@@ -188,33 +191,17 @@ def _declared_actions(model_admin: admin.ModelAdmin) -> dict[str, Any]:
     return found
 
 
-def test_a_tenant_with_every_permission_sees_nothing_of_another_organization(redis_client: Any) -> None:
-    # given two organizations with a row of every kind, and a staff member of the first holding
-    # every model permission
-    ours = _world(
-        "harbor", org_name="Harbor Alpha", owner_name="Marlo Fenn", member="hamember", seller="haseller"
-    )
-    theirs = _world(
-        "zephyrine",
-        org_name="Zephyrine Quarry",
-        owner_name="Quillon Thrace",
-        member="zqmember",
-        seller="zqseller",
-    )
-    tenant = make_user("tenant", organizations=[ours[Organization]])
-    tenant.user_permissions.add(*Permission.objects.all())
-    walk = Walk(logged_in(tenant))
-    scoped = [m for m, a in admin.site._registry.items() if isinstance(a, OrganizationScopedAdmin)]
-    assert set(scoped) <= set(theirs), f"the walk has no row of {set(scoped) - set(theirs)}"
-
-    # when they walk every registered admin page
+def _walk(walk: Walk, *, ours: list[dict[type, Any]], theirs: dict[type, Any]) -> None:
+    """Every registered admin page, as `walk`'s user: their own rows' pages, and every way in
+    to `theirs` (change, history, delete, each action), which must stay closed."""
     for model in admin.site._registry:
         _changelist(walk, model)
         if add := _url(model, "add"):
             walk.get(add)
         _autocomplete(walk, model)
-        if model in ours:
-            walk.get(_url(model, "change", ours[model].pk) or "")
+        for world in ours:
+            if model in world:
+                walk.get(_url(model, "change", world[model].pk) or "")
         if model not in theirs:
             continue
         row = theirs[model]
@@ -228,9 +215,95 @@ def test_a_tenant_with_every_permission_sees_nothing_of_another_organization(red
         _actions(walk, model, row)
     walk.get(reverse("orchestrator:queue-health"))
 
+
+def _everything(user: User) -> Client:
+    user.user_permissions.add(*Permission.objects.all())
+    return logged_in(user)
+
+
+def _other_world() -> dict[type, Any]:
+    return _world(
+        "zephyrine",
+        org_name="Zephyrine Quarry",
+        owner_name="Quillon Thrace",
+        member="zqmember",
+        seller="zqseller",
+    )
+
+
+def test_a_tenant_with_every_permission_sees_nothing_of_another_organization(redis_client: Any) -> None:
+    # given two organizations with a row of every kind, and a staff member of the first holding
+    # every model permission
+    ours = _world(
+        "harbor", org_name="Harbor Alpha", owner_name="Marlo Fenn", member="hamember", seller="haseller"
+    )
+    theirs = _other_world()
+    walk = Walk(_everything(make_user("tenant", organizations=[ours[Organization]])))
+    scoped = [m for m, a in admin.site._registry.items() if isinstance(a, OrganizationScopedAdmin)]
+    assert set(scoped) <= set(theirs), f"the walk has no row of {set(scoped) - set(theirs)}"
+
+    # when they walk every registered admin page
+    _walk(walk, ours=[ours], theirs=theirs)
+
     # then no page showed anything of the other organization
     assert walk.pages > 100
     assert walk.leaks == [], "\n".join(walk.leaks)
+
+
+def test_a_user_shared_by_two_organizations_sees_both_and_nothing_of_a_third(redis_client: Any) -> None:
+    # given three organizations, and a member of the first two holding every model permission
+    first = _world(
+        "harbor", org_name="Harbor Alpha", owner_name="Marlo Fenn", member="hamember", seller="haseller"
+    )
+    second = _world(
+        "bramble", org_name="Bramble Isle", owner_name="Odile Varga", member="brmember", seller="brseller"
+    )
+    theirs = _other_world()
+    shared = make_user("shared", organizations=[first[Organization], second[Organization]])
+    walk = Walk(_everything(shared))
+
+    # when they walk every registered admin page
+    _walk(walk, ours=[first, second], theirs=theirs)
+
+    # then both of their organizations' rows are there, and nothing of the third
+    owners = walk.client.get(reverse("admin:outreach_owner_changelist")).content.decode()
+    assert "Marlo Fenn" in owners
+    assert "Odile Varga" in owners
+    assert walk.pages > 100
+    assert walk.leaks == [], "\n".join(walk.leaks)
+
+
+def test_a_tenant_administrator_cannot_change_a_shared_user_or_a_superuser_member(redis_client: Any) -> None:
+    # given a tenant administrator (every permission in one organization), a colleague shared
+    # with another organization, and a superuser who is also a member of theirs
+    ours = _world(
+        "harbor", org_name="Harbor Alpha", owner_name="Marlo Fenn", member="hamember", seller="haseller"
+    )
+    theirs = _other_world()
+    shared = make_user("sharedmember", organizations=[ours[Organization], theirs[Organization]])
+    root = make_user("rootmember", superuser=True)
+    root.organizations.add(ours[Organization])
+    walk = Walk(_everything(make_user("tenantadmin", organizations=[ours[Organization]])))
+    before = {u.pk: (u.password, u.is_active, u.is_staff) for u in (shared, root)}
+
+    # when they walk every admin page, then post a password reset, a deactivation and a delete
+    # to each of those two users
+    _walk(walk, ours=[ours], theirs=theirs)
+    for user in (shared, root):
+        walk.post(
+            reverse("admin:auth_user_password_change", args=[user.pk]),
+            {"password1": "Taken-0ver!x", "password2": "Taken-0ver!x"},
+        )
+        walk.post(reverse("admin:auth_user_delete", args=[user.pk]), {"post": "yes"})
+        walk.post(
+            reverse("admin:auth_user_changelist"),
+            {"action": "delete_selected", "_selected_action": [user.pk], "post": "yes"},
+        )
+
+    # then nothing of the other organization showed, and both users are as they were
+    assert walk.leaks == [], "\n".join(walk.leaks)
+    after = {u.pk: (u.password, u.is_active, u.is_staff) for u in User.objects.filter(pk__in=before)}
+    assert after == before
 
 
 def test_every_action_declares_the_permission_it_needs() -> None:

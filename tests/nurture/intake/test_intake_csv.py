@@ -353,3 +353,17 @@ def test_rerun_after_an_interrupted_load_resumes_the_same_batch(tmp_path: Path, 
         9,
     )
     assert (AssignmentBatch.objects.count(), Outreach.objects.count()) == (1, 9)
+
+
+@pytest.mark.parametrize("status", [Lead.Status.OPTED_OUT, Lead.Status.BOUNCED, Lead.Status.COMPLAINED])
+def test_a_suppressed_address_imported_again_stays_suppressed(
+    tmp_path: Path, ann: Owner, status: Lead.Status
+) -> None:
+    # given a lead who opted out, bounced or complained
+    gone = make_lead(owner=ann, email="gone@x.example", status=status)
+    # when a file names the address again, typed differently, with new details
+    out, _ = _run(_csv(tmp_path, "GONE@X.example,Newname,,,,UTC,Ann\n"))
+    # then it is the same lead, still suppressed, and nothing is queued for it
+    assert list(Lead.objects.values_list("pk", "status", "first_name")) == [(gone.pk, status, "Pat")]
+    assert not Outreach.objects.exists()
+    assert "Nothing new: all 1 leads of leads.csv are already assigned" in out

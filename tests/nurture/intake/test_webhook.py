@@ -417,3 +417,13 @@ def test_oversized_body_is_413(client: Client, lead: Lead, settings: Any) -> Non
     response = _post(client, _reply(lead, body="x" * 500))
     assert response.status_code == 413
     assert response.json()["error"] == "payload too large"
+
+
+def test_a_reply_whose_subject_asks_to_unsubscribe_opts_the_lead_out(client: Client, lead: Lead) -> None:
+    # when our signed webhook delivers a new email from the lead titled "Unsubscribe", body empty
+    response = _post(client, _reply(lead, subject="Unsubscribe", body=""))
+    # then it is recorded, cancelled, and the lead is opted out (nurture/intake/opt_out.py)
+    assert response.status_code == 202
+    lead.refresh_from_db()
+    assert lead.status == Lead.Status.OPTED_OUT
+    assert Outreach.objects.get(lead=lead, kind=Outreach.Kind.REPLY).state == State.CANCELLED

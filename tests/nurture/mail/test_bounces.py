@@ -5,20 +5,15 @@ suppress the lead; past the threshold the owner and its sender domain are paused
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import io
 import json
 import smtplib
-import time
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 
 from devtools.smtp_sink import SMTPSink
 from nurture.errors import PermanentError, RecipientRefused, TransientError
@@ -27,99 +22,11 @@ from nurture.mail.transport import classify_smtp_error
 from orchestrator.controls.deliverability import deliverability, over_threshold, pause_reason
 from orchestrator.controls.pauses import resume
 from orchestrator.models import DeadLetter, Pause
-from outreach.models import ErrorClass, Lead, Outreach, Owner, State
+from outreach.models import ErrorClass, Lead, Outreach, State
 from tests.factories import logged_in, make_draft, make_lead, make_org, make_outreach, make_owner, make_user
+from tests.nurture.mail.providers import emailed, mailgun, postmark, postmark_bounce, sendgrid, sendgrid_event
 
-pytestmark = pytest.mark.django_db
-
-BASIC = "anymail:s3cret"
-MAILGUN_KEY = "mailgun-signing-key"
-
-
-@pytest.fixture(autouse=True)
-def _provider_secrets(settings: Any) -> None:
-    settings.ANYMAIL = {
-        **settings.ANYMAIL,
-        "WEBHOOK_SECRET": BASIC,
-        "MAILGUN_WEBHOOK_SIGNING_KEY": MAILGUN_KEY,
-    }
-    settings.BOUNCE_RATE_MAX, settings.COMPLAINT_RATE_MAX = 0.05, 0.003
-    settings.BOUNCE_WINDOW_SENDS, settings.BOUNCE_MIN_SENDS = 200, 20
-
-
-def _sent_to(owner: Owner, n: int, **lead_fields: Any) -> list[Lead]:
-    """`n` leads of `owner`, each sent one email."""
-    leads = [make_lead(owner=owner, **lead_fields) for _ in range(n)]
-    for lead in leads:
-        make_outreach(lead=lead, state=State.SENT, sent_at=timezone.now())
-    return leads
-
-
-def _sendgrid(client: Client, events: list[dict[str, Any]], *, auth: str = BASIC) -> Any:
-    """SendGrid's Event Webhook: a JSON array, HTTP basic auth in the URL it was given."""
-    return client.post(
-        "/hooks/anymail/sendgrid/tracking/",
-        data=json.dumps(events),
-        content_type="application/json",
-        headers=_basic(auth),
-    )
-
-
-def _sendgrid_event(email: str, event: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "email": email,
-        "timestamp": int(time.time()),
-        "event": event,
-        "sg_event_id": f"evt-{email}-{event}",
-        "sg_message_id": "14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0",
-        **extra,
-    }
-
-
-def _basic(auth: str) -> dict[str, str]:
-    return {"Authorization": "Basic " + base64.b64encode(auth.encode()).decode()}
-
-
-def _mailgun(client: Client, event_data: dict[str, Any], *, key: str = MAILGUN_KEY) -> Any:
-    """Mailgun's webhooks: JSON with a signature block, an HMAC-SHA256 of timestamp + token
-    (and the basic auth in the URL it was given, as for every provider)."""
-    timestamp, token = str(int(time.time())), "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0"
-    signature = hmac.new(key.encode(), f"{timestamp}{token}".encode(), hashlib.sha256).hexdigest()
-    payload = {
-        "signature": {"timestamp": timestamp, "token": token, "signature": signature},
-        "event-data": {"timestamp": time.time(), "id": "Ase7i2zsRYeDXztHGENqRA", **event_data},
-    }
-    return client.post(
-        "/hooks/anymail/mailgun/tracking/",
-        data=json.dumps(payload),
-        content_type="application/json",
-        headers=_basic(BASIC),
-    )
-
-
-def _postmark(client: Client, event: dict[str, Any], *, auth: str = BASIC) -> Any:
-    """Postmark's webhooks: one JSON event per request, HTTP basic auth in the URL it was given."""
-    return client.post(
-        "/hooks/anymail/postmark/tracking/",
-        data=json.dumps(event),
-        content_type="application/json",
-        headers=_basic(auth),
-    )
-
-
-def _postmark_bounce(email: str, kind: str) -> dict[str, Any]:
-    return {
-        "RecordType": "Bounce" if kind != "SpamComplaint" else "SpamComplaint",
-        "ID": 4323372036854775807,
-        "Type": kind,
-        "TypeCode": 1,
-        "MessageID": "883953f4-6105-42a2-a16a-77a8eac79483",
-        "Description": "The server was unable to deliver your message (ex: unknown user, mailbox not found).",
-        "Details": "smtp;550 5.1.1 The email account that you tried to reach does not exist.",
-        "Email": email,
-        "BouncedAt": "2026-11-23T02:00:00Z",
-        "Inactive": True,
-    }
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("provider_secrets")]
 
 
 # --- the webhooks ------------------------------------------------------------------------------
@@ -127,13 +34,13 @@ def _postmark_bounce(email: str, kind: str) -> dict[str, Any]:
 
 def test_a_sendgrid_bounce_suppresses_the_lead_and_cancels_its_queued_work(client: Client) -> None:
     # given a lead emailed once, with a nudge queued
-    lead = _sent_to(make_owner(), 1)[0]
+    lead = emailed(make_owner(), 1)[0]
     nudge = make_outreach(lead=lead, kind=Outreach.Kind.NUDGE, step=1)
     # when SendGrid reports a bounce
-    event = _sendgrid_event(
+    event = sendgrid_event(
         lead.email, "bounce", type="bounce", reason="550 5.1.1 no such user", status="5.1.1"
     )
-    response = _sendgrid(client, [event])
+    response = sendgrid(client, [event])
     # then the lead is undeliverable and its nudge cancelled; nobody is paused (1 send)
     assert response.status_code == 200
     assert Lead.objects.get(pk=lead.pk).status == Lead.Status.BOUNCED
@@ -142,15 +49,15 @@ def test_a_sendgrid_bounce_suppresses_the_lead_and_cancels_its_queued_work(clien
 
 
 def test_a_sendgrid_spam_report_marks_the_lead_complained(client: Client) -> None:
-    lead = _sent_to(make_owner(), 1)[0]
-    response = _sendgrid(client, [_sendgrid_event(lead.email, "spamreport")])
+    lead = emailed(make_owner(), 1)[0]
+    response = sendgrid(client, [sendgrid_event(lead.email, "spamreport")])
     assert response.status_code == 200
     assert Lead.objects.get(pk=lead.pk).status == Lead.Status.COMPLAINED
 
 
 def test_a_mailgun_permanent_failure_bounces_and_a_complaint_complains(client: Client) -> None:
     # given two leads emailed
-    bounced, complained = _sent_to(make_owner(), 2)
+    bounced, complained = emailed(make_owner(), 2)
     # when Mailgun reports a permanent failure for one and a complaint for the other
     failed = {
         "event": "failed",
@@ -159,26 +66,26 @@ def test_a_mailgun_permanent_failure_bounces_and_a_complaint_complains(client: C
         "recipient": bounced.email,
         "delivery-status": {"code": 550, "message": "5.1.1 The email account does not exist"},
     }
-    assert _mailgun(client, failed).status_code == 200
-    assert _mailgun(client, {"event": "complained", "recipient": complained.email}).status_code == 200
+    assert mailgun(client, failed).status_code == 200
+    assert mailgun(client, {"event": "complained", "recipient": complained.email}).status_code == 200
     # then
     assert Lead.objects.get(pk=bounced.pk).status == Lead.Status.BOUNCED
     assert Lead.objects.get(pk=complained.pk).status == Lead.Status.COMPLAINED
 
 
 def test_a_mailgun_temporary_failure_changes_nothing(client: Client) -> None:
-    lead = _sent_to(make_owner(), 1)[0]
+    lead = emailed(make_owner(), 1)[0]
     soft = {"event": "failed", "severity": "temporary", "recipient": lead.email}
-    assert _mailgun(client, soft).status_code == 200
+    assert mailgun(client, soft).status_code == 200
     assert Lead.objects.get(pk=lead.pk).status == Lead.Status.ACTIVE
 
 
 def test_postmark_hard_bounce_and_complaint_suppress_but_a_soft_bounce_does_not(client: Client) -> None:
     # given three leads emailed
-    hard, soft, spam = _sent_to(make_owner(), 3)
+    hard, soft, spam = emailed(make_owner(), 3)
     # when Postmark reports a hard bounce, a soft bounce and a spam complaint
     for lead, kind in ((hard, "HardBounce"), (soft, "SoftBounce"), (spam, "SpamComplaint")):
-        assert _postmark(client, _postmark_bounce(lead.email, kind)).status_code == 200
+        assert postmark(client, postmark_bounce(lead.email, kind)).status_code == 200
     # then
     statuses = {lead.pk: Lead.objects.get(pk=lead.pk).status for lead in (hard, soft, spam)}
     assert statuses == {
@@ -190,12 +97,12 @@ def test_postmark_hard_bounce_and_complaint_suppress_but_a_soft_bounce_does_not(
 
 def test_bad_provider_authentication_is_refused_and_changes_nothing(client: Client) -> None:
     # given a lead emailed
-    lead = _sent_to(make_owner(), 1)[0]
+    lead = emailed(make_owner(), 1)[0]
     # when a bounce arrives with the wrong basic auth, a complaint with a forged signature, and a
     # bounce with no auth at all
-    wrong_auth = _sendgrid(client, [_sendgrid_event(lead.email, "bounce")], auth="anymail:guess")
-    forged = _mailgun(client, {"event": "complained", "recipient": lead.email}, key="not-the-key")
-    no_auth = _postmark(client, _postmark_bounce(lead.email, "HardBounce"), auth="")
+    wrong_auth = sendgrid(client, [sendgrid_event(lead.email, "bounce")], auth="anymail:guess")
+    forged = mailgun(client, {"event": "complained", "recipient": lead.email}, key="not-the-key")
+    no_auth = postmark(client, postmark_bounce(lead.email, "HardBounce"), auth="")
     # then each is refused with a 4xx and the lead is untouched
     assert [r.status_code for r in (wrong_auth, forged, no_auth)] == [400, 400, 400]
     assert Lead.objects.get(pk=lead.pk).status == Lead.Status.ACTIVE
@@ -208,11 +115,11 @@ def test_past_the_bounce_threshold_the_owner_and_its_sender_domain_are_paused(cl
     # given an owner with 40 emails sent, 2 of them to leads that bounced (5 %: not over)
     org = make_org(sender_email="ann@sales.example")
     owner = make_owner(organization=org)
-    leads = _sent_to(owner, 40)
+    leads = emailed(owner, 40)
     Lead.objects.filter(pk__in=[leads[0].pk, leads[1].pk]).update(status=Lead.Status.BOUNCED)
     queued = make_outreach(lead=make_lead(owner=owner))
     # when a third bounce is reported (7.5 %)
-    assert _sendgrid(client, [_sendgrid_event(leads[2].email, "bounce", type="bounce")]).status_code == 200
+    assert sendgrid(client, [sendgrid_event(leads[2].email, "bounce", type="bounce")]).status_code == 200
     # then the owner and the sender domain are paused automatically, with the rate as the reason
     reason = "hard-bounce rate 7.5% over the last 40 sends > 5%"
     owner_pause = Pause.objects.get(owner=owner, resumed_at__isnull=True)
@@ -232,9 +139,9 @@ def test_past_the_bounce_threshold_the_owner_and_its_sender_domain_are_paused(cl
 def test_a_small_sample_does_not_pause(client: Client) -> None:
     # given an owner with two emails sent
     owner = make_owner()
-    lead = _sent_to(owner, 2)[0]
+    lead = emailed(owner, 2)[0]
     # when one bounces (50 %, but 2 sends < BOUNCE_MIN_SENDS)
-    _sendgrid(client, [_sendgrid_event(lead.email, "bounce", type="bounce")])
+    sendgrid(client, [sendgrid_event(lead.email, "bounce", type="bounce")])
     # then the lead is suppressed and nobody is paused
     assert Lead.objects.get(pk=lead.pk).status == Lead.Status.BOUNCED
     assert not Pause.objects.exists()
@@ -242,8 +149,8 @@ def test_a_small_sample_does_not_pause(client: Client) -> None:
 
 def test_one_complaint_in_200_sends_pauses_for_complaints(client: Client) -> None:
     owner = make_owner()
-    leads = _sent_to(owner, 200)
-    _sendgrid(client, [_sendgrid_event(leads[7].email, "spamreport")])
+    leads = emailed(owner, 200)
+    sendgrid(client, [sendgrid_event(leads[7].email, "spamreport")])
     owner_pause = Pause.objects.get(owner=owner)
     assert owner_pause.source == Pause.Source.COMPLAINTS
     assert owner_pause.reason == "complaint rate 0.5% over the last 200 sends > 0.3%"
@@ -322,7 +229,7 @@ def test_nothing_is_sent_to_a_complained_lead_even_a_reply(smtp_sink: SMTPSink) 
 def test_queue_stats_and_the_dashboard_show_counts_and_rates_per_owner_and_domain(redis_client: Any) -> None:
     # given an owner on sales.example with 4 sends: one bounced, one complained
     owner = make_owner(name="Ann", organization=make_org(sender_email="ann@sales.example"))
-    leads = _sent_to(owner, 4)
+    leads = emailed(owner, 4)
     Lead.objects.filter(pk=leads[0].pk).update(status=Lead.Status.BOUNCED)
     Lead.objects.filter(pk=leads[1].pk).update(status=Lead.Status.COMPLAINED)
     # when queue_stats prints JSON and its table, and staff open the dashboard
@@ -367,7 +274,7 @@ def test_a_member_sees_only_their_organizations_bounces(redis_client: Any) -> No
     ours = make_owner(name="Ours", organization=make_org(sender_email="a@shared.example"))
     theirs = make_owner(name="Theirs", organization=make_org(sender_email="b@shared.example"))
     for owner in (ours, theirs):
-        Lead.objects.filter(pk=_sent_to(owner, 2)[0].pk).update(status=Lead.Status.BOUNCED)
+        Lead.objects.filter(pk=emailed(owner, 2)[0].pk).update(status=Lead.Status.BOUNCED)
     # when a member of the first opens the dashboard
     user = make_user("member", staff=True, permissions=["view_queue_health"])
     user.organizations.add(ours.organization)

@@ -1,8 +1,11 @@
-"""Sending through an email provider's API (django-anymail), with anymail's test backend: no
-network. The provider's message id is stored beside ours; its failures are classified."""
+"""Sending through an email provider's API (django-anymail): with anymail's test backend (no
+network), and with a real local HTTP server answering as Postmark's API does (postmark_stub).
+The provider's message id is stored beside ours; its failures are classified; an email whose
+fate is unknown reaches the provider at most twice."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +18,16 @@ from anymail.exceptions import (
     AnymailRequestsAPIError,
 )
 from django.core import mail
+from urllib3.exceptions import MaxRetryError, NameResolutionError, NewConnectionError, ProtocolError
 
-from nurture.errors import PermanentError, PossiblySent, TransientError
+from devtools.processes import free_port
+from nurture.errors import PermanentError, PossiblySent, RecipientRefused, TransientError
 from nurture.mail.sending import outreach_send
-from nurture.mail.transport import classify_esp_error
-from outreach.models import Outreach, State
+from nurture.mail.transport import classify_esp_error, esp_idempotency_key, send_outreach_email
+from orchestrator.models import DeadLetter
+from outreach.models import ErrorClass, Lead, Outreach, State
 from tests.factories import DRAFT_BODY, DRAFT_SUBJECT, make_lead, make_org, make_outreach, make_owner
+from tests.nurture.mail.postmark_stub import PostmarkStub
 
 pytestmark = pytest.mark.django_db
 
@@ -73,9 +80,19 @@ def _http(status: int) -> AnymailRequestsAPIError:
     return AnymailRequestsAPIError("refused", response=response)
 
 
-def _requests_failure(cause: type[requests.RequestException]) -> AnymailError:
-    # anymail raises a class that is both its API error and the requests exception
-    return type("AnymailRequestsAPIError", (AnymailRequestsAPIError, cause), {})("Error posting")
+def _requests_failure(
+    cause: type[requests.RequestException], reason: Exception | None = None
+) -> AnymailError:
+    # anymail raises a class that is both its API error and the requests exception, from the
+    # requests exception, which holds urllib3's reason (as requests' HTTPAdapter raises it)
+    err = cause(reason) if reason is not None else cause()
+    error = type("AnymailRequestsAPIError", (AnymailRequestsAPIError, cause), {})("Error posting")
+    error.__cause__ = err
+    return error
+
+
+def _no_connection(reason: Exception) -> Exception:
+    return MaxRetryError(None, "/email", reason)  # type: ignore[arg-type]  # no pool: not needed here
 
 
 @pytest.mark.parametrize(
@@ -86,12 +103,34 @@ def _requests_failure(cause: type[requests.RequestException]) -> AnymailError:
         (_http(422), PermanentError),
         (_http(408), TransientError),
         (_http(429), TransientError),
-        (_http(500), TransientError),
-        (_http(503), TransientError),
-        (AnymailRecipientsRefused(), PermanentError),
+        # the provider answered, but not with a refusal: it may have queued the email
+        (_http(500), PossiblySent),
+        (_http(502), PossiblySent),
+        (_http(503), PossiblySent),
+        (_http(200), PossiblySent),  # a 2xx we could not read (anymail: "Invalid JSON")
+        (AnymailRecipientsRefused(), RecipientRefused),
         (AnymailInvalidAddress("bad address"), PermanentError),
-        (_requests_failure(requests.ConnectionError), TransientError),
+        # certainly before the request left: no connection, no DNS, connect timeout
+        (
+            _requests_failure(requests.ConnectionError, _no_connection(NewConnectionError(None, "refused"))),  # type: ignore[arg-type]
+            TransientError,
+        ),
+        (
+            _requests_failure(
+                requests.ConnectionError,
+                _no_connection(NameResolutionError("api.postmarkapp.com", None, OSError("no DNS"))),  # type: ignore[arg-type]
+            ),
+            TransientError,
+        ),
         (_requests_failure(requests.ConnectTimeout), TransientError),
+        # after the request may have left: reset, dropped, read timeout, or we cannot tell
+        (
+            _requests_failure(
+                requests.ConnectionError, ProtocolError("Connection aborted.", ConnectionResetError())
+            ),
+            PossiblySent,
+        ),
+        (_requests_failure(requests.ConnectionError), PossiblySent),
         (_requests_failure(requests.ReadTimeout), PossiblySent),
     ],
 )
@@ -111,3 +150,92 @@ def test_provider_refusal_ends_as_a_permanent_dead_letter(outreach: Outreach, se
     # when the send runs, then it is dead at once, not retried
     assert outreach_send(outreach_id=outreach.pk) == State.DEAD
     assert Outreach.objects.get(pk=outreach.pk).esp_message_id == ""
+
+
+# --- a real HTTP server answering as Postmark's API (postmark_stub) ---------------------------
+
+
+@pytest.fixture
+def postmark(settings: Any) -> Iterator[PostmarkStub]:
+    stub = PostmarkStub()
+    stub.start()
+    settings.EMAIL_BACKEND = "anymail.backends.postmark.EmailBackend"
+    settings.ANYMAIL = {"POSTMARK_SERVER_TOKEN": "server-token", "POSTMARK_API_URL": stub.url}
+    yield stub
+    stub.stop()
+
+
+def _send_until_done(outreach_id: int) -> State | None:
+    """The send, then each time the row goes back to APPROVED the dispatcher's hand-out again
+    (DISPATCHED), until it ends: what the running system does, without the waits."""
+    for _ in range(10):
+        state = outreach_send(outreach_id=outreach_id)
+        if state != State.APPROVED:
+            return state
+        Outreach.objects.filter(pk=outreach_id, state=State.APPROVED).update(state=State.DISPATCHED)
+    raise AssertionError("the send never ended")
+
+
+@pytest.mark.parametrize("answer", ["error", "drop"])
+def test_a_provider_that_may_have_the_email_gets_it_at_most_twice(
+    outreach: Outreach, postmark: PostmarkStub, answer: Any
+) -> None:
+    # given a provider that reads every request, then answers 500 (or closes the connection)
+    postmark.answer = answer
+    # when the send runs until the work ends
+    final = _send_until_done(outreach.pk)
+    # then it reached the provider twice at most, both times as the same email with the same
+    # idempotency key, and a person decides (a possibly-sent dead letter), not a third try
+    outreach.refresh_from_db()
+    received = postmark.requests()
+    assert final == State.DEAD
+    assert len(received) == 2
+    assert {r.message_id for r in received} == {outreach.message_id}
+    assert {r.headers["Idempotency-Key"] for r in received} == {
+        esp_idempotency_key(message_id=outreach.message_id)
+    }
+    assert DeadLetter.objects.get(outreach=outreach).failure_class == ErrorClass.POSSIBLY_SENT
+
+
+def test_a_provider_that_was_never_reached_is_retried_as_transient(outreach: Outreach, settings: Any) -> None:
+    # given no provider listening at the API address (connection refused: nothing left)
+    settings.EMAIL_BACKEND = "anymail.backends.postmark.EmailBackend"
+    settings.ANYMAIL = {"POSTMARK_SERVER_TOKEN": "t", "POSTMARK_API_URL": f"http://127.0.0.1:{free_port()}/"}
+    # when we send, then it is a plain transient failure, retried with backoff as before
+    with pytest.raises(TransientError) as caught:
+        send_outreach_email(outreach=outreach)
+    assert not isinstance(caught.value, PossiblySent)
+
+
+def test_the_provider_accepting_the_email_records_its_id(outreach: Outreach, postmark: PostmarkStub) -> None:
+    assert outreach_send(outreach_id=outreach.pk) == State.SENT
+    outreach.refresh_from_db()
+    [received] = postmark.requests()
+    assert received.message_id == outreach.message_id
+    assert received.headers["X-Postmark-Server-Token"] == "server-token"
+    assert outreach.esp_message_id  # Postmark's MessageID
+
+
+def test_a_recipient_the_provider_refuses_is_suppressed_not_dead_lettered(
+    outreach: Outreach, postmark: PostmarkStub
+) -> None:
+    # given Postmark refusing the lead's address as inactive (ErrorCode 406: it bounced before
+    # or complained), and a nudge queued for the same lead
+    postmark.answer = "inactive"
+    nudge = make_outreach(lead=outreach.lead, kind=Outreach.Kind.NUDGE, step=1)
+    # when it is sent
+    final = outreach_send(outreach_id=outreach.pk)
+    # then, as for a 5xx at RCPT over SMTP: cancelled, the lead bounced, its other work
+    # cancelled, no retry and no dead letter
+    row = Outreach.objects.get(pk=outreach.pk)
+    assert (final, row.state, row.error_class, row.attempts, row.send_attempts) == (
+        State.CANCELLED,
+        State.CANCELLED,
+        ErrorClass.PERMANENT,
+        0,
+        0,
+    )
+    assert len(postmark.requests()) == 1
+    assert not DeadLetter.objects.exists()
+    assert Lead.objects.get(pk=outreach.lead_id).status == Lead.Status.BOUNCED
+    assert Outreach.objects.get(pk=nudge.pk).state == State.CANCELLED
