@@ -121,3 +121,18 @@ def test_a_row_of_no_organization_shows_to_superusers_only(held: UnverifiedInbou
     assert "pat.assistant" in superuser.get(reverse(LIST)).content.decode()
     # and with no claimed lead there is nothing to accept it for
     assert "names no lead" in accept(superuser, held).content.decode()
+
+
+def test_accepting_a_held_stop_request_opts_the_lead_out_unanswered(client: Client, db: None) -> None:
+    # given a lead's "remove me" that named no thread of ours (held: no conversation)
+    lead = make_lead(owner=make_owner(organization=make_org(name="Org A")), email="pat@prospect.example")
+    make_outreach(lead=lead, state=State.SENT, sent_at=timezone.now(), message_id=OURS)
+    payload = postmark() | {"TextBody": "Please remove me from your list.", "StrippedTextReply": ""}
+    assert post(client, payload).status_code == 200
+    held = UnverifiedInbound.objects.get()
+    assert (held.reason, Lead.objects.get().status) == ("no_conversation", Lead.Status.ACTIVE)
+    # when an operator accepts it
+    accept(logged_in(operator(org_a(), VIEW, ACCEPT)), held)
+    # then the normal intake read it as a stop: opted out, the reply recorded and not answered
+    assert Lead.objects.get().status == Lead.Status.OPTED_OUT
+    assert Outreach.objects.get(kind=Outreach.Kind.REPLY).state == State.CANCELLED
