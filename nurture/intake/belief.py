@@ -81,26 +81,9 @@ def reply_believe(*, reply: InboundReply) -> Belief:
     """Believed (`.lead`) or not (`.reason`); raises UnknownLead when it claims no lead at all."""
     if not reply.provider:
         return _asserted(reply=reply)
-    by_token, unknown = _by_reply_address(reply.recipients)
-    answered = _answered(reply=reply)
-    by_id = answered.lead if answered is not None else None
-    if len({lead.organization_id for lead in by_token}) > 1:
-        return Belief(None, None, Reason.OTHER_CONVERSATION, "its reply addresses name several organizations")
-    if len(by_token) > 1:
-        return _held(by_token[0], Reason.OTHER_CONVERSATION, "its reply addresses name several conversations")
-    found = by_token[0] if by_token else by_id
-    if by_token and by_id is not None and by_id.pk != by_token[0].pk:
-        # Believe the address that received it, not the thread it names: B's address got it.
-        return _held(
-            by_token[0], Reason.OTHER_CONVERSATION, "reply address and thread name different conversations"
-        )
-    if unknown:
-        claimed = found or lead_for_address(email=reply.lead_email)
-        return _held(claimed, Reason.UNKNOWN_ADDRESS, "sent to a reply address we never gave out")
-    if found is None:
-        return _held(
-            lead_for_address(email=reply.lead_email), Reason.NO_CONVERSATION, "names no email of ours"
-        )
+    found = _conversation(reply=reply)
+    if isinstance(found, Belief):
+        return found
     if sender_normalised(reply.lead_email) != found.email:
         return _held(found, Reason.SENDER_NOT_LEAD, "From is not this conversation's lead")
     failed = [verdict for verdict in reply.verdicts if verdict.failed]
@@ -109,6 +92,30 @@ def reply_believe(*, reply: InboundReply) -> Belief:
         said = ", ".join(f"{verdict.check}={verdict.result} ({verdict.source})" for verdict in failed)
         return _held(found, Reason.SPAM if spam else Reason.AUTHENTICATION, said)
     return Belief(found, found.organization_id)
+
+
+def _conversation(*, reply: InboundReply) -> Lead | Belief:
+    """Rule (a): the one lead the reply address and the thread name, or why not (held)."""
+    by_token, unknown = _by_reply_address(reply.recipients)
+    answered = _answered(reply=reply)
+    by_id = answered.lead if answered is not None else None
+    if len({lead.organization_id for lead in by_token}) > 1:
+        return Belief(None, None, Reason.OTHER_CONVERSATION, "its reply addresses name several organizations")
+    if len(by_token) > 1:
+        return _held(by_token[0], Reason.OTHER_CONVERSATION, "its reply addresses name several conversations")
+    if by_token and by_id is not None and by_id.pk != by_token[0].pk:
+        # Believe the address that received it, not the thread it names: B's address got it.
+        detail = "reply address and thread name different conversations"
+        return _held(by_token[0], Reason.OTHER_CONVERSATION, detail)
+    found = by_token[0] if by_token else by_id
+    if unknown:
+        claimed = found or lead_for_address(email=reply.lead_email)
+        return _held(claimed, Reason.UNKNOWN_ADDRESS, "sent to a reply address we never gave out")
+    if found is None:
+        return _held(
+            lead_for_address(email=reply.lead_email), Reason.NO_CONVERSATION, "names no email of ours"
+        )
+    return found
 
 
 def _asserted(*, reply: InboundReply) -> Belief:

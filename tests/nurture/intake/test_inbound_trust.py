@@ -356,3 +356,35 @@ def _provider_payload(provider: str, *, to: str, parent: str, verdict: dict[str,
         payload["headers"].replace(OURS_A, parent).replace("To: sales@seller-a.example", f"To: {to}")
     )
     return {**payload, "to": to, "envelope": json.dumps({"to": [to], "from": PROSPECT}), **verdict}
+
+
+def test_a_reply_address_we_never_gave_out_is_not_believed(
+    client: Client, conversations: dict[str, Any]
+) -> None:
+    a = conversations["A"]
+    guessed = "reply+" + "0" * 32 + "@reply.localhost"
+    payload = postmark(to=guessed, in_reply_to=a["message_id"], references=a["message_id"])
+
+    assert post(client, payload).status_code == 200
+
+    untouched(conversations)
+    assert [(row["organization__name"], row["reason"]) for row in held()] == [("Org A", "unknown_address")]
+
+
+def test_reply_addresses_of_two_organizations_belong_to_neither(
+    client: Client, conversations: dict[str, Any]
+) -> None:
+    # given the lead writing to both organizations' reply addresses at once (To and Cc)
+    a, b = conversations["A"], conversations["B"]
+    payload = postmark(to=a["reply_to"]) | {
+        "Cc": b["reply_to"],
+        "CcFull": [{"Email": b["reply_to"], "Name": "", "MailboxHash": ""}],
+    }
+
+    assert post(client, payload).status_code == 200
+
+    # then no organization can be told: held for superusers, naming no lead
+    untouched(conversations)
+    assert [(row["organization__name"], row["lead_id"], row["reason"]) for row in held()] == [
+        (None, None, "other_conversation")
+    ]
