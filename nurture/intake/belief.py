@@ -37,6 +37,8 @@ from outreach.models import Lead, Outreach, State, UnverifiedInbound
 # References read of an inbound email: the latest ones only (the parent is last). The rest is
 # ignored: a header of thousands of guessed Message-IDs costs one lookup of this many.
 REFERENCES_READ = 20
+# Recipients read (envelope recipient first, then To and Cc), for the same reason.
+RECIPIENTS_READ = 20
 
 Reason = UnverifiedInbound.Reason
 

@@ -23,7 +23,7 @@ from anymail.inbound import AnymailInboundMessage
 from anymail.signals import AnymailInboundEvent
 from django.utils.html import strip_tags
 
-from nurture.intake.belief import InboundReply, UnknownLead
+from nurture.intake.belief import RECIPIENTS_READ, InboundReply, UnknownLead
 from nurture.intake.replies import NotBelieved, PayloadError, reply_receive, reply_validate
 from nurture.intake.verdicts import verdicts_read
 from nurture.mail.transport import message_ids
@@ -71,9 +71,9 @@ def inbound_reply(*, message: AnymailInboundMessage, esp_event: Any = None, prov
 
 def _recipients(message: AnymailInboundMessage) -> tuple[str, ...]:
     """Where the email was sent: the envelope recipient (the address the provider received it
-    at), then To and Cc; each address once."""
+    at), then To and Cc; each address once, the first RECIPIENTS_READ only."""
     addresses = [message.envelope_recipient or "", *(found.addr_spec for found in [*message.to, *message.cc])]
-    return tuple(dict.fromkeys(address for address in addresses if address))
+    return tuple(dict.fromkeys(address for address in addresses if address))[:RECIPIENTS_READ]
 
 
 def _message_id(message: AnymailInboundMessage) -> str:

@@ -18,7 +18,6 @@ log = logging.getLogger(__name__)
 
 # What a person needs to judge a message, not a mailbox: the text beyond this is cut.
 BODY_MAX_CHARS = 20_000
-RECIPIENTS_MAX = 20
 
 
 def unverified_keep(*, reply: InboundReply, belief: Belief) -> UnverifiedInbound:
@@ -33,7 +32,7 @@ def unverified_keep(*, reply: InboundReply, belief: Belief) -> UnverifiedInbound
             "provider": reply.provider or "webhook",
             "message_id": reply.message_id,
             "sender": reply.lead_email[:sender_max],
-            "recipients": "\n".join(address[:sender_max] for address in reply.recipients[:RECIPIENTS_MAX]),
+            "recipients": "\n".join(address[:sender_max] for address in reply.recipients),
             "subject": reply.subject[:subject_max],
             "body": reply.body[:BODY_MAX_CHARS],
             "in_reply_to": reply.in_reply_to,
