@@ -92,7 +92,7 @@ def test_an_owner_s_sends_go_round_its_mailboxes_and_record_which(fixed: Budget,
     assert [outreach_send(outreach_id=r.pk, budget=fixed) for r in rows] == [State.SENT] * 6
     # then each mailbox sent two, in turn, from its own address, and each row names its mailbox
     smtp_sink.wait_for(6)
-    used = [Outreach.objects.get(pk=r.pk).mailbox_id for r in rows]
+    used = [int(Outreach.objects.get(pk=r.pk).mailbox_id or 0) for r in rows]
     assert sorted(used) == sorted([b.pk for b in boxes] * 2)
     assert used[:3] == used[3:]
     assert len(set(used[:3])) == 3
