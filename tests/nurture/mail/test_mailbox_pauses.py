@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from orchestrator.models import Pause
-from outreach.models import Lead, Mailbox, Owner, VerifiedDomain
+from outreach.models import Lead, Mailbox, Owner, State, VerifiedDomain
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.nurture.mail.providers import sendgrid, sendgrid_event
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("provider_secrets")
 def _emailed_from(box: Mailbox, owner: Owner, n: int) -> list[Lead]:
     leads = [make_lead(owner=owner) for _ in range(n)]
     for lead in leads:
-        make_outreach(lead=lead, state="sent", sent_at=timezone.now(), mailbox=box)
+        make_outreach(lead=lead, state=State.SENT, sent_at=timezone.now(), mailbox=box)
     return leads
 
 
