@@ -31,6 +31,7 @@ BENCHES = [
     "fairness",
     "latency",
     "llm_concurrency",
+    "mailboxes",
     "models",
     "send_burst",
     "soak",
