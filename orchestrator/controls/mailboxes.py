@@ -46,20 +46,30 @@ def business_hours_next(*, now: datetime, zone: str, start: int, end: int) -> da
 
 
 def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
-    """Each owner's active mailboxes not on a paused sender domain, in a stable order."""
+    """Each owner's mailboxes, paused ones included, in a stable order; owners with none are absent.
+    One query (the send path asks for every email, and most owners may have no mailbox)."""
     found: dict[int, list[Mailbox]] = {}
     links = (
-        Mailbox.owners.through.objects.filter(owner_id__in=list(owner_ids), mailbox__active=True)
+        Mailbox.owners.through.objects.filter(owner_id__in=list(owner_ids))
         .select_related("mailbox")
         .order_by("mailbox_id")
     )
-    paused = _paused_domains()
     for link in links:
-        box = link.mailbox
-        if (box.domain, None) in paused or (box.domain, box.organization_id) in paused:
-            continue
-        found.setdefault(link.owner_id, []).append(box)
+        found.setdefault(link.owner_id, []).append(link.mailbox)
     return found
+
+
+def mailboxes_usable(boxes: Iterable[Mailbox]) -> list[Mailbox]:
+    """The active ones not on a paused sender domain."""
+    active = [box for box in boxes if box.active]
+    if not active:
+        return []
+    paused = _paused_domains()
+    return [
+        box
+        for box in active
+        if (box.domain, None) not in paused and (box.domain, box.organization_id) not in paused
+    ]
 
 
 def mailbox_terms(*, mailboxes: Iterable[Mailbox], today: date) -> list[MailboxTerms]:
@@ -98,12 +108,13 @@ def mailbox_take(*, outreach: Outreach, budget: Budget) -> MailboxGrant | SendDe
         if opening is not None:
             reason = f"recipient's business hours {start}-{end} {outreach.lead.timezone}: waits until {opening:%Y-%m-%d %H:%M} UTC"
             return SendDenied(max(1, int((opening - now).total_seconds() * 1000)), reason)
-    boxes = mailboxes_of(owner_ids=[outreach.owner_id]).get(outreach.owner_id, [])
+    every = mailboxes_of(owner_ids=[outreach.owner_id]).get(outreach.owner_id, [])
+    boxes = mailboxes_usable(every)
     if outreach.mailbox_id is not None:  # a resend leaves from the mailbox of its first try
         boxes = [box for box in boxes if box.pk == outreach.mailbox_id]
         if not boxes:
             return SendDenied(PAUSED_WAIT_MS, f"mailbox {outreach.mailbox} is paused")
-    elif not boxes and _has_mailboxes(owner_id=outreach.owner_id):
+    elif every and not boxes:
         return SendDenied(PAUSED_WAIT_MS, "every mailbox of this owner is paused")
     return budget.mailbox_reserve(
         owner_id=outreach.owner_id,
@@ -120,17 +131,16 @@ def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[in
     0); None for an owner with no mailbox (it sends from the organization's sender address:
     only the sender domain's day bounds it). An owner whose mailboxes are all paused has 0."""
     today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
-    boxes = mailboxes_of(owner_ids=owner_ids)
+    boxes = {owner: mailboxes_usable(every) for owner, every in mailboxes_of(owner_ids=owner_ids).items()}
     usage = budget.mailbox_usage(mailbox_ids=sorted({b.pk for per in boxes.values() for b in per}))
-    with_any = _owners_with_mailboxes(owner_ids=owner_ids)
     room: dict[int, int | None] = {}
     for owner_id in owner_ids:
-        if owner_id not in with_any:
+        if owner_id not in boxes:
             room[owner_id] = None
             continue
         room[owner_id] = sum(
             max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today)
-            for b in boxes.get(owner_id, [])
+            for b in boxes[owner_id]
         )
     return room
 
@@ -198,12 +208,3 @@ def _paused_domains() -> set[tuple[str, int | None]]:
         ~Q(sender_domain="")
     )
     return {(d.lower(), o) for d, o in rows.values_list("sender_domain", "organization_id")}
-
-
-def _has_mailboxes(*, owner_id: int) -> bool:
-    return Mailbox.objects.filter(owners=owner_id).exists()
-
-
-def _owners_with_mailboxes(*, owner_ids: Collection[int]) -> set[int]:
-    through = Mailbox.owners.through
-    return set(through.objects.filter(owner_id__in=list(owner_ids)).values_list("owner_id", flat=True))

@@ -18,6 +18,7 @@ from devtools.smtp_sink import SMTPSink
 from nurture.mail.sending import outreach_send
 from orchestrator.budget import Budget, Limits
 from orchestrator.controls.mailboxes import business_hours_next, mailbox_room_today
+from orchestrator.controls.pauses import pause
 from outreach.models import Mailbox, Organization, Outreach, Owner, State, VerifiedDomain
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.subprocesses import send_one
@@ -256,3 +257,17 @@ def test_two_send_workers_and_one_unit_left_send_one_email(
     assert len(smtp_sink.messages) == 1
     waiting = Outreach.objects.get(state=State.APPROVED)
     assert waiting.blocked_reason.startswith("mailboxes' day reached")
+
+
+def test_a_mailbox_on_a_paused_sender_domain_is_left_out(fixed: Budget, smtp_sink: SMTPSink) -> None:
+    # given an owner with a mailbox on each of two domains, one domain paused for the organization
+    owner = make_owner(organization=_org())
+    _mailbox(owner, "a@corp.example")
+    _mailbox(owner, "b@mail.corp.example")
+    pause(organization=owner.organization, sender_domain="mail.corp.example", reason="test")
+    # when it sends three emails
+    for _ in range(3):
+        assert outreach_send(outreach_id=_ready(owner).pk, budget=fixed) == State.SENT
+    # then all left from the other domain's mailbox
+    smtp_sink.wait_for(3)
+    assert set(_from(smtp_sink)) == {"a@corp.example"}
