@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -52,12 +51,12 @@ from bench.stack import (
     database_for,
     out_dir,
     private_redis_django,
+    send_lines_run,
     smoke_stores,
     smoke_verdict,
 )
 
 DB_NAME = "outreach_bench_mailboxes"
-LINES = ("orchestrator", "send", "beat")  # the Procfile's: approved drafts need no generation
 BIG = "bigco.example"
 
 
@@ -212,34 +211,19 @@ def run(*, args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     from django.core.management import call_command
     from django.db import connections
 
-    from devtools.processes import ProcessGroup, stack_env
-    from devtools.procfile import procfile_argv
     from devtools.smtp_sink import SMTPSink
 
-    logs = out_dir() / "mailboxes-logs"
-    for old in logs.glob("*.log"):
-        old.unlink()
     connections.close_all()
     database_for(name=DB_NAME)
     call_command("migrate", verbosity=0)
     terms = seed(args=args)
     sink = SMTPSink().start()
-    env = stack_env(
-        llm_base_url="http://127.0.0.1:9/v1",  # unused: approved drafts make no LLM call
-        smtp_port=sink.port,
-        DATABASE_URL=os.environ["DATABASE_URL"],
-        REDIS_URL=redis_url,
-        DEFAULT_FROM_EMAIL="outreach@bench.example",
-        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",  # `celery` = this venv's
+    dead = send_lines_run(
+        logs="mailboxes-logs",
+        sink=sink,
+        redis_url=redis_url,
+        wait=lambda workers: wait_done(sink=sink, workers=workers, args=args),
     )
-    workers = ProcessGroup(log_dir=logs, env=env)
-    try:
-        for name in LINES:
-            workers.start(name, procfile_argv(name))
-        dead = wait_done(sink=sink, workers=workers, args=args)
-    finally:
-        workers.stop()
-        sink.stop()
     return {"dead_processes": dead, **figures(sink=sink, terms=terms, args=args)}
 
 

@@ -91,6 +91,14 @@ def test_send_burst_smoke_holds_the_caps_and_the_rate() -> None:
     assert figures["most_in_1s"] <= figures["configured_per_s"]
 
 
+def test_mailboxes_smoke_holds_each_mailbox_s_cap_and_spacing() -> None:
+    out = smoke("mailboxes")
+    rows = re.findall(r"^(seller\d@m\d\.example)\s+(\d+)\s+(\d+)\s+(\d+)\s", out, re.MULTILINE)
+    assert len(rows) == 10
+    assert {day for _, day, _, _ in rows} == {"1", "10"}
+    assert all(int(sent) <= int(cap) for _, _, sent, cap in rows)
+
+
 def test_compare_smoke_completes_work_in_both_arms() -> None:
     out = smoke("compare")
     jain = re.search(r"fairness across owners \(Jain\)\s+([\d.]+)\s+([\d.]+)", out)
