@@ -18,6 +18,7 @@ from django.conf import settings
 from config.redis_client import Client
 from orchestrator.budget import PROVIDER, Budget, Limits
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
 from orchestrator.dispatch.deployment_plan import routing_plan
@@ -31,6 +32,7 @@ from orchestrator.dispatch.selection import (
     rows_to_load,
     select_batch,
 )
+from orchestrator.dispatch.selection.admission import Shared
 from orchestrator.dispatch.singleton import Lease
 from outreach.tiers import Tier
 
@@ -54,11 +56,13 @@ def generation_dispatch(
     room: Mapping[int, int],
     weights: Mapping[int, int],
     paused_tiers: Mapping[int, frozenset[Tier]],
+    shared: Shared,
     now: datetime,
     budget: Budget,
 ) -> Generation:
-    """Select, reserve and claim this cycle's LLM jobs among the owners with `room`; persist the
-    cursor while the lease is held."""
+    """Select, reserve and claim this cycle's LLM jobs among the owners with `room` (admitted:
+    cycle.admission), held to the admission's shared rooms (`shared`); persist the cursor while
+    the lease is held."""
     slots = _llm_slots(budget=budget, client=client)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
     groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
@@ -87,7 +91,11 @@ def generation_dispatch(
         "group_slots": group_slots,
         "costs": costs,
     }
-    selection = select_batch(candidates, slots=slots, **policy)
+    # Admission's row rules: no suppressed lead's row, no pick past a shared room (cycle.admission).
+    candidates = unsendable_drop(candidates, now=now)
+    candidates, selection = picks_admit(
+        candidates=candidates, shared=shared, select=lambda c: select_batch(c, slots=slots, **policy)
+    )
     picks = list(selection.picks)
     claimed = picks_reserve_and_claim(
         picks=picks,
