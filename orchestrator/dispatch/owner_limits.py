@@ -11,9 +11,26 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from outreach.models import MIDNIGHT
+from outreach.models import MIDNIGHT, Owner
 
 _DAY_NAMES = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+
+def working_days_text(days: str) -> str:
+    """ISO weekday digits as people read them: "12345" -> "Mon-Fri", "135" -> "Mon, Wed, Fri",
+    "1234567" -> "Mon-Sun"; runs of three days or more are written as a range."""
+    picked = sorted({int(d) for d in days if d in "1234567"})
+    runs: list[list[int]] = []
+    for day in picked:
+        if runs and day == runs[-1][-1] + 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    parts: list[str] = []
+    for run in runs:
+        names = [_DAY_NAMES[d - 1] for d in run]
+        parts.extend([f"{names[0]}-{names[-1]}"] if len(run) >= 3 else names)
+    return ", ".join(parts) or "none"
 
 
 @dataclass(frozen=True)
@@ -24,6 +41,13 @@ class OwnerRules:
     hours_end: time
     working_days: str  # ISO weekday digits, Monday=1
     timezone: str
+
+
+def owner_rules(owner: Owner) -> OwnerRules:
+    """An Owner record's rules (its daily limit, hours, days and time zone)."""
+    return OwnerRules(
+        owner.pk, owner.daily_limit, owner.hours_start, owner.hours_end, owner.working_days, owner.timezone
+    )
 
 
 @dataclass(frozen=True)
