@@ -32,6 +32,7 @@ BENCHES = [
     "latency",
     "llm_concurrency",
     "models",
+    "review_drafts",
     "send_burst",
     "soak",
 ]
