@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('outreach', '0019_lead_email_index'),
+        ('outreach', '0020_reply_tokens_and_unverified_inbound'),
     ]
 
     operations = [
