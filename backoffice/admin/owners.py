@@ -12,9 +12,9 @@ from django.utils import timezone
 from backoffice.actions import admin_user
 from backoffice.admin.pauses import PauseActions
 from backoffice.tenancy import APPROVE_PERMISSION, SETTINGS_PERMISSION, OrganizationScopedAdmin
-from orchestrator.dispatch.owner_limits import owner_rules, working_days_text
+from orchestrator.dispatch.owner_limits import owner_rules
 from orchestrator.dispatch.reads import Committed, committed_today
-from outreach.models import MIDNIGHT, Organization, Owner
+from outreach.models import MIDNIGHT, Organization, Owner, working_days_text
 from outreach.services import owners as services
 
 

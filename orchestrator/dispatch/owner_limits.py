@@ -11,26 +11,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from outreach.models import MIDNIGHT, Owner
-
-_DAY_NAMES = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
-
-
-def working_days_text(days: str) -> str:
-    """ISO weekday digits as people read them: "12345" -> "Mon-Fri", "135" -> "Mon, Wed, Fri",
-    "1234567" -> "Mon-Sun"; runs of three days or more are written as a range."""
-    picked = sorted({int(d) for d in days if d in "1234567"})
-    runs: list[list[int]] = []
-    for day in picked:
-        if runs and day == runs[-1][-1] + 1:
-            runs[-1].append(day)
-        else:
-            runs.append([day])
-    parts: list[str] = []
-    for run in runs:
-        names = [_DAY_NAMES[d - 1] for d in run]
-        parts.extend([f"{names[0]}-{names[-1]}"] if len(run) >= 3 else names)
-    return ", ".join(parts) or "none"
+from outreach.models import DAY_NAMES, MIDNIGHT, Owner
 
 
 @dataclass(frozen=True)
@@ -86,7 +67,7 @@ def next_opening(*, rules: OwnerRules, now: datetime, after_today: bool = False)
 def _resumes(rules: OwnerRules, at: datetime, now: datetime) -> str:
     """'resumes 09:00 Europe/Berlin' (today or tomorrow) or 'resumes Mon 09:00 Europe/Berlin'."""
     days_ahead = (at.date() - now.astimezone(ZoneInfo(rules.timezone)).date()).days
-    day = "" if days_ahead <= 1 else f"{_DAY_NAMES[at.weekday()]} "
+    day = "" if days_ahead <= 1 else f"{DAY_NAMES[at.weekday()]} "
     return f"resumes {day}{at:%H:%M} {rules.timezone}"
 
 

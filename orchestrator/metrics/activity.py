@@ -34,12 +34,12 @@ from django.db.models import (
 )
 from django.db.models.functions import Greatest, Least
 
-from orchestrator.dispatch.owner_limits import owner_rules, working_days_text
+from orchestrator.dispatch.owner_limits import owner_rules
 from orchestrator.dispatch.reads import Committed, committed_today
 from orchestrator.figures import EMPTY, Quantiles, ratio
 from orchestrator.metrics.depth import TIER_NAMES
 from orchestrator.metrics.sql import first_id_since, for_organizations, quantiles_by
-from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State
+from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State, working_days_text
 
 COMPLETED = Q(to_state=State.AWAITING_APPROVAL) | Q(to_state=State.SENT, outreach__approved_at__isnull=True)
 GENERATED = Q(from_state=State.GENERATING, to_state__in=[State.AWAITING_APPROVAL, State.DISPATCHED])

@@ -11,8 +11,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator.dispatch.owner_limits import working_days_text
-from outreach.models import Owner, State
+from outreach.models import Owner, State, working_days_text
 from tests.factories import logged_in, make_lead, make_org, make_outreach, make_owner, make_user
 
 OWNERS = reverse("admin:outreach_owner_changelist")
