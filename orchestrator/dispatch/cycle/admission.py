@@ -65,6 +65,9 @@ def owners_admit(*, owners: Sequence[reads.ActiveOwner], now: datetime, budget: 
             review_required=o.review_required,
             draft_ahead_days=o.draft_ahead_days,
             paused=paused.owners.get(o.rules.owner_id, ""),
+            # Rule 4's extension point: per-mailbox day and warm-up, once mailboxes exist, is
+            # one more bounded read here giving each owner's mailbox room (mailbox_room and
+            # mailbox_reason); until then no mailbox limit applies.
         )
         for o in owners
     ]

@@ -17,7 +17,8 @@ first that refuses names the reason:
   8. the lead still sendable (a row whose lead opted out, bounced or complained meanwhile)
 Rules 1-7 are per owner (`owner_admission`): a refused owner gets no LLM room, so the batch
 gives its slots to the others in the same cycle. Rules 6 and 7 are also shared by several
-owners and rule 8 is per row: `picks_admission` holds the picks to them.
+owners: `picks_admission` holds the batch's picks to what is left of them. Rule 8 is per row
+(`unsendable_rows`), applied to the loaded candidates before the batch.
 
 Pure: facts in, decisions out; the shell (cycle/admission.py) loads the facts in bounded
 queries. A new limit is one more fact and one more rule here.
