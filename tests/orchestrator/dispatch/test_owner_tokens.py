@@ -252,3 +252,23 @@ def test_a_long_reply_reserves_all_it_will_be_counted_and_the_intros_behind_it_t
     assert claimed[0] == reply.pk
     assert _text(redis_client.hget(budget.key("res"), reply.reservation_id)).split(":")[1] == "12000"
     assert len(set(claimed) & set(intros)) == 4  # (16,994 - 12,000) // 1,200
+
+
+@pytest.mark.django_db
+def test_a_call_larger_than_the_keys_tokens_per_minute_is_dead_lettered_naming_the_limit(
+    redis_client: redis.Redis, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a key of 50 tokens/min: no call of a job (prompt + max_tokens) can ever fit it
+    budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=50), clock=FakeClock())
+    outreach = make_outreach(state=State.DISPATCHED)
+    # when the worker takes the job
+    with django_capture_on_commit_callbacks():
+        outreach_generate(outreach_id=outreach.pk, budget=budget)
+    # then it is a dead letter at once, saying why, and the provider was never called (today's
+    # code raised a bare ValueError, retried as unknown until the attempts ran out)
+    outreach.refresh_from_db()
+    assert outreach.state == State.DEAD
+    assert "LLM call too large" in outreach.last_error
+    assert "(50/min)" in outreach.last_error
+    assert outreach.attempts == 0
+    assert llm_stub.requests == []
