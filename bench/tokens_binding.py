@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.fairness import _used, _wait_written
+from bench.fairness import _figure, _used, _wait_written
 from bench.stack import (
     SMOKE_HELP,
     bench_intro,
@@ -224,12 +224,6 @@ def report(result: Result) -> None:
     print(f"  Jain's index of token shares across owners     {_figure(r.jain_tokens)}")
     out_dir().mkdir(parents=True, exist_ok=True)
     (out_dir() / "tokens_binding.json").write_text(json.dumps(asdict(r), indent=2))
-
-
-def _figure(value: float | None, *, percent: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.1%}" if percent else f"{value:.4f}"
 
 
 def smoke_problems(*, result: Result) -> list[str]:
