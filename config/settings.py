@@ -7,6 +7,7 @@ DJANGO_DEBUG off (the default), secrets have no default and must come from the e
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -236,6 +237,20 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "outreach@example.com" if DEB
 # Where recipients reach us (List-Unsubscribe links): the public address of the web service.
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000" if DEBUG else REQUIRED)
 
+# Every email's Reply-To is the conversation's own address, reply+<random token>@this domain,
+# as GitHub's notification replies do (docs/email.md, "Which inbound is believed"): route the
+# domain's MX to the email provider whose inbound webhook posts to /hooks/anymail/<esp>/inbound/.
+# Unset outside debug: no Reply-To, replies reach the From address, and provider inbound finds
+# its conversation by In-Reply-To / References alone. The demo's default is a reserved name
+# (RFC 6761) that never receives mail: its replies come through the signed webhook.
+INBOUND_REPLY_DOMAIN = env_str("INBOUND_REPLY_DOMAIN", "reply.localhost" if DEBUG else "").strip().lower()
+if INBOUND_REPLY_DOMAIN and not re.fullmatch(
+    r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}", INBOUND_REPLY_DOMAIN
+):
+    raise ImproperlyConfigured(
+        f"INBOUND_REPLY_DOMAIN={INBOUND_REPLY_DOMAIN!r}: expected a mail domain such as reply.outreach.example.com."
+    )
+
 # --- Email providers (django-anymail): sending, inbound replies, and later tracking ---------
 # Every ANYMAIL_<NAME> variable becomes ANYMAIL["<NAME>"] (anymail's own setting names; JSON
 # when the value starts with { or [), e.g. ANYMAIL_MAILGUN_API_KEY, ANYMAIL_MAILGUN_SENDER_DOMAIN,
@@ -351,6 +366,8 @@ if RETENTION_EVENTS_DAYS * 86_400 < METRICS_WINDOW_S:
 # Dead letters an operator resolved (replayed, cancelled); items of completed assignments.
 RETENTION_DEAD_LETTERS_DAYS = env_float("RETENTION_DEAD_LETTERS_DAYS", 30.0, minimum=0.0)
 RETENTION_ASSIGNMENT_ITEMS_DAYS = env_float("RETENTION_ASSIGNMENT_ITEMS_DAYS", 30.0, minimum=0.0)
+# Unverified inbound email (held or accepted), counted from when it arrived.
+RETENTION_UNVERIFIED_INBOUND_DAYS = env_float("RETENTION_UNVERIFIED_INBOUND_DAYS", 30.0, minimum=0.0)
 # Rows per DELETE statement, each its own transaction: short locks, bounded WAL per commit.
 RETENTION_BATCH_ROWS = env_int("RETENTION_BATCH_ROWS", 5000, minimum=1)
 RETENTION_PRUNE_INTERVAL_S = env_int("RETENTION_PRUNE_INTERVAL_S", 86_400, minimum=1)  # daily

@@ -17,10 +17,11 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_http_methods, require_POST
 
+from nurture.intake.belief import UnknownLead
 from nurture.intake.replies import (
+    NotBelieved,
     PayloadError,
     SignatureError,
-    UnknownLead,
     reply_payload_parse,
     reply_receive,
     signature_verify,
@@ -68,8 +69,12 @@ def _replies_webhook(request: HttpRequest) -> JsonResponse:
         result = reply_receive(reply=reply)
     except UnknownLead as exc:
         return _error(404, "unknown lead", str(exc))
-    body = {"outreach_id": result.outreach_id, "created": result.created, "joined": result.joined}
-    return JsonResponse(body, status=202)
+    except NotBelieved as exc:
+        # in_reply_to names another lead's conversation: kept for a person, not answered.
+        body = {"error": "not the lead's conversation", "field": "in_reply_to", "detail": str(exc)}
+        return JsonResponse({**body, "unverified_id": exc.unverified_id}, status=409)
+    recorded = {"outreach_id": result.outreach_id, "created": result.created, "joined": result.joined}
+    return JsonResponse(recorded, status=202)
 
 
 def _error(status: int, error: str, detail: str) -> JsonResponse:

@@ -4,6 +4,7 @@
 from backoffice.admin import (  # noqa: F401
     approvals,
     dead_letters,
+    inbound,
     leads,
     organizations,
     outreach,

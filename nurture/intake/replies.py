@@ -2,9 +2,10 @@
 
 One home for every way a reply arrives: our signed JSON webhook (below) and the email
 providers' inbound webhooks (nurture.intake.inbound_email) both end in `reply_receive`.
-A reply belongs to the conversation it answers: its In-Reply-To / References name a
-Message-ID we sent (`_answered`), so it lands with the organization and lead that wrote to
-that person. Only a reply that names none of ours falls back to the sender's address.
+Whether a reply is the lead's, and which conversation it belongs to, is one rule
+(nurture.intake.belief.reply_believe); what it does not believe is kept unverified for a person
+(nurture.intake.unverified), who may accept it (`unverified_accept`), again through
+`reply_receive`.
 
 Signature: `X-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">` keyed with
 WEBHOOK_SECRET. The timestamp is inside the signed text, so a captured request cannot be
@@ -25,13 +26,18 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import F
+from django.utils import timezone
 
+from nurture.intake.belief import REFERENCES_READ, InboundReply, reply_believe
 from nurture.intake.opt_out import reply_asks_to_stop
+from nurture.intake.unverified import unverified_keep
+from nurture.intake.verdicts import Verdict
 from nurture.mail.transport import message_id_normalised, message_ids
 from nurture.sequence import lead_opt_out, sequence_stop
 from outreach.idempotency import reply_key
-from outreach.models import SUPPRESSED, Lead, Outreach, State
+from outreach.models import SUPPRESSED, Lead, Outreach, State, UnverifiedInbound
+from outreach.services.operations import NotActionable
 from outreach.services.queue import outreach_enqueue
 from outreach.transitions import REPLY_JOINABLE, transition
 
@@ -55,19 +61,15 @@ class PayloadError(ValueError):
         self.reason = reason
 
 
-class UnknownLead(LookupError):
-    """No lead has this email address (404)."""
+class NotBelieved(LookupError):
+    """Not believed to be its lead's reply (nurture.intake.belief): kept unverified, not answered."""
 
-
-@dataclass(frozen=True)
-class InboundReply:
-    lead_email: str
-    message_id: str
-    subject: str
-    body: str
-    # What the reply answers, each `<id>`: its In-Reply-To, and its References (oldest first).
-    in_reply_to: str = ""
-    references: tuple[str, ...] = ()
+    def __init__(self, *, unverified_id: int, reason: str) -> None:
+        super().__init__(
+            f"not believed to be the lead's reply ({reason}): kept as unverified #{unverified_id}"
+        )
+        self.unverified_id = unverified_id
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,9 @@ def reply_payload_parse(*, raw: bytes) -> InboundReply:
         raise PayloadError("body", f"not valid JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise PayloadError("body", "expected a JSON object {lead_email, message_id, subject, body}")
-    values = {name: _string(data, name) for name in ("lead_email", "message_id", "subject", "body")}
+    values: dict[str, Any] = {
+        name: _string(data, name) for name in ("lead_email", "message_id", "subject", "body")
+    }
     # Optional (added later): the Message-ID the prospect answered; absent = the last one we sent.
     in_reply_to = _string(data, "in_reply_to") if "in_reply_to" in data else ""
     return reply_validate(**values, in_reply_to=in_reply_to)
@@ -135,8 +139,13 @@ def reply_validate(
     body: str,
     in_reply_to: str = "",
     references: str = "",
+    recipients: tuple[str, ...] = (),
+    verdicts: tuple[Verdict, ...] = (),
+    provider: str = "",
 ) -> InboundReply:
-    """Check and normalise one inbound reply, however it arrived; PayloadError names the bad field."""
+    """Check and normalise one inbound reply, however it arrived; PayloadError names the bad field.
+
+    References keeps its latest REFERENCES_READ ids: the rest is never looked up."""
     email = lead_email.strip()
     try:
         validate_email(email)
@@ -156,7 +165,10 @@ def reply_validate(
         subject=subject,
         body=body,
         in_reply_to=parent,
-        references=tuple(message_ids(references)),
+        references=tuple(message_ids(references)[-REFERENCES_READ:]),
+        recipients=recipients,
+        verdicts=verdicts,
+        provider=provider,
     )
 
 
@@ -173,9 +185,13 @@ def _string(data: dict[str, Any], name: str) -> str:
     return value
 
 
-def reply_receive(*, reply: InboundReply) -> ReplyReceived:
+def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyReceived:
     """Queue one REPLY outreach per conversation turn in the conversation it answers, and stop
     the sequence.
+
+    `lead` None: the belief rule decides whose reply it is (nurture.intake.belief); one it does
+    not believe is kept unverified and raises NotBelieved. A `lead` given is a person's decision
+    (`unverified_accept`).
 
     The answer threads under the prospect's message: its in_reply_to is their Message-ID, its
     references the thread above (`_thread`). One answer per turn: a message that arrives while
@@ -183,10 +199,11 @@ def reply_receive(*, reply: InboundReply) -> ReplyReceived:
     queueing a second one. Intake for one lead runs one at a time (the lead's row is locked), so
     two messages arriving together cannot both find no pending answer. Duplicate deliveries
     (retries, concurrent ones) find the message already recorded, as a reply's key or among its
-    joined messages: nothing changes twice. Raises UnknownLead.
+    joined messages: nothing changes twice. Raises UnknownLead, NotBelieved.
     """
-    answered = _answered(reply=reply)
-    lead = answered.lead if answered is not None else _lead_for(email=reply.lead_email)
+    if lead is None:
+        lead = _believed_lead(reply=reply)
+    # The believed lead is known from here on (the rule's, or a person's acceptance).
     inbound = {"subject": reply.subject, "body": reply.body, "message_id": reply.message_id}
     their_id = _threadable(reply.message_id)
     with transaction.atomic():
@@ -210,6 +227,51 @@ def reply_receive(*, reply: InboundReply) -> ReplyReceived:
         if created:
             _reply_effects(lead=lead, outreach_id=outreach.pk)
     return ReplyReceived(outreach_id=outreach.pk, created=created, lead_id=lead.pk)
+
+
+def _believed_lead(*, reply: InboundReply) -> Lead:
+    belief = reply_believe(reply=reply)
+    if belief.lead is None:
+        held = unverified_keep(reply=reply, belief=belief)
+        raise NotBelieved(unverified_id=held.pk, reason=belief.reason)
+    return belief.lead
+
+
+def unverified_accept(*, unverified_id: int, by_id: int) -> ReplyReceived:
+    """A person accepts a held email as its claimed lead's reply: the normal reply intake runs
+    for that lead, and who accepted it, when, and the reply it became are recorded. Raises
+    NotActionable (the operators' actions' refusal) when it was accepted already or claims no lead."""
+    with transaction.atomic():
+        held = (
+            UnverifiedInbound.objects.select_for_update(of=("self",))
+            .select_related("lead")
+            .get(pk=unverified_id)
+        )
+        if held.status != UnverifiedInbound.Status.HELD:
+            raise NotActionable(f"#{held.pk} was accepted already")
+        if held.lead is None:
+            raise NotActionable(f"#{held.pk} names no lead to accept it for")
+        result = reply_receive(reply=_held_reply(held=held, lead=held.lead), lead=held.lead)
+        UnverifiedInbound.objects.filter(pk=held.pk).update(
+            status=UnverifiedInbound.Status.ACCEPTED,
+            accepted_by_id=by_id,
+            accepted_at=timezone.now(),
+            outreach_id=result.outreach_id,
+        )
+    log.info("unverified inbound #%s accepted by user %s as lead %s's reply", held.pk, by_id, held.lead.pk)
+    return result
+
+
+def _held_reply(*, held: UnverifiedInbound, lead: Lead) -> InboundReply:
+    return InboundReply(
+        lead_email=lead.email,
+        message_id=held.message_id,
+        subject=held.subject,
+        body=held.body,
+        in_reply_to=held.in_reply_to,
+        references=tuple(message_ids(held.references)),
+        provider=held.provider,
+    )
 
 
 # An answer not written yet: a later message can still be in it. DISPATCHED also holds drafts
@@ -261,33 +323,6 @@ def _received(*, lead_id: int, key: str, message_id: str) -> int | None:
     return None
 
 
-def _answered(*, reply: InboundReply) -> Outreach | None:
-    """Our email this reply answers: the one its In-Reply-To names, else the latest its
-    References name (each `<id>` looked up in `_id_forms`)."""
-    wanted = list(dict.fromkeys(filter(None, [reply.in_reply_to, *reversed(reply.references)])))
-    forms = [_id_forms(value) for value in wanted]
-    if not wanted:
-        return None
-    found = list(
-        Outreach.objects.filter(Q(message_id__in=wanted) | Q(esp_message_id__in=set().union(*forms)))
-        .select_related("lead")
-        .order_by("-id")
-    )
-    for value, names in zip(wanted, forms, strict=True):
-        for outreach in found:
-            if outreach.message_id == value or outreach.esp_message_id in names:
-                return outreach
-    return None
-
-
-def _id_forms(message_id: str) -> set[str]:
-    """How a provider's id for our email may appear as `<id>` in a reply: as sent (Mailgun's
-    ids have brackets), bare, or as the left part of a Message-ID the provider rewrote ours to
-    (Amazon SES sends `<its id@region.amazonses.com>`)."""
-    bare = message_id.removeprefix("<").removesuffix(">")
-    return {message_id, bare, bare.partition("@")[0]}
-
-
 def _threadable(message_id: str) -> str | None:
     """Their Message-ID as `<id>` for our In-Reply-To, or None: one we cannot put in a header
     (no `<id>` form) or store (longer than the column) leaves our answer unthreaded."""
@@ -318,24 +353,6 @@ def _reply_effects(*, lead: Lead, outreach_id: int) -> None:
     if Lead.objects.filter(id=lead.pk, status__in=SUPPRESSED).exists():
         # Recorded (the reply is visible in admin) but never answered by this system.
         transition(outreach_id=outreach_id, from_=State.QUEUED, to=State.CANCELLED, note="lead opted out")
-
-
-def _lead_for(*, email: str) -> Lead:
-    """The lead with this address; in several organizations, the one most recently emailed.
-
-    A reply answers an email we sent, so the organization that sent the latest one is the one
-    being answered. Never emailed anywhere: the most recently created lead.
-    """
-    lead = (
-        # Case-insensitive: Lead.email (LeadEmailField) normalises the value looked up too.
-        Lead.objects.filter(email=email)
-        .annotate(last_sent=Max("outreach__sent_at", filter=Q(outreach__state=State.SENT)))
-        .order_by(F("last_sent").desc(nulls_last=True), "-created_at", "-id")
-        .first()
-    )
-    if lead is None:
-        raise UnknownLead(f"no lead has the email address {email!r}")
-    return lead
 
 
 def _last_sent_message_id(*, lead_id: int) -> str:

@@ -37,7 +37,7 @@ from django.utils import timezone
 from config.logging import outreach_log_context
 from nurture.errors import OptedOut, PipelineError, PossiblySent, RecipientRefused
 from nurture.mail.events import send_refused
-from nurture.mail.transport import outreach_message_id, send_outreach_email, sender_domain
+from nurture.mail.transport import outreach_message_id, reply_token_new, send_outreach_email, sender_domain
 from nurture.retry_rules import fail, failure_reason
 from nurture.sequence import sequence_gate
 from orchestrator.work import Budget, SendDenied, SendGrant, get_budget, job_pause, replay_outcome_success
@@ -64,17 +64,18 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
     if (stop := job_pause(outreach=outreach)) is not None:
         return _put_back(outreach=outreach, reason=stop.blocked_reason())
     message_id = outreach.message_id or outreach_message_id(outreach=outreach)
+    reply_token = outreach.reply_token or reply_token_new()
     grant = send_budget_acquire(budget=budget, domain=sender_domain(outreach=outreach))
     if isinstance(grant, SendDenied):
         return send_later(outreach_id=outreach_id, denied=grant)
     slot = time.monotonic() + (SEND_ALIGN_S if grant.id and not grant.unmetered else 0.0)
     try:
-        sending_claim(outreach_id=outreach_id, message_id=message_id)
+        sending_claim(outreach_id=outreach_id, message_id=message_id, reply_token=reply_token)
     except TransitionLost:
         budget.release_send(reservation_id=grant.id, sent=False)
         log.info("send skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
-    outreach.message_id = message_id
+    outreach.message_id, outreach.reply_token = message_id, reply_token
     try:
         gate = sequence_gate(outreach=outreach)
     except (OperationalError, InterfaceError):
@@ -186,14 +187,17 @@ def _may_have_left(exc: Exception) -> bool:
     return isinstance(exc, PossiblySent) or not isinstance(exc, PipelineError)
 
 
-def sending_claim(*, outreach_id: int, message_id: str) -> None:
-    """DISPATCHED -> SENDING with the Message-ID recorded before SMTP, counting the try (read by
-    the resend-once rule). Raises TransitionLost if another delivery claimed it first."""
+def sending_claim(*, outreach_id: int, message_id: str, reply_token: str = "") -> None:
+    """DISPATCHED -> SENDING with the Message-ID and the reply token recorded before SMTP (a
+    resend reuses both), counting the try (read by the resend-once rule). Raises TransitionLost
+    if another delivery claimed it first."""
+    tokens: dict[str, Any] = {"reply_token": reply_token} if reply_token else {}
     transition(
         outreach_id=outreach_id,
         from_=State.DISPATCHED,
         to=State.SENDING,
         message_id=message_id,
+        **tokens,
         send_attempts=F("send_attempts") + 1,
         blocked_reason="",
     )

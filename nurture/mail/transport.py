@@ -5,6 +5,9 @@ Idempotency has two layers. The state machine makes sure only one worker sends a
 for the gap it cannot close (the server accepted the message but we died before recording
 SENT, so a recovery resends), every outreach has one stable Message-ID, the same on every
 try, so receiving systems can recognise the duplicate.
+Message-IDs and reply addresses carry random tokens (the secrets module), recorded on the row
+before SMTP: a reply names its conversation by them (nurture.intake.belief), so nobody who has
+not seen the email can name it.
 The recipient is always the Lead row's address: nothing the model wrote decides where mail goes.
 The organization's compliance footer is appended here, by code (nurture.mail.compliance), never
 by the model.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import secrets
 import smtplib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,25 +100,57 @@ def outreach_email(*, outreach: Outreach) -> EmailMessage:
         "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",  # RFC 8058 one-click
         **_thread_headers(outreach=outreach),
     }
+    reply_to = reply_address(token=outreach.reply_token) if outreach.reply_token else ""
     return EmailMessage(
         subject=outreach.draft_subject,
         body=email_body(draft_body=outreach.draft_body, footer=lead.organization.compliance_footer),
         from_email=formataddr((owner.name, _sender_address(outreach=outreach))),
         to=[lead.email],
+        reply_to=[reply_to] if reply_to else None,
         headers=headers,
     )
 
 
 def outreach_message_id(*, outreach: Outreach) -> str:
-    """`<outreach-{id}.{hash of the idempotency key}@{sender domain}>`: the same on every try.
+    """`<{random token}@{sender domain}>`: the one recorded on the outreach (before its first
+    send, nurture.mail.sending), else a new one.
 
-    A Message-ID already recorded on the outreach wins, so a later change of the sender
-    address cannot give a resend a new identity.
+    Random, not derived from the id or the idempotency key: the old form
+    (`<outreach-{id}.{sha256(key)[:16]}@...>`, sequential ids and hashes of public values) let
+    anyone name our emails in a forged reply's References. A recorded Message-ID always wins,
+    so a resend keeps it, and old rows keep theirs.
     """
     if outreach.message_id:
         return outreach.message_id
-    digest = hashlib.sha256(outreach.idempotency_key.encode()).hexdigest()[:16]
-    return f"<outreach-{outreach.id}.{digest}@{sender_domain(outreach=outreach)}>"
+    return f"<{secrets.token_hex(16)}@{sender_domain(outreach=outreach)}>"
+
+
+# The local part of a conversation's reply address: `reply+<token>`; the token is 32 lower-case
+# hex digits (128 random bits), safe in any mail system's local part and in any letter case.
+REPLY_LOCAL_PREFIX = "reply+"
+_REPLY_TOKEN = re.compile(r"^reply\+([0-9a-f]{32})$")
+
+
+def reply_token_new() -> str:
+    """A new conversation token: random, never derived from ids or keys."""
+    return secrets.token_hex(16)
+
+
+def reply_address(*, token: str) -> str:
+    """`reply+<token>@INBOUND_REPLY_DOMAIN`, the conversation's Reply-To; "" when no domain is
+    configured (then emails carry no Reply-To and replies reach the From address)."""
+    domain = settings.INBOUND_REPLY_DOMAIN
+    return f"{REPLY_LOCAL_PREFIX}{token}@{domain}" if domain else ""
+
+
+def reply_token_of(address: str) -> str | None:
+    """The token of one of our reply addresses (`reply+<token>@INBOUND_REPLY_DOMAIN`, any
+    letter case), or None: another address, or another domain."""
+    local, _, domain = address.strip().lower().rpartition("@")
+    found = _REPLY_TOKEN.match(local)
+    if found is None or not settings.INBOUND_REPLY_DOMAIN or domain != settings.INBOUND_REPLY_DOMAIN:
+        return None
+    return found.group(1)
 
 
 def sender_domain(*, outreach: Outreach) -> str:

@@ -6,6 +6,8 @@ What goes, each past its own age (settings RETENTION_*, README "Configuration"):
 - dead letters an operator has resolved (replayed or cancelled); open and escalated ones stay;
 - the per-lead items of completed assignments (names and emails copied from the CSV); the
   assignment's summary row stays;
+- unverified inbound email (held or accepted; nurture.intake.unverified), counted from its
+  arrival: a held message nobody accepted in that time is not going to be answered;
 - expired Django sessions.
 Budget samples keep their own retention (orchestrator.metrics.budget_use.budget_sample_record drops one
 old minute per new one); they are listed in `table_sizes` only.
@@ -29,7 +31,7 @@ from django.db.models import Model, Q, QuerySet
 from django.utils import timezone
 
 from orchestrator.models import BudgetSample, DeadLetter
-from outreach.models import AssignmentBatch, AssignmentItem, OutreachEvent
+from outreach.models import AssignmentBatch, AssignmentItem, OutreachEvent, UnverifiedInbound
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,12 @@ def retention_rules(*, now: datetime) -> list[RetentionRule]:
                 batch__status=AssignmentBatch.Status.COMPLETED,
                 batch__completed_at__lt=now - _days(settings.RETENTION_ASSIGNMENT_ITEMS_DAYS),
             ),
+        ),
+        RetentionRule(
+            "unverified inbound",
+            UnverifiedInbound,
+            Q(received_at__lt=now - _days(settings.RETENTION_UNVERIFIED_INBOUND_DAYS)),
+            id_follows="received_at",
         ),
         RetentionRule("sessions", Session, Q(expire_date__lt=now)),
     ]

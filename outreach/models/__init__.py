@@ -10,6 +10,7 @@ migrations name validators and fields as `outreach.models.<name>`.
 from __future__ import annotations
 
 from outreach.models.assignment import AssignmentBatch, AssignmentItem
+from outreach.models.inbound import UnverifiedInbound
 from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField, LeadEvent
 from outreach.models.metrics import MetricCounter
 from outreach.models.organizations import Organization, VerifiedDomain
@@ -49,6 +50,7 @@ __all__ = [
     "Owner",
     "OwnerDailySends",
     "State",
+    "UnverifiedInbound",
     "VerifiedDomain",
     "owner_daily_sends_record",
     "validate_nudge_days",

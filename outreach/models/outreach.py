@@ -92,7 +92,13 @@ class Outreach(models.Model):
     )
     approved_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # `<random token@sender domain>` (nurture.mail.transport.outreach_message_id), recorded before
+    # SMTP and kept for a resend. Random, so a reply's In-Reply-To / References cannot be guessed.
     message_id = models.CharField(max_length=255, blank=True)
+    # The conversation's reply address is `reply+<this>@INBOUND_REPLY_DOMAIN` (the email's
+    # Reply-To): random, recorded with the Message-ID before SMTP, unique while not empty.
+    # An inbound email sent to it names this outreach, hence its lead and organization.
+    reply_token = models.CharField(max_length=32, blank=True, default="", db_default="")
     in_reply_to = models.CharField(max_length=255, blank=True, help_text="Message-ID this email answers.")
     # The thread above `in_reply_to`, oldest first, space-separated (the References header less
     # its last id): for a reply, our email the prospect answered, and what came before it.
@@ -178,6 +184,11 @@ class Outreach(models.Model):
             ),
         ]
         constraints = [
+            # nurture.intake.belief: an inbound email's reply address finds its conversation by
+            # this token (the unique index is that lookup's). Partial: unsent rows have none.
+            models.UniqueConstraint(
+                fields=["reply_token"], condition=~Q(reply_token=""), name="outreach_reply_token_unique"
+            ),
             models.CheckConstraint(
                 condition=(
                     Q(kind="reply", tier=Tier.REPLY)

@@ -55,7 +55,8 @@ class ActionReport:
         return text + "."
 
 
-# Outreach, or another record an operator acts on row by row (a lead: reactivate).
+# Outreach, or another record an operator acts on row by row (a lead: reactivate; unverified
+# inbound: accept).
 Row = TypeVar("Row", bound=Model)
 
 

@@ -455,3 +455,15 @@ def test_a_step_model_naming_no_deployment_stops_start_up_saying_so() -> None:
 
     assert result.returncode != 0
     assert "LLM_STEP_MODELS: 'message=large': no deployment named 'large'" in result.stderr
+
+
+@pytest.mark.slow
+def test_inbound_reply_domain_defaults_for_the_demo_is_lower_cased_and_a_bad_one_names_the_variable() -> None:
+    # the demo's default (a reserved name that never receives mail), and a set value lower-cased
+    assert _settings_line("INBOUND_REPLY_DOMAIN", env={"DJANGO_DEBUG": "1"}) == ["reply.localhost"]
+    set_value = {"DJANGO_DEBUG": "1", "INBOUND_REPLY_DOMAIN": "Reply.Outreach.Example.COM"}
+    assert _settings_line("INBOUND_REPLY_DOMAIN", env=set_value) == ["reply.outreach.example.com"]
+    # a value that is no mail domain stops the process naming it
+    bad = _manage("check", env={"DJANGO_DEBUG": "1", "INBOUND_REPLY_DOMAIN": "reply@example.com"})
+    assert bad.returncode != 0
+    assert "INBOUND_REPLY_DOMAIN='reply@example.com': expected a mail domain" in bad.stderr

@@ -39,6 +39,7 @@ from outreach.models import (
     Outreach,
     Owner,
     State,
+    UnverifiedInbound,
     VerifiedDomain,
 )
 from tests.factories import logged_in, make_draft, make_lead, make_org, make_outreach, make_owner, make_user
@@ -93,6 +94,15 @@ def _world(tag: str, *, org_name: str, owner_name: str, member: str, seller: str
         VerifiedDomain: domain,
         User: member_user,
         Pause: pauses.pause(owner=owner, reason=f"{tag} reason")[0],
+        UnverifiedInbound: UnverifiedInbound.objects.create(
+            organization=org,
+            lead=lead,
+            key=f"reply:<{tag}@{tag}.example>",
+            message_id=f"<{tag}@{tag}.example>",
+            sender=f"{tag}-stranger@{tag}.example",
+            subject=f"{tag} subject",
+            reason=UnverifiedInbound.Reason.SENDER_NOT_LEAD,
+        ),
     }
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from devtools.smtp_sink import SMTPSink
 from nurture.mail.sending import outreach_send
-from outreach.models import Lead, Outreach, State
+from outreach.models import Lead, Outreach, State, UnverifiedInbound
 from tests.factories import DRAFT_BODY, DRAFT_SUBJECT, make_lead, make_org, make_outreach, make_owner
 
 BASIC_AUTH = "anymail:test-secret"  # config/test_settings.py's ANYMAIL WEBHOOK_SECRET
@@ -175,15 +175,19 @@ def test_amazon_ses_style_rewritten_message_id_matches_the_providers_id(
     assert Outreach.objects.get(kind=Outreach.Kind.REPLY).lead_id == a.pk
 
 
-def test_reply_naming_none_of_our_emails_goes_by_sender_to_who_emailed_last(
+def test_mail_from_a_leads_address_naming_none_of_our_emails_is_held_not_answered(
     client: Client, leads: tuple[Lead, Lead]
 ) -> None:
+    # Before issue 26 this went by the sender's address to whoever emailed last, and was
+    # answered: anyone can write a From line. Now it waits, unverified, for B's operators.
     _, b = leads
     payload = mailgun_payload(in_reply_to="<unrelated@elsewhere.example>", sender=PROSPECT.upper())
 
     assert post(client, "mailgun", payload).status_code == 200
 
-    assert Outreach.objects.get(kind=Outreach.Kind.REPLY).lead_id == b.pk
+    assert not Outreach.objects.filter(kind=Outreach.Kind.REPLY).exists()
+    [held] = UnverifiedInbound.objects.all()
+    assert (held.organization_id, held.lead_id, held.reason) == (b.organization_id, b.pk, "no_conversation")
 
 
 def test_duplicate_delivery_records_one_reply(client: Client, leads: tuple[Lead, Lead]) -> None:

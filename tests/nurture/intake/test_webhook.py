@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from nurture.intake.replies import signature_header
 from outreach.idempotency import reply_key
-from outreach.models import Lead, Outreach, State
+from outreach.models import Lead, Outreach, State, UnverifiedInbound
 from outreach.tiers import Tier
 from tests.conftest import WEBHOOK_SECRET
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -215,6 +215,26 @@ def test_reply_naming_our_message_goes_to_the_organization_that_sent_it(
         "<old@us>",
     )
     assert Lead.objects.get(pk=newer.pk).status == Lead.Status.ACTIVE
+
+
+def test_reply_naming_another_leads_conversation_is_409_and_kept_unverified(client: Client, db: None) -> None:
+    # given a colleague of the lead, also a lead, and the lead's conversation
+    pat = make_lead(email="pat@prospect.example")
+    sam = make_lead(owner=pat.owner, email="sam@prospect.example")
+    make_outreach(lead=pat, state=State.SENT, sent_at=timezone.now(), message_id="<pats@us>")
+    # when the integration posts a message from sam that names pat's email
+    response = _post(client, _reply(sam, in_reply_to="<pats@us>"))
+    # then it is not believed: nothing queued for either, and it waits for a person
+    assert response.status_code == 409
+    assert response.json()["field"] == "in_reply_to"
+    assert not Outreach.objects.filter(kind=Outreach.Kind.REPLY).exists()
+    held = UnverifiedInbound.objects.get(pk=response.json()["unverified_id"])
+    assert (held.lead_id, held.sender, held.reason, held.provider) == (
+        pat.pk,
+        "sam@prospect.example",
+        "sender_not_lead",
+        "webhook",
+    )
 
 
 def test_reply_naming_a_message_we_never_sent_falls_back_to_the_sender(client: Client, lead: Lead) -> None:

@@ -57,7 +57,9 @@ def test_provider_message_id_is_stored_beside_ours(outreach: Outreach) -> None:
     [sent] = mail.outbox
     status: Any = sent.anymail_status  # type: ignore[union-attr]  # set by anymail's backends
     assert outreach.esp_message_id == str(status.message_id) == "0"
-    assert outreach.message_id.startswith(f"<outreach-{outreach.pk}.")
+    assert outreach.message_id  # recorded by the claim, before the provider call
+    assert outreach.reply_token
+    assert sent.reply_to == [f"reply+{outreach.reply_token}@reply.localhost"]
 
 
 def test_provider_gets_our_headers_and_the_footer_the_model_never_wrote(outreach: Outreach) -> None:

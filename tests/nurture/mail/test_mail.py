@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -11,8 +12,14 @@ from django.core import signing
 
 from devtools.smtp_sink import SMTPSink, free_port
 from nurture.errors import OptedOut, PermanentError, PossiblySent, RecipientRefused, TransientError
-from nurture.mail.sending import outreach_send
-from nurture.mail.transport import lead_id_from_token, send_outreach_email, unsubscribe_token
+from nurture.mail.sending import outreach_send, sending_claim
+from nurture.mail.transport import (
+    lead_id_from_token,
+    outreach_message_id,
+    reply_token_new,
+    send_outreach_email,
+    unsubscribe_token,
+)
 from orchestrator.models import DeadLetter
 from outreach.idempotency import intro_key
 from outreach.models import ErrorClass, Lead, Outreach, State
@@ -47,8 +54,9 @@ def test_sends_one_email_with_the_right_headers(smtp_sink: SMTPSink, outreach: O
     assert email["Subject"] == "Quick question"
     assert email.get_content().replace("\r\n", "\n").strip() == DRAFT["draft_body"]
     assert email["Message-ID"] == message_id
-    assert message_id.startswith(f"<outreach-{outreach.id}.")
-    assert message_id.endswith("@seller.example>")
+    # random, not derived from the id or the key (issue 26): `<32 hex digits@sender domain>`
+    assert re.fullmatch(r"<[0-9a-f]{32}@seller\.example>", message_id)
+    assert email["Reply-To"] is None  # no reply token recorded on this row: see below
     assert email["In-Reply-To"] is None
     assert email["References"] is None
     assert email["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
@@ -59,14 +67,26 @@ def test_sends_one_email_with_the_right_headers(smtp_sink: SMTPSink, outreach: O
     assert lead_id_from_token(token=token) == outreach.lead_id
 
 
-def test_message_id_is_stable_across_sends(smtp_sink: SMTPSink, outreach: Outreach) -> None:
-    # given the same outreach sent twice (a resend after a crash), loaded fresh each time
-    first = send_outreach_email(outreach=outreach).message_id
+def test_message_id_and_reply_address_are_stable_across_sends(
+    smtp_sink: SMTPSink, outreach: Outreach
+) -> None:
+    # given the Message-ID and reply token recorded before SMTP, as the send worker's claim does
+    Outreach.objects.filter(id=outreach.id).update(state=State.DISPATCHED)
+    recorded, token = outreach_message_id(outreach=outreach), reply_token_new()
+    sending_claim(outreach_id=outreach.id, message_id=recorded, reply_token=token)
+    # when it is sent twice (a resend after a crash), loaded fresh each time
+    first = send_outreach_email(outreach=Outreach.objects.get(id=outreach.id)).message_id
     second = send_outreach_email(outreach=Outreach.objects.get(id=outreach.id)).message_id
-    # then receivers see one identity they can de-duplicate on
-    ids = [m.message["Message-ID"] for m in smtp_sink.wait_for(2)]
-    assert first == second
-    assert ids == [first, first]
+    # then receivers see one identity they can de-duplicate on, and one reply address
+    messages = [m.message for m in smtp_sink.wait_for(2)]
+    assert first == second == recorded
+    assert [m["Message-ID"] for m in messages] == [recorded, recorded]
+    assert [m["Reply-To"] for m in messages] == [f"reply+{token}@reply.localhost"] * 2
+
+
+def test_two_new_message_ids_never_repeat(outreach: Outreach) -> None:
+    # a Message-ID not recorded yet is drawn at random: nothing about the row predicts it
+    assert outreach_message_id(outreach=outreach) != outreach_message_id(outreach=outreach)
 
 
 def test_recorded_message_id_wins(smtp_sink: SMTPSink, outreach: Outreach) -> None:

@@ -16,7 +16,15 @@ from django.utils import timezone
 from orchestrator.controls.retention import retention_prune, table_sizes
 from orchestrator.models import DeadLetter
 from orchestrator.tasks import prune
-from outreach.models import AssignmentBatch, AssignmentItem, ErrorClass, Outreach, OutreachEvent, State
+from outreach.models import (
+    AssignmentBatch,
+    AssignmentItem,
+    ErrorClass,
+    Outreach,
+    OutreachEvent,
+    State,
+    UnverifiedInbound,
+)
 from tests.factories import make_org, make_outreach, make_owner
 from tests.orchestrator.metrics_helpers import dead_letter_row, event
 
@@ -32,6 +40,7 @@ def _ages(settings: Any) -> None:
     settings.RETENTION_EVENTS_DAYS = 10
     settings.RETENTION_DEAD_LETTERS_DAYS = 5
     settings.RETENTION_ASSIGNMENT_ITEMS_DAYS = 3
+    settings.RETENTION_UNVERIFIED_INBOUND_DAYS = 7
     settings.RETENTION_BATCH_ROWS = 5000
 
 
@@ -105,6 +114,30 @@ def test_items_of_assignments_completed_past_retention_are_pruned_and_the_batch_
     assert AssignmentBatch.objects.filter(pk=done_long_ago.pk).exists()
     assert AssignmentItem.objects.filter(batch=done_today).count() == 2
     assert AssignmentItem.objects.filter(batch=loading).count() == 2
+
+
+def test_unverified_inbound_older_than_its_retention_is_pruned_held_or_accepted() -> None:
+    # given unverified inbound 30 and 8 days old (one held, one accepted) and one 6 days old
+    org = make_org()
+    rows = [
+        UnverifiedInbound.objects.create(
+            organization=org,
+            key=f"reply:<{n}@x>",
+            message_id=f"<{n}@x>",
+            sender="m@evil.example",
+            reason="spam",
+        )
+        for n in range(3)
+    ]
+    for row, age, status in zip(
+        rows, (30 * DAY, 8 * DAY, 6 * DAY), ("held", "accepted", "held"), strict=True
+    ):
+        UnverifiedInbound.objects.filter(pk=row.pk).update(received_at=NOW - age, status=status)
+    # when the prune runs (retention: 7 days)
+    report = retention_prune(now=NOW)
+    # then the two older ones are gone, the recent one stays
+    assert report.deleted["unverified inbound"] == 2
+    assert list(UnverifiedInbound.objects.values_list("pk", flat=True)) == [rows[2].pk]
 
 
 def test_expired_sessions_are_pruned_and_live_ones_kept() -> None:
