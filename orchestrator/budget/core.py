@@ -163,7 +163,9 @@ class BudgetCore:
         scope_limits = {scope: lim.holding(**hold) for scope, lim in self.base_scope_limits.items()}
         if (limits, scope_limits) != (self.limits, self.scope_limits):
             self.limits, self.scope_limits = limits, scope_limits
-            self._plans.clear()
+            # A new cache, not cleared: a worker thread building a plan from the old limits
+            # stores it in the old dict (see `plan`), never in the one the new limits fill.
+            self._plans = {}
 
     def limits_for(self, scope: str) -> Limits:
         """Limits of a scope: "provider", an exact entry, or a family entry such as "org:*"."""
@@ -193,7 +195,8 @@ class BudgetCore:
 
     def plan(self, scopes: tuple[str, ...]) -> Plan:
         """KEYS and per-scope ARGV of the bucket scripts for these scopes, cached."""
-        plan = self._plans.get(scopes)
+        plans = self._plans
+        plan = plans.get(scopes)
         if plan is None:
             if not scopes or len(set(scopes)) != len(scopes):
                 raise ValueError(f"scopes must be distinct and non-empty: {scopes!r}")
@@ -203,7 +206,7 @@ class BudgetCore:
                 keys += [self.key("bucket", scope), self.key("rate", scope)]
                 args += self.bucket_args(scope)
             caps = [self.limits_for(scope).capacities() for scope in scopes]
-            plan = self._plans[scopes] = Plan(
+            plan = plans[scopes] = Plan(
                 keys=[k.encode() for k in keys],
                 args=[b"%d" % a for a in args],
                 capacity=(min(r for r, _ in caps), min(t for _, t in caps)),
