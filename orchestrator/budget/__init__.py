@@ -170,6 +170,7 @@ def budget_from_settings() -> Budget:
         failure_policy=policy,
     )
     budget.send_rules = send_rules_from_settings()
+    budget.cycle_ms = int(settings.DISPATCH_INTERVAL * 1000)  # the cycle a burst holds (hold_job)
     return budget
 
 

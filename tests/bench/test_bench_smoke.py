@@ -35,6 +35,7 @@ BENCHES = [
     "review_drafts",
     "send_burst",
     "soak",
+    "tokens_binding",
 ]
 # A stack bench waits up to 90 s for its workers to boot on a loaded machine, then runs seconds.
 TIMEOUT_S = 280
@@ -101,6 +102,14 @@ def test_compare_smoke_completes_work_in_both_arms() -> None:
 def test_latency_smoke_sends_with_no_duplicates() -> None:
     out = smoke("latency")
     assert re.search(r"duplicates at the sink\s+0 \(SENT not received: 0\)", out)
+
+
+def test_tokens_binding_smoke_gets_no_call_answered_429() -> None:
+    # a key binding on tokens, long replies among intros, the Procfile's workers and llm_sim
+    # enforcing the limit: the budget (bursts holding the costliest learned job) lets no call
+    # through that the provider refuses
+    out = smoke("tokens_binding")
+    assert re.search(r"answered 429\s+0 of \d+ requests", out), out[-2000:]
 
 
 @pytest.mark.parametrize("bench", ["assign_leads", "budget", "fairness", "llm_concurrency", "models"])
