@@ -28,7 +28,7 @@ from orchestrator.budget.core import BudgetUnavailable
 from orchestrator.budget.maths import burst_for_cycle
 from orchestrator.budget.pacing import Pacing
 from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_ids, reservation_scopes
-from orchestrator.budget.sends import SendDenied, SendGrant, SendRules, Sends
+from orchestrator.budget.sends import DomainDay, SendDenied, SendGrant, SendRules, Sends
 from orchestrator.budget.values import (
     PROVIDER,
     Adaptive,
@@ -51,6 +51,7 @@ __all__ = [
     "CallSlot",
     "CircuitBreaker",
     "Denied",
+    "DomainDay",
     "Headroom",
     "Limits",
     "Reservation",

@@ -32,6 +32,7 @@ BENCHES = [
     "latency",
     "llm_concurrency",
     "models",
+    "review_drafts",
     "send_burst",
     "soak",
     "tokens_binding",
@@ -114,3 +115,10 @@ def test_tokens_binding_smoke_gets_no_call_answered_429() -> None:
 @pytest.mark.parametrize("bench", ["assign_leads", "budget", "fairness", "llm_concurrency", "models"])
 def test_bench_smoke_passes(bench: str) -> None:
     smoke(bench)
+
+
+def test_review_drafts_smoke_keeps_the_sellers_drafts_within_its_limit() -> None:
+    out = smoke("review_drafts")
+    found = re.search(r"max committed drafts (\d+) \(target <= (\d+)\)", out)
+    assert found is not None, out
+    assert int(found[1]) <= int(found[2])

@@ -20,6 +20,7 @@ from config.deployments import deployments
 from config.redis_client import Client
 from orchestrator.budget import PROVIDER, Budget, Limits
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
 from orchestrator.dispatch.deployment_plan import routing_plan
@@ -33,6 +34,7 @@ from orchestrator.dispatch.selection import (
     rows_to_load,
     select_batch,
 )
+from orchestrator.dispatch.selection.admission import Shared
 from orchestrator.dispatch.singleton import Lease
 from outreach.tiers import Tier
 
@@ -56,11 +58,13 @@ def generation_dispatch(
     room: Mapping[int, int],
     weights: Mapping[int, int],
     paused_tiers: Mapping[int, frozenset[Tier]],
+    shared: Shared,
     now: datetime,
     budget: Budget,
 ) -> Generation:
-    """Select, reserve and claim this cycle's LLM jobs among the owners with `room`; persist the
-    cursor while the lease is held."""
+    """Select, reserve and claim this cycle's LLM jobs among the owners with `room` (admitted:
+    cycle.admission), held to the admission's shared rooms (`shared`); persist the cursor while
+    the lease is held."""
     # What each owner's next job of each step is expected to cost (owner_tokens: learned from
     # its finished jobs): with fairness in tokens, what it uses moves the owner's place in the
     # round; what the provider's limit will count sizes the cycle (slots, in-flight target),
@@ -95,7 +99,11 @@ def generation_dispatch(
         "group_slots": group_slots,
         "costs": costs,
     }
-    selection = select_batch(candidates, slots=slots, **policy)
+    # Admission's row rules: no suppressed lead's row, no pick past a shared room (cycle.admission).
+    candidates = unsendable_drop(candidates, now=now)
+    candidates, selection = picks_admit(
+        candidates=candidates, shared=shared, select=lambda c: select_batch(c, slots=slots, **policy)
+    )
     picks = list(selection.picks)
     claimed = picks_reserve_and_claim(
         picks=picks,
