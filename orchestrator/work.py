@@ -148,6 +148,7 @@ def job_budget(*, budget: Budget, outreach: Outreach) -> JobBudget:
     """The job's route and reservations: the deployment each step was placed on (a route the
     configuration no longer knows, or none: the first deployment of the step's model) and, per
     deployment, the reservation made on it (its first scope is the deployment's)."""
+    budget.job_tokens_refresh()  # the bursts the dispatcher reserved in (Budget.hold_job)
     deps = deployments()
     by_label, by_scope = {d.label: d for d in deps}, {d.scope: d for d in deps}
     models = step_models()
@@ -208,7 +209,8 @@ def call_slot(*, budget: Budget, use: Usage, tokens: int, max_wait_s: float) -> 
     """Wait for room for one call of `tokens` (prompt estimate + max_tokens) on the use's scopes
     (the deployment's, and the organization's cap if any): sleep off short waits; a wait that
     would take the job past `max_wait_s` in all is returned instead. The call is counted on
-    the use once granted."""
+    the use once granted. Raises ValueError, naming the scope and its limit, for a call larger
+    than a scope's tokens/min: it can never be made."""
     slot = budget.acquire_call(tokens=tokens, scopes=use.scopes)
     waited = 0.0
     while slot.wait_ms:

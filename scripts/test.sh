@@ -18,7 +18,7 @@ echo "==> migrations are up to date"
 DJANGO_SETTINGS_MODULE=config.test_settings python manage.py makemigrations --check --dry-run
 echo "==> pytest (in random order: pytest-randomly; -p no:randomly for the file order)"
 use_test_clock
-python -m pytest "$@"
+python -m pytest --durations=30 "$@"
 
 if [ $# -eq 0 ]; then
   if ensure_rabbitmq; then

@@ -7,11 +7,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils import timezone
 
 from backoffice.actions import admin_user
 from backoffice.admin.pauses import PauseActions
 from backoffice.tenancy import APPROVE_PERMISSION, SETTINGS_PERMISSION, OrganizationScopedAdmin
-from outreach.models import MIDNIGHT, Organization, Owner
+from orchestrator.dispatch.owner_limits import owner_rules
+from orchestrator.dispatch.reads import Committed, committed_today
+from outreach.models import MIDNIGHT, Organization, Owner, working_days_text
 from outreach.services import owners as services
 
 
@@ -39,9 +42,10 @@ class OwnerAdmin(PauseActions, OrganizationScopedAdmin):
         "kind",
         "organization",
         "daily_limit",
+        "today",
         "hours_start",
         "hours_end",
-        "working_days",
+        "days",
         "timezone",
         "review_required",
         "weight",
@@ -69,6 +73,29 @@ class OwnerAdmin(PauseActions, OrganizationScopedAdmin):
             owner=obj, was_required=was_required, by=admin_user(request), via="admin"
         )
         super().save_model(request, obj, form, change)
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The page's owners carry what they did today (`today`): one count for the page
+        (dispatch.reads.committed_today), not one per row."""
+        changelist = super().get_changelist_instance(request)
+        page = list(changelist.result_list)  # evaluated once: the rows the page renders
+        found = committed_today(owners=[owner_rules(o) for o in page], now=timezone.now())
+        for owner in page:
+            owner.committed = found.get(owner.pk, Committed())
+        return changelist
+
+    @admin.display(description="Today: sent / committed / limit")
+    def today(self, obj: Owner) -> str:
+        """Sent in the owner's local day and committed (sent + in flight + drafts not sent:
+        what the dispatcher's admission counts), against the daily limit."""
+        c = getattr(obj, "committed", None)
+        if c is None:
+            return f"- / - / {obj.daily_limit}"
+        return f"{c.sent} / {c.sent + c.in_flight + c.drafts} / {obj.daily_limit}"
+
+    @admin.display(description="Working days", ordering="working_days")
+    def days(self, obj: Owner) -> str:
+        return working_days_text(obj.working_days)
 
     def pause_scope(self, obj: Owner) -> tuple[Organization | None, Owner | None]:
         return None, obj

@@ -33,7 +33,15 @@ from django.utils import timezone
 
 from config.logging import outreach_log_context
 from config.queues import Queue
-from nurture.errors import ConfigurationFault, OptedOut, Paced, PolicyViolation, RateLimited, TransientError
+from nurture.errors import (
+    ConfigurationFault,
+    OptedOut,
+    Paced,
+    PermanentError,
+    PolicyViolation,
+    RateLimited,
+    TransientError,
+)
 from nurture.retry_rules import fail
 from nurture.sequence import Gate, sequence_gate
 from nurture.writing import llm, prompts
@@ -146,7 +154,9 @@ def _generate(*, outreach: Outreach, budget: Budget) -> State | None:
             return fail(outreach=outreach, from_=State.GENERATING, exc=exc, job_type="generation")
     work.job_settle(budget=budget, usage=usage)
     # A whole job's usage only; what it used and what the limit counted (owner_tokens says why both).
-    work.owner_tokens_record(owner_id=outreach.owner_id, settled=usage.tokens, counted=usage.counted)
+    work.owner_tokens_record(
+        owner_id=outreach.owner_id, settled=usage.tokens, counted=usage.counted, kind=outreach.kind
+    )
     with database_turn():
         call_durations_record(usage.call_durations)
         return _record_draft(outreach=outreach, subject=subject, body=body, usage=usage)
@@ -229,7 +239,10 @@ def _call(
     deployment = usage.route[step]
     use = usage.uses[deployment.label]
     estimate = sum(len(m["content"]) for m in messages) // 4 + max_tokens
-    slot = work.call_slot(budget=budget, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S)
+    try:
+        slot = work.call_slot(budget=budget, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S)
+    except ValueError as exc:  # no window ever holds it: dead-lettered, not retried for ever
+        raise PermanentError(f"LLM call too large: {exc}") from exc
     if isinstance(slot, work.PacingWait):
         raise Paced(wait_s=slot.wait_s, cause=slot.cause)
     started = time.monotonic()

@@ -36,7 +36,7 @@ from orchestrator.budget.mailboxes import (
 from orchestrator.budget.maths import burst_for_cycle
 from orchestrator.budget.pacing import Pacing
 from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_ids, reservation_scopes
-from orchestrator.budget.sends import SendDenied, SendGrant, SendRules, Sends
+from orchestrator.budget.sends import DomainDay, SendDenied, SendGrant, SendRules, Sends
 from orchestrator.budget.values import (
     PROVIDER,
     Adaptive,
@@ -59,6 +59,7 @@ __all__ = [
     "CallSlot",
     "CircuitBreaker",
     "Denied",
+    "DomainDay",
     "Headroom",
     "Limits",
     "MailboxGrant",
@@ -182,6 +183,7 @@ def budget_from_settings() -> Budget:
         failure_policy=policy,
     )
     budget.send_rules = send_rules_from_settings()
+    budget.cycle_ms = int(settings.DISPATCH_INTERVAL * 1000)  # the cycle a burst holds (hold_job)
     return budget
 
 

@@ -13,12 +13,17 @@ so all the keys one script touches share a Redis Cluster slot.
   {P}:spread:<scope>      list  the last spread samples (ms), newest first
   {P}:calls:<scope>       zset  call-time log: "<seq>:<cumulative tokens>" -> ms
   {P}:callmeta:<scope>    hash  seq, cum (tokens ever logged), base (cum of the last pruned call)
+  {P}:job_tokens          string the costliest job (tokens) the buckets must hold (`hold_job`):
+                                every process sizes its bursts for it, so they agree on the
+                                capacities; expires an hour after the last such job was held
 Redis errors never leave the budget: they feed the breaker and the failure policy answers.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -57,6 +62,17 @@ class Plan:
     capacity: tuple[int, int]  # the smallest bucket of the scopes (units): requests, tokens
 
 
+# The costliest job's tokens is the most of what was there and the new one; an hour without
+# one that large lets the bursts shrink back.
+_HOLD_JOB: Final = """
+local held = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1]))
+redis.call('SET', KEYS[1], held, 'PX', ARGV[2])
+return held
+"""
+JOB_TOKENS_TTL_MS: Final = 3_600_000
+JOB_TOKENS_REFRESH_S: Final = 5.0  # how stale another process's bursts may be
+
+
 class BudgetUnavailable(Exception):
     """Redis could not be used, or the circuit is open: the failure policy decides."""
 
@@ -87,8 +103,13 @@ class BudgetCore:
         if "{" in prefix or "}" in prefix:
             # the prefix is the keys' hash tag: a brace in it would split them across cluster slots
             raise ValueError(f"budget prefix {prefix!r} must not contain braces")
-        self.limits = limits
-        self.scope_limits = dict(scope_limits or {})
+        # The configured limits; `limits` and `scope_limits` are these with bursts that hold
+        # the costliest job in flight (`hold_job`).
+        self.base_limits = self.limits = limits
+        self.base_scope_limits = self.scope_limits = dict(scope_limits or {})
+        self.cycle_ms = 2_000  # the dispatch interval the bursts hold a cycle of (settings)
+        self.job_tokens = 0
+        self._job_tokens_read = -math.inf
         self.prefix = prefix
         self.reservation_ttl_ms = reservation_ttl_ms
         self.failure_policy: FailurePolicy = failure_policy
@@ -107,9 +128,46 @@ class BudgetCore:
         """Replace the non-provider scopes' limits (e.g. organizations' caps read from the
         database); the cached script arguments are rebuilt only when something changed."""
         new = dict(scope_limits)
-        if new != self.scope_limits:
-            self.scope_limits = new
-            self._plans.clear()
+        if new != self.base_scope_limits:
+            self.base_scope_limits = new
+            self._limits_hold(self.job_tokens)
+
+    def hold_job(self, *, tokens: int) -> None:
+        """Make every bucket able to hold a job of `tokens` at once on top of a dispatch cycle's
+        refill (`Limits.holding`): here now, in every other process within
+        JOB_TOKENS_REFRESH_S (`job_tokens_refresh`). The dispatcher calls it each cycle with its
+        costliest pick's expected tokens. A Redis error leaves this process's bursts as they are."""
+        try:
+            held = int(self._redis.eval(_HOLD_JOB, 1, self.key("job_tokens"), tokens, JOB_TOKENS_TTL_MS))
+        except redis.RedisError as exc:
+            logger.warning("budget: costliest job not recorded (%s)", exc)
+            return
+        self._job_tokens_read = time.monotonic()
+        self._limits_hold(held)
+
+    def job_tokens_refresh(self) -> None:
+        """Size the bursts for the costliest job any dispatcher asked them to hold (`hold_job`),
+        read at most every JOB_TOKENS_REFRESH_S: the workers, before settling, so their
+        refills and refunds clip the buckets at the capacities the dispatcher reserves in."""
+        if time.monotonic() - self._job_tokens_read < JOB_TOKENS_REFRESH_S:
+            return
+        try:
+            raw = self._redis.get(self.key("job_tokens"))
+        except redis.RedisError:
+            return
+        self._job_tokens_read = time.monotonic()
+        self._limits_hold(int(raw or 0))
+
+    def _limits_hold(self, tokens: int) -> None:
+        self.job_tokens = tokens
+        hold = {"tokens": tokens, "interval_ms": self.cycle_ms}
+        limits = self.base_limits.holding(**hold)
+        scope_limits = {scope: lim.holding(**hold) for scope, lim in self.base_scope_limits.items()}
+        if (limits, scope_limits) != (self.limits, self.scope_limits):
+            self.limits, self.scope_limits = limits, scope_limits
+            # A new cache, not cleared: a worker thread building a plan from the old limits
+            # stores it in the old dict (see `plan`), never in the one the new limits fill.
+            self._plans = {}
 
     def limits_for(self, scope: str) -> Limits:
         """Limits of a scope: "provider", an exact entry, or a family entry such as "org:*"."""
@@ -139,7 +197,8 @@ class BudgetCore:
 
     def plan(self, scopes: tuple[str, ...]) -> Plan:
         """KEYS and per-scope ARGV of the bucket scripts for these scopes, cached."""
-        plan = self._plans.get(scopes)
+        plans = self._plans
+        plan = plans.get(scopes)
         if plan is None:
             if not scopes or len(set(scopes)) != len(scopes):
                 raise ValueError(f"scopes must be distinct and non-empty: {scopes!r}")
@@ -149,7 +208,7 @@ class BudgetCore:
                 keys += [self.key("bucket", scope), self.key("rate", scope)]
                 args += self.bucket_args(scope)
             caps = [self.limits_for(scope).capacities() for scope in scopes]
-            plan = self._plans[scopes] = Plan(
+            plan = plans[scopes] = Plan(
                 keys=[k.encode() for k in keys],
                 args=[b"%d" % a for a in args],
                 capacity=(min(r for r, _ in caps), min(t for _, t in caps)),

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+import redis
+
 from orchestrator.budget import maths
 from orchestrator.budget.core import BudgetCore, BudgetUnavailable
 
@@ -91,6 +93,30 @@ class SendRules:
                 maths.send_bucket(limit=self.per_minute, window_ms=maths.WINDOW_MS, margin_ms=self.margin_ms),
             )
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class DomainDay:
+    """A sender domain's UTC day as `reserve_send` would judge it now: messages counted, the
+    cap of the day (the warm-up step's when lower; None: no cap) and the warm-up day (1-based;
+    0: past the ramp). The dispatcher's admission reads it before any LLM work."""
+
+    sent: int
+    cap: int | None
+    warmup_day: int
+
+    @property
+    def room(self) -> int | None:
+        return None if self.cap is None else self.cap - self.sent
+
+
+def domain_day_cap(*, rules: SendRules, step: int) -> tuple[int | None, int]:
+    """(cap, warm-up day) on the domain's `step`-th send day, as send_reserve.lua computes it."""
+    cap = rules.domain_daily
+    if step <= len(rules.warmup):
+        ramp = rules.warmup[step - 1]
+        return (ramp if cap is None or ramp < cap else cap), step
+    return cap, 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +200,26 @@ class Sends(BudgetCore):
             )
         said, _ = list(rules.buckets().values())[scope_index - 1]  # the scope that said no
         return SendDenied(wait, f"send rate {said} reached")
+
+    def domain_days(self, *, domains: list[str], now_ms: int) -> dict[str, DomainDay]:
+        """Each sender domain's day so far (no reservation made): one read of the count keys and
+        one of the first days. Empty without a domain day or warm-up configured; on a Redis
+        failure too (the send worker's own check still holds)."""
+        rules = self.send_rules
+        if not domains or (rules.domain_daily is None and not rules.warmup):
+            return {}
+        day = now_ms // DAY_MS
+        names = [d.lower() or "localhost" for d in domains]
+        try:
+            counts = self._redis.mget([self.key("send", "day", _domain_key(d), str(day)) for d in names])
+            firsts = self._redis.hmget(self.key("send", "first"), names)
+        except redis.RedisError:
+            return {}
+        found: dict[str, DomainDay] = {}
+        for domain, count, first in zip(domains, counts, firsts, strict=True):
+            cap, warmup_day = domain_day_cap(rules=rules, step=day - int(first or day) + 1)
+            found[domain] = DomainDay(sent=int(count or 0), cap=cap, warmup_day=warmup_day)
+        return found
 
     def release_send(self, *, reservation_id: str, sent: bool) -> bool:
         """After SMTP: `sent` keeps the message counted; not sent gives it back to the account

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -58,6 +59,24 @@ class Limits:
         measured margin can bring, so the bucket still holds a dispatch cycle's refill then."""
         rate_r, rate_t = self._rates(margin_ms=self.fastest_margin_ms)
         return rate_r * self.burst_ms, rate_t * self.burst_ms
+
+    def holding(self, *, tokens: int, interval_ms: int) -> Limits:
+        """These limits with a burst that also holds a dispatch cycle's refill plus one job of
+        `tokens` (`maths.burst_for_cycle`), so a costly job is never left waiting for a bucket
+        too small to take it. Unchanged when the burst holds it already, or when no burst can:
+        strict limits tend to their limit, and a job beyond it is reserved at the capacity and
+        charged the rest when settled."""
+        try:
+            need = maths.burst_for_cycle(
+                limit=self.tpm,
+                amount=min(tokens, self.tpm),
+                interval_ms=interval_ms,
+                strict=self.strict,
+                margin_ms=self.fastest_margin_ms,
+            )
+        except ValueError:
+            return self
+        return self if need <= self.burst_ms else dataclasses.replace(self, burst_ms=need)
 
     def strict_denominator(self) -> int:
         """The Lua side's refill denominator: rate = limit * 60000 / it. 0 for paced limits,

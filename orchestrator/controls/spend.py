@@ -4,12 +4,13 @@ Prices come from LLM_PRICES (dollars per 1,000 input and per 1,000 output tokens
 a model without a price costs 0 (spend is then simply not tracked for it). The day is UTC's:
 organizations have no time zone, and one boundary for all keeps the cap's reason exact
 ("resumes 00:00 UTC"). Pure functions; the worker stores the cost (nurture.writing.generation) and the
-dispatcher sums it (orchestrator.dispatch.reads.spend_capped_owners).
+dispatcher sums it, with its work in flight at `job_cost_estimate` (orchestrator.dispatch.reads.
+organization_spend, the admission's rule 7).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -21,6 +22,14 @@ def llm_cost(*, prices: Prices, model: str, input_tokens: int, output_tokens: in
     """Dollars for these tokens at the model's price, rounded to the stored micro-dollar."""
     given, taken = prices.get(model, (Decimal(0), Decimal(0)))
     return ((input_tokens * given + output_tokens * taken) / 1000).quantize(PLACES)
+
+
+def job_cost_estimate(*, prices: Prices, models: Iterable[str], tokens: int) -> Decimal:
+    """What one job in flight is counted at against a spend cap before it is written: the
+    tokens it reserves at the dearest price (input or output) of the models it may use, so
+    work in flight never lets a cap be passed. 0 when none of them has a price."""
+    dearest = max((max(prices[m]) for m in models if m in prices), default=Decimal(0))
+    return (tokens * dearest / 1000).quantize(PLACES)
 
 
 def spend_day(now: datetime) -> tuple[datetime, datetime]:

@@ -38,15 +38,20 @@ class Routing:
     headroom: Mapping[str, Headroom]
 
 
-def routing_plan(*, budget: Budget, client: Client, count: int) -> Routing:
-    """Where up to `count` jobs would run now, from each deployment's room and breaker."""
+def routing_plan(*, budget: Budget, client: Client, count: int, per_call: int | None = None) -> Routing:
+    """Where up to `count` jobs would run now, from each deployment's room and breaker, each
+    call counted `per_call` tokens (the dispatcher's learned figure, owner_tokens; by default
+    LLM_EST_TOKENS_PER_CALL)."""
+    per_call = per_call or settings.LLM_EST_TOKENS_PER_CALL
     deps = deployments()
     steps = step_models()
     calls = Counter(steps.values())
     health = healths(client=client, deployments=deps)
     headroom = {d.label: budget.headroom(scopes=(d.scope,)) for d in deps}
-    rooms = [_room(d, headroom[d.label], health[d.label], calls=calls.get(d.name, 0)) for d in deps]
-    per_call = settings.LLM_EST_TOKENS_PER_CALL
+    rooms = [
+        _room(d, headroom[d.label], health[d.label], calls=calls.get(d.name, 0), per_call=per_call)
+        for d in deps
+    ]
     faulted = {
         name for name in calls if all(health[d.label].state != "closed" for d in deps if d.name == name)
     }
@@ -65,7 +70,9 @@ def routing_plan(*, budget: Budget, client: Client, count: int) -> Routing:
         blocked = next(health[d.label].reason for d in deps if d.name == placement.stopped_at)
     return Routing(
         placement=placement,
-        rate_per_s=_rate(deps=deps, calls=calls, headroom=headroom, health=health, fallbacks=fallbacks),
+        rate_per_s=_rate(
+            deps=deps, calls=calls, headroom=headroom, health=health, fallbacks=fallbacks, per_call=per_call
+        ),
         blocked_reason=blocked,
         half_open=frozenset(label for label, h in health.items() if h.state == "half_open"),
         health=health,
@@ -80,7 +87,14 @@ def deployments_rate(*, budget: Budget, client: Client) -> float:
     health = healths(client=client, deployments=deps)
     headroom = {d.label: budget.headroom(scopes=(d.scope,)) for d in deps}
     calls = Counter(step_models().values())
-    return _rate(deps=deps, calls=calls, headroom=headroom, health=health, fallbacks=settings.LLM_FALLBACKS)
+    return _rate(
+        deps=deps,
+        calls=calls,
+        headroom=headroom,
+        health=health,
+        fallbacks=settings.LLM_FALLBACKS,
+        per_call=settings.LLM_EST_TOKENS_PER_CALL,
+    )
 
 
 def probes_mark(*, client: Client, routing: Routing, labels_used: set[str]) -> None:
@@ -90,7 +104,7 @@ def probes_mark(*, client: Client, routing: Routing, labels_used: set[str]) -> N
             probe_mark(client=client, deployment=deployment)
 
 
-def _room(deployment: Deployment, headroom: Headroom, health: Health, *, calls: int) -> Room:
+def _room(deployment: Deployment, headroom: Headroom, health: Health, *, calls: int, per_call: int) -> Room:
     """Open or probing: nothing. Half open: one job's calls (the probe). Else the headroom."""
     requests = 0.0 if headroom.blocked_ms > 0 else headroom.requests
     tokens = headroom.tokens
@@ -98,7 +112,7 @@ def _room(deployment: Deployment, headroom: Headroom, health: Health, *, calls: 
         requests = 0.0
     elif health.state == "half_open":
         one_job = calls or settings.LLM_CALLS_PER_OUTREACH
-        requests, tokens = min(requests, one_job), min(tokens, one_job * settings.LLM_EST_TOKENS_PER_CALL)
+        requests, tokens = min(requests, one_job), min(tokens, one_job * per_call)
     return Room(
         label=deployment.label,
         pool=deployment.name,
@@ -136,10 +150,10 @@ def _rate(
     headroom: Mapping[str, Headroom],
     health: Mapping[str, Health],
     fallbacks: Mapping[str, str],
+    per_call: int,
 ) -> float:
     """Jobs/s the scarcest pool refills (its healthy deployments together; a pool with none
-    counts its fallback's), for the in-flight sizing."""
-    per_call = settings.LLM_EST_TOKENS_PER_CALL
+    counts its fallback's), for the in-flight sizing: each call `per_call` tokens."""
 
     def pool_rate(pool: str, n: int) -> float:
         return sum(

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from outreach.models import MIDNIGHT
-
-_DAY_NAMES = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+from outreach.models import DAY_NAMES, MIDNIGHT, Owner
 
 
 @dataclass(frozen=True)
@@ -24,6 +22,13 @@ class OwnerRules:
     hours_end: time
     working_days: str  # ISO weekday digits, Monday=1
     timezone: str
+
+
+def owner_rules(owner: Owner) -> OwnerRules:
+    """An Owner record's rules (its daily limit, hours, days and time zone)."""
+    return OwnerRules(
+        owner.pk, owner.daily_limit, owner.hours_start, owner.hours_end, owner.working_days, owner.timezone
+    )
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ def next_opening(*, rules: OwnerRules, now: datetime, after_today: bool = False)
 def _resumes(rules: OwnerRules, at: datetime, now: datetime) -> str:
     """'resumes 09:00 Europe/Berlin' (today or tomorrow) or 'resumes Mon 09:00 Europe/Berlin'."""
     days_ahead = (at.date() - now.astimezone(ZoneInfo(rules.timezone)).date()).days
-    day = "" if days_ahead <= 1 else f"{_DAY_NAMES[at.weekday()]} "
+    day = "" if days_ahead <= 1 else f"{DAY_NAMES[at.weekday()]} "
     return f"resumes {day}{at:%H:%M} {rules.timezone}"
 
 

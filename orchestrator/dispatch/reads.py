@@ -16,12 +16,16 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Q, Sum
 
+from config.deployments import deployments
 from orchestrator.budget import (
     PROVIDER,
     Budget,
@@ -31,34 +35,76 @@ from orchestrator.budget import (
     organization_scope,
     reservation_scopes,
 )
-from orchestrator.controls.spend import spend_cap_reason, spend_day
+from orchestrator.controls.spend import job_cost_estimate, spend_day
+from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
 from orchestrator.dispatch.selection import Candidate
-from outreach.models import Organization, Outreach, Owner, OwnerDailySends
+from orchestrator.dispatch.selection.admission import SpendFacts
+from outreach.models import SUPPRESSED, Organization, Outreach, Owner, OwnerDailySends, State
 from outreach.tiers import Tier
 from outreach.transitions import IN_FLIGHT, LLM_IN_FLIGHT
 
 log = logging.getLogger(__name__)
 TABLE = Outreach._meta.db_table
-# What counts against an owner's daily limit besides SENT today: emails on their way out.
 
 
-def active_owners() -> list[tuple[OwnerRules, int]]:
-    """(rules, weight) of every active owner: O(owners)."""
-    rows = Owner.objects.filter(active=True).values_list(
-        "id", "daily_limit", "hours_start", "hours_end", "working_days", "timezone", "weight"
+@dataclass(frozen=True, slots=True)
+class ActiveOwner:
+    """An active owner as the cycle needs it: its rules, weight and what admission asks of it."""
+
+    rules: OwnerRules
+    weight: int
+    organization_id: int
+    sender_domain: str
+    review_required: bool
+    draft_ahead_days: int
+
+
+def active_owners() -> list[ActiveOwner]:
+    """Every active owner: O(owners), plus one read of their organizations' sender addresses."""
+    rows = list(
+        Owner.objects.filter(active=True).values_list(
+            "id",
+            "daily_limit",
+            "hours_start",
+            "hours_end",
+            "working_days",
+            "timezone",
+            "weight",
+            "organization_id",
+            "review_required",
+            "draft_ahead_days",
+        )
     )
-    return [(OwnerRules(*row[:6]), row[6]) for row in rows]
+    orgs = Organization.objects.filter(id__in={row[7] for row in rows}).only("id", "sender_email")
+    domains = {org.pk: org.sender_domain for org in orgs}
+    return [
+        ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[7]], row[8], row[9]) for row in rows
+    ]
 
 
-def used_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, int]:
-    """Emails each owner sent in its local day plus those on their way out.
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What an owner has committed: sent in its local day, in flight, drafts not yet sent."""
+
+    sent: int = 0
+    in_flight: int = 0
+    drafts: int = 0
+
+
+# Written and not sent: awaiting approval, or approved and waiting for `send`.
+DRAFTS = (State.AWAITING_APPROVAL, State.APPROVED)
+
+
+def committed_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, Committed]:
+    """Per owner: emails sent in its local day, those on their way out, and drafts not yet sent.
 
     Sent: one OwnerDailySends row per owner (kept by the SENT transition), not a count of the
     day's sent rows, so the cost follows the number of owners and not the day's history.
-    In flight: one pass over the partial in-flight index, whose size is the in-flight cap, with
-    no owner filter: filtering by owner lets the planner walk each owner's whole history
-    through the owner index instead.
+    In flight and drafts: one pass over the partial in-flight, awaiting-approval and approved
+    indexes, whose sizes the in-flight cap and the admission (drafts within an owner's days)
+    bound, with no owner filter: filtering by owner lets the planner walk each owner's whole
+    history through the owner index instead.
     """
     days: dict[date, list[int]] = defaultdict(list)
     for rules in owners:
@@ -68,13 +114,20 @@ def used_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, int]
     today = Q()
     for day, ids in days.items():
         today |= Q(day=day, owner_id__in=ids)
-    used: Counter[int] = Counter(dict(OwnerDailySends.objects.filter(today).values_list("owner_id", "sent")))
+    sent = dict(OwnerDailySends.objects.filter(today).values_list("owner_id", "sent"))
     wanted = {owner_id for ids in days.values() for owner_id in ids}
-    in_flight = Outreach.objects.filter(state__in=IN_FLIGHT).values_list("owner_id").annotate(n=Count("id"))
-    for owner_id, n in in_flight:
+    in_flight: Counter[int] = Counter()
+    drafts: Counter[int] = Counter()
+    rows = (
+        Outreach.objects.filter(state__in=(*IN_FLIGHT, *DRAFTS))
+        .values_list("owner_id", "state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for owner_id, state, n in rows:
         if owner_id in wanted:
-            used[owner_id] += n
-    return dict(used)
+            (drafts if state in DRAFTS else in_flight)[owner_id] += n
+    return {o: Committed(sent.get(o, 0), in_flight[o], drafts[o]) for o in wanted}
 
 
 def organization_caps() -> dict[str, Limits]:
@@ -121,26 +174,47 @@ def capped_owner_scopes(*, caps: Mapping[str, Limits], owner_ids: Iterable[int])
     return {owner: scope for owner, scope in scopes.items() if scope in caps}
 
 
-def spend_capped_owners(*, owner_ids: Iterable[int], now: datetime) -> dict[int, str]:
-    """Owners whose organization reached its daily spend cap (Organization.daily_spend_cap) in
-    the UTC day of `now`, with the reason their queued work shows. One query for the capped
-    organizations among these owners, then one sum per such organization (index
-    outreach_spend_by_owner: its owners' drafts written today); no cap, no second query."""
+def organization_spend(*, owner_ids: Iterable[int], now: datetime) -> dict[int, SpendFacts]:
+    """Per organization with a daily spend cap (Organization.daily_spend_cap) among these
+    owners': the cap, what it spent in the UTC day of `now`, its LLM jobs in flight (not yet
+    costed) and what one such job is counted at (`job_cost_estimate`). One query for the capped
+    organizations, then per such organization one sum (index outreach_spend_by_owner: its
+    owners' drafts written today) and one count (the partial in-flight index); no cap, no
+    second query."""
     start, _ = spend_day(now)
-    owners = dict(
-        Owner.objects.filter(id__in=list(owner_ids), organization__daily_spend_cap__isnull=False).values_list(
-            "id", "organization_id"
-        )
+    caps: dict[int, Decimal | None] = dict(
+        Organization.objects.filter(owners__id__in=list(owner_ids), daily_spend_cap__isnull=False)
+        .distinct()
+        .values_list("id", "daily_spend_cap")
     )
-    caps = dict(Organization.objects.filter(id__in=set(owners.values())).values_list("id", "daily_spend_cap"))
-    over: dict[int, str] = {}
+    if not caps:
+        return {}
+    _, tokens = outreach_cost()
+    job_cost = job_cost_estimate(
+        prices=settings.LLM_PRICES, models=[d.model for d in deployments()], tokens=tokens
+    )
+    found: dict[int, SpendFacts] = {}
     for org_id, cap in caps.items():
+        if cap is None:  # excluded by the query: for the type checker
+            continue
         spent = Outreach.objects.filter(
             owner__organization_id=org_id, generated_at__gte=start, llm_cost__gt=0
         ).aggregate(total=Sum("llm_cost"))["total"]
-        if cap is not None and spent is not None and spent >= cap:
-            over[org_id] = spend_cap_reason(cap)
-    return {o: over[org] for o, org in owners.items() if org in over}
+        in_flight = Outreach.objects.filter(
+            owner__organization_id=org_id, state__in=LLM_IN_FLIGHT, draft_body=""
+        ).count()
+        found[org_id] = SpendFacts(cap=cap, spent=spent or Decimal(0), in_flight=in_flight, job_cost=job_cost)
+    return found
+
+
+def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
+    """Row id -> its lead's status, for the rows among these whose lead may not be emailed any
+    more (opted out, bounced, complained): one join by primary key over the rows loaded."""
+    return dict(
+        Outreach.objects.filter(id__in=list(outreach_ids), lead__status__in=SUPPRESSED).values_list(
+            "id", "lead__status"
+        )
+    )
 
 
 def llm_in_flight() -> int:

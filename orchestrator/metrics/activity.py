@@ -34,10 +34,12 @@ from django.db.models import (
 )
 from django.db.models.functions import Greatest, Least
 
+from orchestrator.dispatch.owner_limits import owner_rules
+from orchestrator.dispatch.reads import Committed, committed_today
 from orchestrator.figures import EMPTY, Quantiles, ratio
 from orchestrator.metrics.depth import TIER_NAMES
 from orchestrator.metrics.sql import first_id_since, for_organizations, quantiles_by
-from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State
+from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State, working_days_text
 
 COMPLETED = Q(to_state=State.AWAITING_APPROVAL) | Q(to_state=State.SENT, outreach__approved_at__isnull=True)
 GENERATED = Q(from_state=State.GENERATING, to_state__in=[State.AWAITING_APPROVAL, State.DISPATCHED])
@@ -63,6 +65,13 @@ class OwnerShare:
     dispatched_1h: int
     dispatched_24h: int
     share_sent_24h: float | None
+    # Today in the owner's local day, against its daily limit (the admission's rules 3 and 5):
+    # sent, and committed = sent + in flight + drafts awaiting approval or approved, unsent.
+    daily_limit: int = 0
+    sent_today: int = 0
+    committed_today: int = 0
+    drafts: int = 0
+    working_days: str = ""  # weekday names, e.g. "Mon-Fri"
 
 
 @dataclass(frozen=True)
@@ -180,8 +189,28 @@ def owner_share(*, now: datetime, organization_ids: Collection[int] | None = Non
     zero = dict.fromkeys(("sent_1h", "sent_24h", "dispatched_1h", "dispatched_24h"), 0)
     sent_day = sum(c["sent_24h"] for c in counts.values())
     result = []
-    for owner in owners.only("id", "name", "kind"):
+    listed = list(
+        owners.only(
+            "id", "name", "kind", "daily_limit", "hours_start", "hours_end", "working_days", "timezone"
+        )
+    )
+    committed = committed_today(owners=[owner_rules(o) for o in listed], now=now)
+    for owner in listed:
         found = counts.get(owner.pk, zero)
         share = ratio(found["sent_24h"], sent_day)
-        result.append(OwnerShare(owner.pk, owner.name, owner.kind, **found, share_sent_24h=share))
+        today = committed.get(owner.pk, Committed())
+        result.append(
+            OwnerShare(
+                owner.pk,
+                owner.name,
+                owner.kind,
+                **found,
+                share_sent_24h=share,
+                daily_limit=owner.daily_limit,
+                sent_today=today.sent,
+                committed_today=today.sent + today.in_flight + today.drafts,
+                drafts=today.drafts,
+                working_days=working_days_text(owner.working_days),
+            )
+        )
     return result

@@ -26,13 +26,16 @@ from outreach.models.outreach import (
 from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
 from outreach.models.queries import owner_daily_sends_record
 from outreach.models.validators import (
+    DAY_NAMES,
     MAX_NUDGES,
     validate_nudge_days,
     validate_timezone,
+    working_days_text,
     working_days_validator,
 )
 
 __all__ = [
+    "DAY_NAMES",
     "DELIVERY_ATTEMPT",
     "MAX_NUDGES",
     "MIDNIGHT",
@@ -58,5 +61,6 @@ __all__ = [
     "owner_daily_sends_record",
     "validate_nudge_days",
     "validate_timezone",
+    "working_days_text",
     "working_days_validator",
 ]

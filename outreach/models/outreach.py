@@ -182,7 +182,7 @@ class Outreach(models.Model):
                 condition=DELIVERY_ATTEMPT,
                 name="outreach_attempts_by_owner",
             ),
-            # orchestrator.dispatch.reads.spend_capped_owners: an owner's spend since the UTC
+            # orchestrator.dispatch.reads.organization_spend: an owner's spend since the UTC
             # day began. Partial: only drafts that cost something.
             models.Index(
                 fields=["owner", "generated_at"], condition=Q(llm_cost__gt=0), name="outreach_spend_by_owner"

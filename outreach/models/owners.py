@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import time
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -43,6 +43,15 @@ class Owner(models.Model):
     )
     review_disabled_at = models.DateTimeField(null=True, blank=True)
     review_disabled_via = models.CharField(max_length=100, blank=True, default="")
+    # Drafts a review-required owner may hold beyond today's: its day's sends, plus this many
+    # days' more for a team that reviews tomorrow's mail in advance (the dispatcher's admission,
+    # orchestrator/dispatch/selection/admission.py, rule 5). db_default: existing rows get 0.
+    draft_ahead_days = models.PositiveSmallIntegerField(
+        default=0,
+        db_default=0,
+        validators=[MaxValueValidator(14)],
+        help_text="Review required: days of drafts written ahead beyond today's (0-14).",
+    )
     weight = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
     active = models.BooleanField(default=True)
     # Empty = the organization's cadence (a blank string, not NULL: one "unset" value, DJ001).
@@ -77,7 +86,7 @@ class OwnerDailySends(models.Model):
 
     The dispatcher checks every owner's daily limit each cycle; reading one row per owner keeps
     that cost proportional to owners, where counting the day's SENT rows grew with the day's
-    history (see orchestrator.dispatch.reads.used_today). Written only by
+    history (see orchestrator.dispatch.reads.committed_today). Written only by
     `outreach.models.queries.owner_daily_sends_record`.
     """
 

@@ -24,6 +24,24 @@ def validate_timezone(value: str) -> None:
 working_days_validator = RegexValidator(
     r"^[1-7]{1,7}$", "Working days are ISO weekday digits, Monday=1 .. Sunday=7, e.g. 12345."
 )
+DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # ISO weekday 1..7
+
+
+def working_days_text(days: str) -> str:
+    """ISO weekday digits as people read them: "12345" -> "Mon-Fri", "135" -> "Mon, Wed, Fri",
+    "1234567" -> "Mon-Sun"; runs of three days or more are written as a range."""
+    picked = sorted({int(d) for d in days if d in "1234567"})
+    runs: list[list[int]] = []
+    for day in picked:
+        if runs and day == runs[-1][-1] + 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    parts: list[str] = []
+    for run in runs:
+        names = [DAY_NAMES[d - 1] for d in run]
+        parts.extend([f"{names[0]}-{names[-1]}"] if len(run) >= 3 else names)
+    return ", ".join(parts) or "none"
 
 
 MAX_NUDGES = 10

@@ -31,6 +31,7 @@ class OwnerSpec:
     working_days: str | None = None
     weight: int | None = None
     organization: str | None = None
+    draft_ahead_days: int | None = None
 
 
 OWNER_FIELDS = (
@@ -42,8 +43,14 @@ OWNER_FIELDS = (
     "review_required",
     "working_days",
     "weight",
+    "draft_ahead_days",
 )
-OWNER_DEFAULTS: dict[str, Any] = {"review_required": False, "working_days": "12345", "weight": 1}
+OWNER_DEFAULTS: dict[str, Any] = {
+    "review_required": False,
+    "working_days": "12345",
+    "weight": 1,
+    "draft_ahead_days": 0,
+}
 DEFAULT_ORGANIZATION = "Default"
 OWNER_REQUIRED_ON_CREATE = ("kind", "daily_limit", "hours_start", "hours_end", "timezone")
 

@@ -26,6 +26,7 @@ def _form(owner: Owner, **changes: Any) -> dict[str, Any]:
         "working_days": owner.working_days,
         "timezone": owner.timezone,
         "weight": owner.weight,
+        "draft_ahead_days": owner.draft_ahead_days,
         "active": "on",
         "nudge_days": "",
         "review_required": "on",

@@ -33,8 +33,10 @@ BENCHES = [
     "llm_concurrency",
     "mailboxes",
     "models",
+    "review_drafts",
     "send_burst",
     "soak",
+    "tokens_binding",
 ]
 # A stack bench waits up to 90 s for its workers to boot on a loaded machine, then runs seconds.
 TIMEOUT_S = 280
@@ -111,6 +113,21 @@ def test_latency_smoke_sends_with_no_duplicates() -> None:
     assert re.search(r"duplicates at the sink\s+0 \(SENT not received: 0\)", out)
 
 
+def test_tokens_binding_smoke_gets_no_call_answered_429() -> None:
+    # a key binding on tokens, long replies among intros, the Procfile's workers and llm_sim
+    # enforcing the limit: the budget (bursts holding the costliest learned job) lets no call
+    # through that the provider refuses
+    out = smoke("tokens_binding")
+    assert re.search(r"answered 429\s+0 of \d+ requests", out), out[-2000:]
+
+
 @pytest.mark.parametrize("bench", ["assign_leads", "budget", "fairness", "llm_concurrency", "models"])
 def test_bench_smoke_passes(bench: str) -> None:
     smoke(bench)
+
+
+def test_review_drafts_smoke_keeps_the_sellers_drafts_within_its_limit() -> None:
+    out = smoke("review_drafts")
+    found = re.search(r"max committed drafts (\d+) \(target <= (\d+)\)", out)
+    assert found is not None, out
+    assert int(found[1]) <= int(found[2])

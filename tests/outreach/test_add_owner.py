@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -33,6 +35,7 @@ def test_add_owner_creates_then_updates() -> None:
         ({"--hours": "25:00-26:00"}, "not a valid time of day"),
         ({"--daily-limit": "0"}, "--daily-limit 0: must be at least 1"),
         ({"--days": "funday"}, "--days 'funday'"),
+        ({"--draft-ahead-days": "15"}, "--draft-ahead-days 15: must be from 0 to 14"),
     ],
 )
 def test_add_owner_bad_input_names_the_flag_and_writes_nothing(change: dict[str, str], message: str) -> None:
@@ -65,6 +68,19 @@ def test_rerun_changing_only_the_daily_limit_keeps_everything_else() -> None:
     assert (owner.weight, owner.timezone, owner.organization.name) == (3, "Europe/Berlin", "Acme")
     assert (str(owner.hours_start), str(owner.hours_end)) == ("09:00:00", "17:00:00")
     assert owner.review_disabled_at is None
+
+
+def test_draft_ahead_days_are_set_kept_on_a_rerun_and_said_with_the_days_by_name() -> None:
+    # given a seller created with review and a day of drafts ahead
+    out = io.StringIO()
+    call_command(
+        "add_owner", *BASE, "--review-required", "--draft-ahead-days", "1", "--days", "135", stdout=out
+    )
+    # then the command says so, with the days by name
+    assert "days Mon, Wed, Fri, review required, 1 days of drafts ahead." in out.getvalue()
+    # and a re-run naming only the limit keeps it
+    call_command("add_owner", "Ada", "--daily-limit", "60")
+    assert Owner.objects.get(name="Ada").draft_ahead_days == 1
 
 
 def test_rerun_with_every_other_flag_keeps_review_on() -> None:

@@ -86,7 +86,7 @@ def test_sent_cannot_be_recorded_in_bulk() -> None:
 
 def test_daily_limit_counts_sent_today_and_emails_on_their_way_out() -> None:
     from orchestrator.dispatch.owner_limits import OwnerRules
-    from orchestrator.dispatch.reads import used_today
+    from orchestrator.dispatch.reads import Committed, committed_today
 
     owner = make_owner(daily_limit=5, hours_start=time(0), hours_end=time(23, 59))
     now = timezone.now()
@@ -95,8 +95,8 @@ def test_daily_limit_counts_sent_today_and_emails_on_their_way_out() -> None:
     for state in (State.DISPATCHED, State.GENERATING, State.SENDING, State.QUEUED, State.AWAITING_APPROVAL):
         make_outreach(lead=make_lead(owner=owner), state=state)
     rules = OwnerRules(owner.pk, 5, time(0), time(23, 59), "1234567", "UTC")
-    # yesterday's email and work not yet on its way out do not count
-    assert used_today(owners=[rules], now=now) == {owner.pk: 4}
+    # yesterday's email and queued work do not count; the draft counts as a draft
+    assert committed_today(owners=[rules], now=now) == {owner.pk: Committed(sent=1, in_flight=3, drafts=1)}
 
 
 @pytest.mark.django_db(transaction=True)

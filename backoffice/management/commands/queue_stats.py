@@ -203,11 +203,23 @@ def _in_flight(h: QueueHealth) -> Table:
 
 def _owners(h: QueueHealth) -> Table:
     table = Table(title="Share per owner", title_justify="left")
-    for column in ("owner", "sent 1 h", "sent 24 h", "share", "dispatched 1 h", "dispatched 24 h"):
-        table.add_column(column, justify="left" if column == "owner" else "right")
+    columns = (
+        "owner",
+        "days",
+        "today sent / committed / limit",
+        "sent 1 h",
+        "sent 24 h",
+        "share",
+        "dispatched 1 h",
+        "dispatched 24 h",
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("owner", "days") else "right")
     for o in h.owners:
         table.add_row(
             o.name,
+            o.working_days,
+            f"{o.sent_today} / {o.committed_today} / {o.daily_limit}",
             str(o.sent_1h),
             str(o.sent_24h),
             percent(o.share_sent_24h),

@@ -8,6 +8,7 @@ cursor that carries the schedule to the next cycle.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,14 +16,16 @@ from typing import Any
 
 from django.conf import settings
 
+from config.deployments import deployments
 from config.redis_client import Client
 from orchestrator.budget import PROVIDER, Budget, Limits
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
 from orchestrator.dispatch.deployment_plan import routing_plan
 from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
-from orchestrator.dispatch.owner_tokens import owner_tokens_load
+from orchestrator.dispatch.owner_tokens import job_costs_load
 from orchestrator.dispatch.selection import (
     Candidates,
     Cursor,
@@ -31,6 +34,7 @@ from orchestrator.dispatch.selection import (
     rows_to_load,
     select_batch,
 )
+from orchestrator.dispatch.selection.admission import Shared
 from orchestrator.dispatch.singleton import Lease
 from outreach.tiers import Tier
 
@@ -54,21 +58,29 @@ def generation_dispatch(
     room: Mapping[int, int],
     weights: Mapping[int, int],
     paused_tiers: Mapping[int, frozenset[Tier]],
+    shared: Shared,
     now: datetime,
     budget: Budget,
 ) -> Generation:
-    """Select, reserve and claim this cycle's LLM jobs among the owners with `room`; persist the
-    cursor while the lease is held."""
-    slots = _llm_slots(budget=budget, client=client)
+    """Select, reserve and claim this cycle's LLM jobs among the owners with `room` (admitted:
+    cycle.admission), held to the admission's shared rooms (`shared`); persist the cursor while
+    the lease is held."""
+    # What each owner's next job of each step is expected to cost (owner_tokens: learned from
+    # its finished jobs): with fairness in tokens, what it uses moves the owner's place in the
+    # round; what the provider's limit will count sizes the cycle (slots, in-flight target),
+    # the buckets' burst (the costliest must fit at once) and each pick's reservation.
+    expected = job_costs_load(owner_ids=room, default=outreach_cost()[1])
+    if expected.owners:
+        budget.hold_job(tokens=expected.largest_counted())
+    per_call = _per_call(budget=budget, job_tokens=expected.smallest_counted())
+    slots = _llm_slots(budget=budget, client=client, per_call=per_call)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
     groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
-    group_slots = _group_slots(groups=groups, budget=budget)
+    group_slots = _group_slots(groups=groups, budget=budget, per_call=per_call)
     cursor = Cursor.from_json(client.get(CURSOR_KEY)).keeping_groups(caps)
-    # What each owner's next job is expected to cost (owner_tokens: learned from its finished
-    # jobs): with fairness in tokens, what it uses moves the owner's place in the round; what
-    # the provider's limit will count is the reservation's size.
-    expected = owner_tokens_load(owner_ids=room, default=outreach_cost()[1])
-    costs = {o: t.settled for o, t in expected.items()} if settings.DISPATCH_FAIRNESS == "tokens" else None
+    costs = (
+        {o: t.settled for o, t in expected.owners.items()} if settings.DISPATCH_FAIRNESS == "tokens" else None
+    )
     candidates = _candidates(
         room=room,
         slots=slots,
@@ -87,13 +99,18 @@ def generation_dispatch(
         "group_slots": group_slots,
         "costs": costs,
     }
-    selection = select_batch(candidates, slots=slots, **policy)
+    # Admission's row rules: no suppressed lead's row, no pick past a shared room (cycle.admission).
+    candidates = unsendable_drop(candidates, now=now)
+    candidates, selection = picks_admit(
+        candidates=candidates, shared=shared, select=lambda c: select_batch(c, slots=slots, **policy)
+    )
     picks = list(selection.picks)
     claimed = picks_reserve_and_claim(
         picks=picks,
         budget=budget,
         groups=groups,
-        tokens={o: t.counted for o, t in expected.items()},
+        tokens=lambda pick: expected.of(pick.owner_id, pick.tier.name.lower()).counted,
+        per_call=per_call,
         now=now,
     )
     if len(claimed) < len(picks):
@@ -122,16 +139,19 @@ def _guard() -> StarvationGuard | None:
     )
 
 
-def _llm_slots(*, budget: Budget, client: Client) -> int:
+def _llm_slots(*, budget: Budget, client: Client, per_call: int | None) -> int:
     """min(room under the in-flight target, how many whole outreach the deployments can take
     now: each placed whole on the pools its steps use, so the scarcest deployment bounds it).
 
     The target follows the model's observed latency (inflight.in_flight_sizing: Little's law),
     so a slower model gets more work in flight instead of a static cap idling the key. When a
-    fault stops everything, the next rows in line say which deployment and what to fix."""
+    fault stops everything, the next rows in line say which deployment and what to fix.
+    Both count each call `per_call` tokens: the cheapest learned job's (owner_tokens), since a
+    count sized on the configured estimate idles the key whenever jobs are cheaper than it,
+    while a count above what the buckets fit only leaves the last picks QUEUED."""
     requests, tokens = outreach_cost()
     sizing_cap = settings.DISPATCH_MAX_IN_FLIGHT
-    routing = routing_plan(budget=budget, client=client, count=sizing_cap)
+    routing = routing_plan(budget=budget, client=client, count=sizing_cap, per_call=per_call)
     llm_blocked_note(client=client, reason=routing.blocked_reason)
     sizing = in_flight_sizing(
         headroom=None, requests_each=requests, tokens_each=tokens, rate_per_s=routing.rate_per_s
@@ -140,10 +160,22 @@ def _llm_slots(*, budget: Budget, client: Client) -> int:
     return min(in_flight_room, len(routing.placement.routes))
 
 
-def _group_slots(*, groups: Mapping[int, str], budget: Budget) -> dict[str, int]:
-    """How many outreach each capped organization's bucket (and the provider's) fits now: one
-    Redis read per organization with owners in the cycle."""
+def _per_call(*, budget: Budget, job_tokens: int) -> int | None:
+    """Tokens a call is counted in the cycle's slot count: the job's share, a job at most what
+    one reservation can hold (a larger one is reserved at that: reservation._reserve_on). None
+    without owners (the configured estimate)."""
+    if not job_tokens:
+        return None
+    most = min(budget.largest_tokens(scopes=(d.scope,)) for d in deployments())
+    return max(1, math.ceil(min(job_tokens, most) / settings.LLM_CALLS_PER_OUTREACH))
+
+
+def _group_slots(*, groups: Mapping[int, str], budget: Budget, per_call: int | None) -> dict[str, int]:
+    """How many outreach each capped organization's bucket (and the provider's) fits now, each
+    call `per_call` tokens (as `_llm_slots`): one Redis read per organization with owners in
+    the cycle."""
     requests, tokens = outreach_cost()
+    tokens = requests * per_call if per_call else tokens
     return {
         scope: budget.headroom(scopes=(PROVIDER, scope)).fits(requests_each=requests, tokens_each=tokens)
         for scope in set(groups.values())

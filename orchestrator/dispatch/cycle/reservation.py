@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from fractions import Fraction
 
@@ -31,15 +31,17 @@ def picks_reserve_and_claim(
     budget: Budget,
     groups: Mapping[int, str],
     now: datetime,
-    tokens: Mapping[int, int] | None = None,
+    tokens: Callable[[Pick], int] | None = None,
+    per_call: int | None = None,
 ) -> list[int]:
     """Place each pick on deployments, reserve what its steps draw from each (all or nothing),
     claim the rows, enqueue on commit; refund what was not claimed.
 
     Placement is redone on the headroom of now (routing.routing_plan), picks in order; a pick
-    it cannot place stays QUEUED. Each pick reserves the tokens its owner's jobs are expected
-    to be counted by the provider's limit (`tokens`, owner_tokens' `counted`; the configured
-    estimate for an owner without history), split
+    it cannot place stays QUEUED (`per_call`: the tokens a call is counted for placement, the
+    cycle's; LLM_EST_TOKENS_PER_CALL by default). Each pick reserves the tokens its owner's jobs
+    of its step are expected to be counted by the provider's limit (`tokens`, owner_tokens'
+    `counted` per owner and step; the configured estimate for an owner without history), split
     over the deployments it was placed on by the calls its steps make there (estimate / calls
     per job a call, in place of LLM_EST_TOKENS_PER_CALL). Picks of an organization with its own
     LLM cap reserve from its scope too; any its cap cannot take after all (its workers' calls
@@ -53,13 +55,12 @@ def picks_reserve_and_claim(
     if not picks:
         return []
     client = redis_client.shared(timeout_s=2.0)
-    routing = routing_plan(budget=budget, client=client, count=len(picks))
+    routing = routing_plan(budget=budget, client=client, count=len(picks), per_call=per_call)
     _, default_tokens = outreach_cost()
-    expected = tokens or {}
 
     def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, int]:
         pick, route = item
-        return route.steps, groups.get(pick.owner_id), expected.get(pick.owner_id, default_tokens)
+        return route.steps, groups.get(pick.owner_id), tokens(pick) if tokens else default_tokens
 
     scope_of = {d.label: d.scope for d in deployments()}
     placed: dict[int, tuple[str, str]] = {}
@@ -115,8 +116,9 @@ def _reserve_on(
     for label in route.labels():
         calls = sum(1 for _, used in route.steps if used == label)
         scopes = (by_label[label].scope, org_scope) if org_scope else (by_label[label].scope,)
-        # A learned estimate may exceed what a bucket sized for the configured one can hold:
-        # reserve the most it can, the settlement charges the rest.
+        # The cycle widened the bursts for its costliest pick (Budget.hold_job); a job beyond
+        # what any burst can hold (strict limits, or more than the limit itself) reserves the
+        # most a bucket can, and the settlement charges the rest.
         reservations, denied = budget.reserve_up_to(
             count=count,
             requests_each=calls,

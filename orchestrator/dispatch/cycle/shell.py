@@ -14,12 +14,11 @@ from django.utils import timezone
 from config import redis_client
 from config.redis_client import Client
 from orchestrator.budget import Budget, get_budget, reservation_ids
-from orchestrator.controls import pauses
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.cycle.admission import owners_admit
 from orchestrator.dispatch.cycle.generation import generation_dispatch
 from orchestrator.dispatch.cycle.notes import deferrals_note
 from orchestrator.dispatch.cycle.sends import approved_dispatch
-from orchestrator.dispatch.owner_limits import Capacity, OwnerRules, owner_capacity
 from orchestrator.dispatch.selection import Pick
 from orchestrator.dispatch.singleton import Lease, dispatch_lease
 from orchestrator.failures.recovery import recover_stuck
@@ -75,36 +74,32 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         )
     )
     owners = reads.active_owners()
-    capacity = _capacity(owners=[rules for rules, _ in owners], now=now)
-    paused = pauses.blocking(owner_ids=capacity)
-    capacity |= {owner_id: Capacity(owner_id, 0, reason) for owner_id, reason in paused.owners.items()}
-    report.deferred = {c.owner_id: c.blocked_reason for c in capacity.values() if c.remaining <= 0}
-    room = {owner_id: c.remaining for owner_id, c in capacity.items() if c.remaining > 0}
-    # Over its organization's daily spend cap an owner still sends approved drafts (no LLM),
-    # but its LLM work waits, saying why, until the next UTC day.
-    spend_capped = reads.spend_capped_owners(owner_ids=room, now=now)
-    report.deferred |= spend_capped
-    deferrals_note(client=client, deferred=report.deferred, paused_tiers=paused.tiers)
-    paused_tiers = {owner_id: paused.tiers_of(owner_id) for owner_id in paused.tiers}
-    weights = {rules.owner_id: weight for rules, weight in owners}
+    # One admission (selection.admission's rules, in order) before any LLM work: what each owner
+    # may send now, what LLM work it may start, and why not.
+    admitted = owners_admit(owners=owners, now=now, budget=budget)
+    report.deferred = admitted.deferred
+    deferrals_note(client=client, deferred=report.deferred, paused_tiers=admitted.paused_tiers)
+    paused_tiers = {owner_id: frozenset(tiers) for owner_id, tiers in admitted.paused_tiers.items()}
+    weights = {o.rules.owner_id: o.weight for o in owners}
     report.send = approved_dispatch(
-        room=room, weights=weights, now=now, budget=budget, paused_tiers=paused_tiers, lease=lease
+        room=dict(admitted.send_room),
+        weights=weights,
+        now=now,
+        budget=budget,
+        paused_tiers=paused_tiers,
+        lease=lease,
     )
-    room = {owner_id: n for owner_id, n in room.items() if owner_id not in spend_capped}
+    # The LLM room stands after those sends: they were drafts, counted as committed already.
     generation = generation_dispatch(
         lease=lease,
         client=client,
         caps=caps,
-        room=room,
+        room=admitted.llm_room,
         weights=weights,
         paused_tiers=paused_tiers,
+        shared=admitted.shared,
         now=now,
         budget=budget,
     )
     report.slots, report.picks, report.generation = generation.slots, generation.picks, generation.claimed
     return report
-
-
-def _capacity(*, owners: list[OwnerRules], now: datetime) -> dict[int, Capacity]:
-    used = reads.used_today(owners=owners, now=now)
-    return {r.owner_id: owner_capacity(rules=r, now=now, used_today=used.get(r.owner_id, 0)) for r in owners}

@@ -1,8 +1,8 @@
 """python manage.py add_owner NAME --kind agent|human --daily-limit N --hours 09:00-17:00 --tz Area/City
-[--days mon-fri] [--review-required|--no-review-required] [--weight N] [--org NAME]
+[--days mon-fri] [--review-required|--no-review-required] [--draft-ahead-days N] [--weight N] [--org NAME]
 
 A new owner needs --kind, --daily-limit, --hours and --tz; the rest default to mon-fri, review
-not required, weight 1, organization "Default". On an existing owner it changes only what its
+not required, no drafts ahead, weight 1, organization "Default". On an existing owner it changes only what its
 flags name: a flag left out keeps the stored value (re-running it to change the daily limit
 must not turn review off). Without --org it finds the owner by name in whichever organization
 holds it. Turning review off here is recorded with no user (`review_disabled_by` NULL) and
@@ -19,11 +19,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from outreach.models import MIDNIGHT, Owner
+from outreach.models import DAY_NAMES, MIDNIGHT, Owner, working_days_text
 from outreach.services.owners import OwnerSpec, owner_upsert
 
 _HOURS = re.compile(r"^(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")
-_DAYS = {"mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6, "sun": 7}
+_DAYS = {name.lower(): n for n, name in enumerate(DAY_NAMES, start=1)}  # "mon" -> 1
 
 
 def parse_hours(value: str) -> tuple[time, time]:
@@ -85,6 +85,11 @@ class Command(BaseCommand):
             default=None,
             help="Drafts wait for human approval (new owner's default: not required).",
         )
+        parser.add_argument(
+            "--draft-ahead-days",
+            type=int,
+            help="Review required: days of drafts written beyond today's (0-14; new owner's default 0).",
+        )
         parser.add_argument("--weight", type=int, help="Fair-share weight (>= 1; new owner's default 1).")
         parser.add_argument(
             "--org", help='Organization name (created if missing; new owner\'s default "Default").'
@@ -95,6 +100,9 @@ class Command(BaseCommand):
             raise CommandError(f"--daily-limit {opts['daily_limit']}: must be at least 1.")
         if opts["weight"] is not None and opts["weight"] < 1:
             raise CommandError(f"--weight {opts['weight']}: must be at least 1.")
+        ahead = opts["draft_ahead_days"]
+        if ahead is not None and not 0 <= ahead <= 14:
+            raise CommandError(f"--draft-ahead-days {ahead}: must be from 0 to 14.")
         start, end = parse_hours(opts["hours"]) if opts["hours"] is not None else (None, None)
         spec = OwnerSpec(
             name=opts["name"].strip(),
@@ -107,6 +115,7 @@ class Command(BaseCommand):
             working_days=parse_days(opts["days"]) if opts["days"] is not None else None,
             weight=opts["weight"],
             organization=opts["org"],
+            draft_ahead_days=ahead,
         )
         try:
             owner, created = owner_upsert(spec=spec, by=None, via="add_owner command")
@@ -117,7 +126,9 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"{verb} owner #{owner.pk} {owner.name} ({owner.kind}) in {owner.organization.name}: "
                 f"{owner.daily_limit}/day, {owner.hours_start:%H:%M}-{owner.hours_end:%H:%M} {owner.timezone}, "
-                f"days {owner.working_days}, review {'required' if owner.review_required else 'not required'}."
+                f"days {working_days_text(owner.working_days)}, "
+                f"review {'required' if owner.review_required else 'not required'}"
+                f"{f', {owner.draft_ahead_days} days of drafts ahead' if owner.draft_ahead_days else ''}."
             )
         )
 
@@ -131,6 +142,7 @@ _FLAG = {
     "daily_limit": "--daily-limit",
     "name": "NAME",
     "weight": "--weight",
+    "draft_ahead_days": "--draft-ahead-days",
     "hours": "--hours",
 }
 

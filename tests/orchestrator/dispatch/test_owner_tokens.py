@@ -14,9 +14,16 @@ import redis
 from devtools.llm_stub import LLMStub, StubRequest
 from devtools.processes import free_port
 from nurture.writing.generation import outreach_generate
-from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.budget import Budget, Limits, Reservation, limits_from_settings
+from orchestrator.budget.maths import UNITS
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
-from orchestrator.dispatch.owner_tokens import KEY, JobTokens, owner_tokens_load, owner_tokens_record
+from orchestrator.dispatch.owner_tokens import (
+    KEY,
+    JobTokens,
+    job_costs_load,
+    owner_tokens_load,
+    owner_tokens_record,
+)
 from orchestrator.dispatch.selection import Cursor
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_outreach, make_owner
@@ -133,23 +140,28 @@ def test_count_fairness_gives_equal_picks_and_still_reserves_each_estimate(
 
 
 @pytest.mark.django_db
-def test_an_estimate_beyond_the_buckets_capacity_reserves_the_capacity_and_still_dispatches(
-    redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+@pytest.mark.parametrize(("beyond", "held"), [(500, "estimate"), (200_000, "capacity")])
+def test_an_estimate_beyond_the_configured_buckets_capacity_widens_it_and_still_dispatches(
+    redis_client: redis.Redis, django_capture_on_commit_callbacks: Any, beyond: int, held: str
 ) -> None:
-    # given a budget whose token bucket holds ~3,100 tokens and an owner whose jobs used more
-    # (the cycle once failed here: "can never fit these scopes")
+    # given a budget whose token bucket holds ~3,100 tokens and an owner whose jobs were
+    # counted more: a little, or more than the key's 80,000 tokens/min (the cycle once failed
+    # here: "can never fit these scopes")
     budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=80_000))
-    largest = budget.largest_tokens()
+    estimate = budget.largest_tokens() + beyond
     owner = make_owner()
-    owner_tokens_record(owner_id=owner.pk, settled=largest, counted=largest + 500)
+    owner_tokens_record(owner_id=owner.pk, settled=estimate, counted=estimate)
     outreach = make_outreach(lead=make_lead(owner=owner))
     # when the dispatcher runs
     with django_capture_on_commit_callbacks(execute=False):
         report = dispatch_cycle(budget=budget)
-    # then the job goes, holding the most one reservation can
+    # then the job goes, holding its whole estimate (the burst now holds it: Budget.hold_job),
+    # or, beyond what any burst can hold, the most one reservation can
     assert report.generation == [outreach.pk]
     outreach.refresh_from_db()
-    assert _text(redis_client.hget(budget.key("res"), outreach.reservation_id)).split(":")[1] == str(largest)
+    reserved = int(_text(redis_client.hget(budget.key("res"), outreach.reservation_id)).split(":")[1])
+    assert reserved == {"estimate": estimate, "capacity": budget.largest_tokens()}[held]
+    assert reserved < estimate or held == "estimate"
 
 
 @pytest.mark.django_db
@@ -176,3 +188,87 @@ def test_a_costly_pick_the_bucket_refuses_keeps_its_turn(
     clock.now += 60_000
     with django_capture_on_commit_callbacks(execute=False):
         assert dispatch_cycle(budget=budget).generation[0] == first.pk
+
+
+def test_each_step_is_learned_apart_and_stands_for_its_owners_jobs_once_learned(
+    redis_client: redis.Redis,
+) -> None:
+    # given owner 7's replies counted 12,000 tokens and its intros 1,200; owner 8 unknown
+    owner_tokens_record(owner_id=7, settled=9_000, counted=12_000, kind="reply")
+    owner_tokens_record(owner_id=7, settled=600, counted=1_200, kind="intro")
+    # when the dispatcher loads them
+    costs = job_costs_load(owner_ids=[7, 8], default=1_800)
+    # then a reply and an intro each cost their step's figure, a nudge (never run) the owner's
+    # average over both, an unknown owner the configured estimate
+    assert costs.of(7, "reply") == JobTokens(settled=9_000, counted=12_000)
+    assert costs.of(7, "intro") == JobTokens(settled=600, counted=1_200)
+    assert costs.of(7, "nudge") == JobTokens(settled=7_320, counted=9_840)  # 12,000 + 0.2 x (1,200 - 12,000)
+    assert costs.of(8, "reply") == JobTokens(settled=1_800, counted=1_800)
+    # and the cycle sizes its slots on the cheapest job, the buckets' burst on the costliest
+    assert (costs.smallest_counted(), costs.largest_counted()) == (1_200, 12_000)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_burst_holding_a_job_holds_a_cycles_refill_on_top_of_it(strict: bool) -> None:
+    # given limits whose burst was sized for the configured 1,800-token job
+    limits = limits_from_settings_for(tpm=150_000, strict=strict)
+    # when they must hold a 12,000-token job
+    held = limits.holding(tokens=12_000, interval_ms=2_000)
+    # then the token bucket takes the job plus one dispatch cycle's refill (none is lost while
+    # the job waits for room), and a smaller job changes nothing
+    rate_t = held.capacities()[1] / held.burst_ms
+    assert held.capacities()[1] >= 12_000 * UNITS + rate_t * 2_000 > limits.capacities()[1]
+    assert limits.holding(tokens=1_000, interval_ms=2_000) == limits
+
+
+def limits_from_settings_for(*, tpm: int, strict: bool) -> Limits:
+    return Limits(rpm=100_000, tpm=tpm, burst_ms=2_722, strict=strict, margin_ms=1_000, margin_floor_ms=100)
+
+
+@pytest.mark.django_db
+def test_a_long_reply_reserves_all_it_will_be_counted_and_the_intros_behind_it_the_cycles_refill(
+    settings: Any, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a key binding on tokens (150,000/min) whose bucket the settings size for the
+    # configured 3 x 600-token job (about 6,800 tokens: it can never hold a long reply), on a
+    # frozen clock, and an owner whose replies were counted 12,000 tokens and intros 1,200
+    settings.LLM_EST_TOKENS_PER_CALL, settings.DISPATCH_INTERVAL = 600, 2
+    budget = Budget(
+        redis_client=redis_client, limits=limits_from_settings(rpm=100_000, tpm=150_000), clock=FakeClock()
+    )
+    assert budget.largest_tokens() < 12_000
+    owner = make_owner(daily_limit=500)
+    owner_tokens_record(owner_id=owner.pk, settled=9_000, counted=12_000, kind="reply")
+    owner_tokens_record(owner_id=owner.pk, settled=600, counted=1_200, kind="intro")
+    reply = make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY)
+    intros = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(10)]
+    # when a cycle runs
+    with django_capture_on_commit_callbacks(execute=False):
+        claimed = dispatch_cycle(budget=budget).generation
+    # then the reply goes holding all 12,000 tokens the provider will count (the bucket was
+    # widened to hold it and a cycle's refill: Budget.hold_job), and intros of 1,200 take the
+    # rest, so no refill is lost while the reply waits (main: 6,793 held, no intro went)
+    reply.refresh_from_db()
+    assert claimed[0] == reply.pk
+    assert _text(redis_client.hget(budget.key("res"), reply.reservation_id)).split(":")[1] == "12000"
+    assert len(set(claimed) & set(intros)) == 4  # (16,994 - 12,000) // 1,200
+
+
+@pytest.mark.django_db
+def test_a_call_larger_than_the_keys_tokens_per_minute_is_dead_lettered_naming_the_limit(
+    redis_client: redis.Redis, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a key of 50 tokens/min: no call of a job (prompt + max_tokens) can ever fit it
+    budget = Budget(redis_client=redis_client, limits=Limits(rpm=6_000, tpm=50), clock=FakeClock())
+    outreach = make_outreach(state=State.DISPATCHED)
+    # when the worker takes the job
+    with django_capture_on_commit_callbacks():
+        outreach_generate(outreach_id=outreach.pk, budget=budget)
+    # then it is a dead letter at once, saying why, and the provider was never called (today's
+    # code raised a bare ValueError, retried as unknown until the attempts ran out)
+    outreach.refresh_from_db()
+    assert outreach.state == State.DEAD
+    assert "LLM call too large" in outreach.last_error
+    assert "(50/min)" in outreach.last_error
+    assert outreach.attempts == 0
+    assert llm_stub.requests == []

@@ -1,0 +1,150 @@
+"""The admission's shell: load the facts its rules judge (bounded queries, one Redis read) and
+apply its verdicts; the rules themselves are the pure selection.admission.
+
+  owners_admit: per owner, what it may send (approved drafts) and what LLM work it may start,
+                or why none (rules 1-7)
+  rows_admit:   the loaded candidates without rows whose lead is suppressed (rule 8: those are
+                cancelled, saying why), and the picks held to the shared rooms (rules 6, 7)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+
+from orchestrator.budget import Budget
+from orchestrator.controls import pauses
+from orchestrator.dispatch import reads
+from orchestrator.dispatch.selection import Candidates, Selection
+from orchestrator.dispatch.selection.admission import (
+    OwnerFacts,
+    Shared,
+    owner_admission,
+    picks_admission,
+    unsendable_rows,
+)
+from outreach.models import Outreach, State
+from outreach.tiers import Tier
+from outreach.transitions import transition_many
+
+# Re-selections a cycle makes when shared rooms refuse picks: each drops the refused owners'
+# rows, so the slots go to others; a few suffice (each round removes at least one owner).
+RESELECT_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The cycle's admission of its owners."""
+
+    send_room: dict[int, int]  # owner -> approved drafts it may hand to `send` now
+    llm_room: dict[int, int]  # owner -> LLM jobs it may start now (only owners with some)
+    deferred: dict[int, str]  # owner -> why it starts no LLM work
+    paused_tiers: dict[int, dict[Tier, str]]
+    shared: Shared
+
+
+def owners_admit(*, owners: Sequence[reads.ActiveOwner], now: datetime, budget: Budget) -> Admitted:
+    """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains."""
+    committed = reads.committed_today(owners=[o.rules for o in owners], now=now)
+    ids = [o.rules.owner_id for o in owners]
+    paused = pauses.blocking(owner_ids=ids)
+    domains = budget.domain_days(
+        domains=sorted({o.sender_domain for o in owners}), now_ms=int(now.timestamp() * 1000)
+    )
+    facts = [
+        OwnerFacts(
+            rules=o.rules,
+            organization_id=o.organization_id,
+            sender_domain=o.sender_domain,
+            sent_today=committed[o.rules.owner_id].sent,
+            in_flight=committed[o.rules.owner_id].in_flight,
+            drafts=committed[o.rules.owner_id].drafts,
+            review_required=o.review_required,
+            draft_ahead_days=o.draft_ahead_days,
+            paused=paused.owners.get(o.rules.owner_id, ""),
+            # Rule 4's extension point: per-mailbox day and warm-up, once mailboxes exist, is
+            # one more bounded read here giving each owner's mailbox room (mailbox_room and
+            # mailbox_reason); until then no mailbox limit applies.
+        )
+        for o in owners
+    ]
+    decisions, shared = owner_admission(
+        owners=facts, now=now, domains=domains, spend=reads.organization_spend(owner_ids=ids, now=now)
+    )
+    return Admitted(
+        send_room={o: d.send for o, d in decisions.items() if d.send > 0},
+        llm_room={o: d.llm for o, d in decisions.items() if d.llm > 0},
+        deferred={o: d.reason for o, d in decisions.items() if d.llm <= 0},
+        paused_tiers=paused.tiers,
+        shared=shared,
+    )
+
+
+def unsendable_drop(candidates: Candidates, *, now: datetime) -> Candidates:
+    """Rule 8: cancel the loaded rows whose lead may not be emailed any more (saying why), and
+    return the candidates without them, so their slots go to other rows this cycle."""
+    ids = [row.outreach_id for by_owner in candidates.values() for rows in by_owner.values() for row in rows]
+    refused = unsendable_rows(lead_status=reads.suppressed_leads(outreach_ids=ids))
+    if not refused:
+        return candidates
+    by_reason: dict[str, list[int]] = {}
+    for outreach_id, reason in refused.items():
+        by_reason.setdefault(reason, []).append(outreach_id)
+    with transaction.atomic():
+        for reason, rows in by_reason.items():
+            transition_many(outreach_ids=rows, from_=State.QUEUED, to=State.CANCELLED, note=reason, at=now)
+    return _without(candidates, set(refused))
+
+
+def picks_admit(
+    *, candidates: Candidates, shared: Shared, select: Callable[[Candidates], Selection]
+) -> tuple[Candidates, Selection]:
+    """Rules 6 and 7 on the picks: `select` runs the batch; picks past a sender domain's or an
+    organization's shared room are refused and say why, their owners keep only the rows that
+    were admitted, and the batch runs again so the refused slots go to other owners. Returns
+    the candidates the final selection was made from, and that selection (all admitted)."""
+    refused_all: dict[int, str] = {}
+    selection = select(candidates)
+    for round_ in range(RESELECT_ROUNDS + 1):
+        picks = [(p.outreach_id, p.owner_id) for p in selection.picks]
+        verdicts = picks_admission(picks=picks, shared=shared)
+        if not verdicts.refused:
+            break
+        refused_all |= verdicts.refused
+        admitted = set(verdicts.admitted)
+        stopped = {owner for row, owner in picks if row in verdicts.refused}
+        if round_ == RESELECT_ROUNDS:  # the last round keeps only what was admitted
+            stopped = {owner for _, owner in picks}
+        candidates = _only(candidates, owners=stopped, rows=admitted)
+        selection = select(candidates)
+    _say(refused_all)
+    return candidates, selection
+
+
+def _say(refused: Mapping[int, str]) -> None:
+    by_reason: dict[str, list[int]] = {}
+    for outreach_id, reason in refused.items():
+        by_reason.setdefault(reason, []).append(outreach_id)
+    for reason, rows in by_reason.items():
+        Outreach.objects.filter(id__in=rows, state=State.QUEUED).update(blocked_reason=reason)
+
+
+def _without(candidates: Candidates, rows: set[int]) -> Candidates:
+    return {
+        tier: {o: [r for r in found if r.outreach_id not in rows] for o, found in by_owner.items()}
+        for tier, by_owner in candidates.items()
+    }
+
+
+def _only(candidates: Candidates, *, owners: set[int], rows: set[int]) -> Candidates:
+    """`owners` keep only their rows in `rows`; the other owners keep all theirs."""
+    return {
+        tier: {
+            o: [r for r in found if r.outreach_id in rows] if o in owners else found
+            for o, found in by_owner.items()
+        }
+        for tier, by_owner in candidates.items()
+    }

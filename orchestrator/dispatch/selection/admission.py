@@ -1,0 +1,220 @@
+"""Admission: which owners' work, and which rows, may take LLM work now. The one place every
+limit the send path would enforce later is checked before a token is spent, so a refused row
+stays QUEUED saying why (Outreach.blocked_reason) instead of being written and bouncing back.
+
+The rules, in order (docs/dispatch.md lists them with the reason a refused row shows); the
+first that refuses names the reason:
+  1. pauses at every scope (owner, organization, tier, sender domain, organization on a domain)
+  2. the owner's hours and working days
+  3. the owner's day: daily limit - sent today - in flight (approved drafts leave under this)
+  4. the mailbox's day and warm-up step (`OwnerFacts.mailbox_room`: the extension point, None
+     until mailboxes feed it)
+  5. the owner's committed drafts: what it has committed (sent today + in flight + awaiting
+     approval + approved and unsent) stays within its day, plus `draft_ahead_days` days for an
+     owner whose drafts wait for review
+  6. the sender domain's day and warm-up step (sent today on it, and what its owners committed)
+  7. the organization's daily spend cap, counting work in flight at its reserved cost
+  8. the lead still sendable (a row whose lead opted out, bounced or complained meanwhile)
+Rules 1-7 are per owner (`owner_admission`): a refused owner gets no LLM room, so the batch
+gives its slots to the others in the same cycle. Rules 6 and 7 are also shared by several
+owners: `picks_admission` holds the batch's picks to what is left of them. Rule 8 is per row
+(`unsendable_rows`), applied to the loaded candidates before the batch.
+
+Pure: facts in, decisions out; the shell (cycle/admission.py) loads the facts in bounded
+queries. A new limit is one more fact and one more rule here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from orchestrator.budget.sends import DomainDay, day_cap_reason
+from orchestrator.controls.spend import spend_cap_reason
+from orchestrator.dispatch.owner_limits import OwnerRules, owner_capacity
+
+SENDABLE_REFUSED = "lead {status}: nothing is sent to it"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerFacts:
+    """What the admission knows of one active owner this cycle."""
+
+    rules: OwnerRules
+    organization_id: int
+    sender_domain: str
+    sent_today: int = 0
+    in_flight: int = 0  # DISPATCHED, GENERATING, SENDING
+    drafts: int = 0  # AWAITING_APPROVAL and APPROVED: written, not sent
+    review_required: bool = False
+    draft_ahead_days: int = 0
+    paused: str = ""  # the reason of the pause that stops all its work ("" = none)
+    # Per-mailbox day and warm-up (rule 4): the emails its mailboxes may still start today and
+    # why none, once mailboxes provide them; None: no mailbox limit applies.
+    mailbox_room: int | None = None
+    mailbox_reason: str = ""
+
+    @property
+    def committed(self) -> int:
+        return self.sent_today + self.in_flight + self.drafts
+
+
+@dataclass(frozen=True, slots=True)
+class SpendFacts:
+    """An organization's daily spend cap, what it spent today, its jobs in flight and what one
+    job reserves (dollars: estimated tokens at the dearest configured price; 0 unpriced)."""
+
+    cap: Decimal
+    spent: Decimal
+    in_flight: int
+    job_cost: Decimal
+
+    def room(self) -> int | None:
+        """Jobs it may still start: while spent + in flight + them, each at job_cost, is under the cap."""
+        left = self.cap - self.spent
+        if left <= 0:
+            return 0
+        if self.job_cost <= 0:
+            return None
+        return max(0, math.ceil(left / self.job_cost) - self.in_flight)
+
+    def reason(self) -> str:
+        return spend_cap_reason(self.cap)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerAdmission:
+    """`send`: approved drafts it may hand to `send` now (rules 1-3). `llm`: new LLM jobs it
+    may start (rules 1-7); `reason` says why `llm` is 0."""
+
+    send: int
+    llm: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """The rooms several owners share (rules 6, 7) and the rows refused one by one (rule 8)."""
+
+    domain_of: Mapping[int, str]  # owner id -> sender domain
+    domain_room: Mapping[str, int]  # only domains with a cap
+    domain_reason: Mapping[str, str]
+    org_of: Mapping[int, int]  # owner id -> organization id
+    spend_room: Mapping[int, int]  # only organizations with a cap and a finite room
+    spend_reason: Mapping[int, str]
+
+
+def owner_admission(
+    *,
+    owners: Sequence[OwnerFacts],
+    now: datetime,
+    domains: Mapping[str, DomainDay],
+    spend: Mapping[int, SpendFacts],
+) -> tuple[dict[int, OwnerAdmission], Shared]:
+    """Rules 1-7 for each owner, and the shared rooms `picks_admission` holds the picks to."""
+    shared = _shared(owners=owners, domains=domains, spend=spend)
+    return {o.rules.owner_id: _one_owner(o, now=now, shared=shared) for o in owners}, shared
+
+
+def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmission:
+    if o.paused:  # rule 1
+        return OwnerAdmission(0, 0, o.paused)
+    hours = owner_capacity(rules=o.rules, now=now, used_today=0)  # rule 2
+    if hours.remaining <= 0:
+        return OwnerAdmission(0, 0, hours.blocked_reason)
+    day = owner_capacity(rules=o.rules, now=now, used_today=o.sent_today + o.in_flight)  # rule 3
+    days = 1 + (o.draft_ahead_days if o.review_required else 0)
+    if day.remaining <= 0 and days == 1:  # drafting ahead writes tomorrow's once today's are out
+        return OwnerAdmission(0, 0, day.blocked_reason)
+    rooms: list[tuple[int, str]] = []
+    if o.mailbox_room is not None:  # rule 4
+        rooms.append((o.mailbox_room, o.mailbox_reason))
+    # Rule 5: within one day it also keeps rule 3 (committed includes sent and in flight).
+    rooms.append((o.rules.daily_limit * days - o.committed, _committed_reason(o, days)))
+    domain = o.sender_domain  # rule 6
+    if domain in shared.domain_room:
+        rooms.append((shared.domain_room[domain], shared.domain_reason[domain]))
+    if o.organization_id in shared.spend_room:  # rule 7
+        rooms.append((shared.spend_room[o.organization_id], shared.spend_reason[o.organization_id]))
+    send = max(0, day.remaining)
+    for room, reason in rooms:
+        if room <= 0:
+            return OwnerAdmission(send, 0, reason)
+    return OwnerAdmission(send, min(room for room, _ in rooms))
+
+
+def _committed_reason(o: OwnerFacts, days: int) -> str:
+    limit = o.rules.daily_limit * days
+    ahead = f" ({days} days of {o.rules.daily_limit})" if days > 1 else ""
+    return (
+        f"daily limit {limit}{ahead} committed: {o.sent_today} sent today, {o.in_flight} in flight, "
+        f"{o.drafts} drafts; more as drafts are sent or rejected"
+    )
+
+
+def _shared(
+    *, owners: Sequence[OwnerFacts], domains: Mapping[str, DomainDay], spend: Mapping[int, SpendFacts]
+) -> Shared:
+    # A domain's day counts what left today (Redis) and what its owners committed and did not
+    # send yet: in flight and drafts, all of which will leave from it.
+    pending: Counter[str] = Counter()
+    for o in owners:
+        pending[o.sender_domain] += o.in_flight + o.drafts
+    capped = {d: f for d, f in domains.items() if f.cap is not None}
+    domain_room = {d: (f.cap or 0) - f.sent - pending[d] for d, f in capped.items()}
+    spend_room: dict[int, int] = {}
+    for org_id, facts in spend.items():
+        room = facts.room()
+        if room is not None:
+            spend_room[org_id] = room
+    return Shared(
+        domain_of={o.rules.owner_id: o.sender_domain for o in owners},
+        domain_room=domain_room,
+        domain_reason={
+            d: day_cap_reason(domain=d, cap=f.cap or 0, warmup_day=f.warmup_day) for d, f in capped.items()
+        },
+        org_of={o.rules.owner_id: o.organization_id for o in owners},
+        spend_room=spend_room,
+        spend_reason={org_id: facts.reason() for org_id, facts in spend.items()},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RowVerdicts:
+    """Picks admitted (in pick order) and, for each refused row, why."""
+
+    admitted: tuple[int, ...]
+    refused: Mapping[int, str]
+
+
+def unsendable_rows(*, lead_status: Mapping[int, str]) -> dict[int, str]:
+    """Rule 8: rows whose lead may not be emailed any more (`lead_status`: row id -> the status
+    of its suppressed lead), with the reason they are cancelled."""
+    return {row: SENDABLE_REFUSED.format(status=status) for row, status in lead_status.items()}
+
+
+def picks_admission(*, picks: Sequence[tuple[int, int]], shared: Shared) -> RowVerdicts:
+    """Rules 6 and 7 over the picks (row id, owner id) in order: each takes one of its sender
+    domain's and its organization's shared room; one past either is refused with its reason."""
+    domain_left = dict(shared.domain_room)
+    spend_left = dict(shared.spend_room)
+    admitted: list[int] = []
+    refused: dict[int, str] = {}
+    for row, owner in picks:
+        domain, org = shared.domain_of.get(owner, ""), shared.org_of.get(owner)
+        if domain in domain_left and domain_left[domain] <= 0:
+            refused[row] = shared.domain_reason[domain]
+            continue
+        if org is not None and org in spend_left and spend_left[org] <= 0:
+            refused[row] = shared.spend_reason[org]
+            continue
+        if domain in domain_left:
+            domain_left[domain] -= 1
+        if org is not None and org in spend_left:
+            spend_left[org] -= 1
+        admitted.append(row)
+    return RowVerdicts(admitted=tuple(admitted), refused=refused)

@@ -1,0 +1,197 @@
+"""One admission decision before LLM work (issue 27): what the send path would refuse, and what an
+owner has committed, keep rows QUEUED with a reason instead of spending the LLM on them. Through
+the real dispatcher (`dispatch_cycle`) and the generation worker (`outreach_generate`, called
+directly), on PostgreSQL, Redis and a scripted LLM over HTTP whose requests are counted."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from devtools.llm_stub import LLMStub
+from nurture.writing.generation import outreach_generate
+from orchestrator.budget import Budget, SendGrant, SendRules
+from orchestrator.controls import pauses
+from orchestrator.dispatch.cycle import CycleReport, dispatch_cycle
+from outreach.models import Lead, Outreach, Owner, State
+from tests.factories import make_lead, make_org, make_outreach, make_owner
+
+pytestmark = pytest.mark.django_db
+
+DRAFTS = (State.AWAITING_APPROVAL, State.APPROVED)
+COMMITTED = (State.DISPATCHED, State.GENERATING, State.SENDING, State.SENT, *DRAFTS)
+
+
+def _queue(owner: Owner, count: int) -> list[int]:
+    return [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(count)]
+
+
+def _cycle_and_work(budget: Budget, captured: Any) -> CycleReport:
+    """One dispatch cycle, then the generation worker on every row it claimed (the send tasks
+    the worker enqueues are left queued: those rows stay in flight, as on a busy day)."""
+    with captured():
+        report = dispatch_cycle(budget=budget)
+    for outreach_id in report.generation:
+        with captured():
+            outreach_generate(outreach_id=outreach_id, budget=budget)
+    return report
+
+
+def _count(owner: Owner, states: tuple[State, ...]) -> int:
+    return Outreach.objects.filter(owner=owner, state__in=states).count()
+
+
+def test_a_review_required_owner_never_has_more_drafts_committed_than_its_day(
+    budget: Budget, settings: Any, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a seller whose drafts wait for review (20 a day) and an autonomous agent beside it,
+    # each with 40 intros queued, and 8 LLM slots a cycle
+    settings.DISPATCH_MAX_IN_FLIGHT = 8
+    org = make_org()
+    seller = make_owner(organization=org, daily_limit=20, review_required=True)
+    agent = make_owner(organization=org, daily_limit=1000)
+    _queue(seller, 40)
+    _queue(agent, 40)
+    # when cycles run, each followed by the generation workers, until nothing is left to start
+    for _ in range(30):
+        seller_room = min(20 - _count(seller, COMMITTED), _count(seller, (State.QUEUED,)))
+        available = seller_room + _count(agent, (State.QUEUED,))
+        report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+        # then the seller never has more than its day committed (drafts included) ...
+        assert _count(seller, COMMITTED) <= 20
+        # ... and every slot the seller cannot use goes to the agent in the same cycle
+        assert len(report.generation) == min(report.slots, available)
+        if not report.generation:
+            break
+    assert _count(seller, DRAFTS) == 20
+    assert _count(agent, (State.QUEUED,)) == 0
+    # and the seller's waiting rows say why
+    waiting = Outreach.objects.filter(owner=seller, state=State.QUEUED).order_by("not_before", "id").first()
+    assert waiting is not None
+    assert "20 committed" in waiting.blocked_reason
+
+
+def test_draft_ahead_lets_a_review_required_owner_draft_the_next_days_too(
+    budget: Budget, settings: Any, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a seller of 5 a day who reviews one day ahead
+    settings.DISPATCH_MAX_IN_FLIGHT = 50
+    seller = make_owner(daily_limit=5, review_required=True, draft_ahead_days=1)
+    _queue(seller, 20)
+    # when cycles run to completion
+    for _ in range(5):
+        if not _cycle_and_work(budget, django_capture_on_commit_callbacks).generation:
+            break
+    # then it holds today's and tomorrow's drafts, no more
+    assert _count(seller, DRAFTS) == 10
+
+
+def _sender_org(domain: str = "acme.example") -> Owner:
+    return make_owner(organization=make_org(sender_email=f"sales@{domain}"), daily_limit=100)
+
+
+def _assert_held(owner: Owner, report: CycleReport, llm_stub: LLMStub, words: str) -> None:
+    assert report.generation == []
+    assert llm_stub.requests == []
+    rows = Outreach.objects.filter(owner=owner)
+    assert {row.state for row in rows} == {State.QUEUED}
+    assert all(words in row.blocked_reason for row in rows), [row.blocked_reason for row in rows]
+
+
+@pytest.mark.parametrize(
+    ("rules", "words"),
+    [
+        (SendRules(domain_daily=3), "sender domain acme.example: 3/day reached"),
+        (SendRules(domain_daily=100, warmup=(3, 10)), "3/day reached (warm-up day 1)"),
+    ],
+)
+def test_a_sender_domain_whose_day_is_used_up_starts_no_llm_work(
+    rules: SendRules,
+    words: str,
+    budget: Budget,
+    llm_stub: LLMStub,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given a sender domain that sent its day's (or warm-up step's) 3 messages already
+    budget.send_rules = rules
+    for _ in range(3):
+        assert isinstance(budget.reserve_send(domain="acme.example"), SendGrant)
+    owner = _sender_org()
+    _queue(owner, 4)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then nothing is written: the rows wait, saying why, and no LLM request is made
+    _assert_held(owner, report, llm_stub, words)
+
+
+def test_a_sender_domain_with_room_for_some_admits_only_those(
+    budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a domain with 3 left today, shared by two organizations' owners with 4 rows each
+    budget.send_rules = SendRules(domain_daily=5)
+    for _ in range(2):
+        assert isinstance(budget.reserve_send(domain="acme.example"), SendGrant)
+    a, b = _sender_org(), _sender_org()
+    _queue(a, 4)
+    _queue(b, 4)
+    # when the dispatcher runs
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then 3 are written, and the rest wait saying why
+    assert len(report.generation) == 3
+    waiting = Outreach.objects.filter(owner__in=[a, b], state=State.QUEUED)
+    assert waiting.count() == 5
+    assert (
+        "sender domain acme.example: 5/day reached" in waiting.order_by("not_before", "id")[0].blocked_reason
+    )
+
+
+def test_a_paused_sender_domain_starts_no_llm_work(
+    budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given the organization's sender domain paused
+    owner = _sender_org()
+    pauses.pause(sender_domain="acme.example", reason="blocklisted")
+    _queue(owner, 3)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then the rows wait, saying why, and no LLM request is made
+    _assert_held(owner, report, llm_stub, "blocklisted")
+
+
+def test_a_spend_cap_met_by_work_in_flight_starts_no_llm_work(
+    budget: Budget, settings: Any, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a price that makes one job's reserved tokens cost more than the organization's cap,
+    # and one job of the organization in flight (nothing spent yet)
+    settings.LLM_PRICES = {settings.LLM_MODEL: (Decimal("1"), Decimal("1"))}
+    owner = make_owner(organization=make_org(daily_spend_cap=Decimal("0.50")), daily_limit=100)
+    make_outreach(lead=make_lead(owner=owner), state=State.DISPATCHED)
+    queued = _queue(owner, 3)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then the queued rows wait, saying why, and no LLM request is made
+    assert report.generation == []
+    assert llm_stub.requests == []
+    rows = Outreach.objects.filter(id__in=queued)
+    assert {row.state for row in rows} == {State.QUEUED}
+    assert all("daily spend cap $0.50 reached" in row.blocked_reason for row in rows)
+
+
+def test_a_lead_suppressed_after_queueing_is_not_generated(
+    budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given two queued intros of one owner, the older one's lead opted out since it was queued
+    # (a status written without cancelling its work, e.g. by an import)
+    owner = make_owner()
+    first, second = _queue(owner, 2)
+    Lead.objects.filter(outreach__id=first).update(status=Lead.Status.OPTED_OUT)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then the suppressed lead's row is never claimed (cancelled, saying why), the other is written
+    assert first not in report.generation
+    assert report.generation == [second]
+    row = Outreach.objects.get(id=first)
+    assert row.state == State.CANCELLED
+    assert len(llm_stub.requests) >= 1
