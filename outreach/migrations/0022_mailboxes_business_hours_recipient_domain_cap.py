@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('outreach', '0020_reply_tokens_and_unverified_inbound'),
+        ('outreach', '0021_owner_draft_ahead_days'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
