@@ -63,6 +63,7 @@ class MailboxGrant:
 
     mailbox_id: int | None
     counted: tuple[str, ...] = ()
+    spacing_key: str = ""  # the mailbox's next-send key (mailbox_defer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,11 @@ class Mailboxes(BudgetCore):
             counted = [rcpt] if recipient_cap is not None else []
             if index:
                 counted.append(self._day_key(mailboxes[index - 1].id, day))
-            return MailboxGrant(mailbox_id=mailboxes[index - 1].id if index else None, counted=tuple(counted))
+            return MailboxGrant(
+                mailbox_id=mailboxes[index - 1].id if index else None,
+                counted=tuple(counted),
+                spacing_key=self._next_key(mailboxes[index - 1].id) if index else "",
+            )
         resumes = until_next_day_ms(now_ms=now_ms)
         if kind == 3:
             return SendDenied(
@@ -126,6 +131,13 @@ class Mailboxes(BudgetCore):
         if grant.counted:
             with contextlib.suppress(BudgetUnavailable):  # stays counted: the safe side
                 self.run("MAILBOX_RELEASE", list(grant.counted), [])
+
+    def mailbox_defer(self, *, grant: MailboxGrant, by_ms: int) -> None:
+        """The email leaves `by_ms` later than its grant (it waited for the account's send rate):
+        the mailbox's next send moves as far, so the spacing holds between arrivals, not grants."""
+        if grant.spacing_key and by_ms > 0:
+            with contextlib.suppress(Exception):  # Redis down: the spacing is only shorter by the wait
+                self._redis.incrby(grant.spacing_key, by_ms)
 
     def mailbox_usage(self, *, mailbox_ids: Sequence[int]) -> dict[int, MailboxUsage]:
         """Each mailbox's sends today and when it may send next (dashboard, queue_stats, room)."""
