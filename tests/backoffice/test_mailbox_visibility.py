@@ -107,3 +107,22 @@ def test_the_admin_refuses_an_owner_of_another_organization_and_an_unverified_do
     assert "owners: Theirs Seller not of Ours." in html
     assert "address: elsewhere.example is not a verified domain of Ours" in html
     assert not Mailbox.objects.filter(address="new@elsewhere.example").exists()
+
+
+def test_an_operator_resumes_a_paused_mailbox_of_their_organization_only(
+    two: tuple[Organization, Organization],
+) -> None:
+    ours, _ = two
+    Mailbox.objects.update(active=False, paused_reason="hard-bounce rate 7.5% over the last 40 sends > 5%")
+    operator = make_user("ops", permissions=["view_mailbox", "change_mailbox"], organizations=[ours])
+    ids = list(Mailbox.objects.values_list("pk", flat=True))
+    response = logged_in(operator).post(
+        reverse("admin:outreach_mailbox_changelist"),
+        {"action": "resume_selected", "_selected_action": ids},
+        follow=True,
+    )
+    assert response.status_code == 200
+    states = dict(Mailbox.objects.values_list("address", "active"))
+    assert states == {"box@ours.example": True, "box@theirs.example": False}
+    resumed = Mailbox.objects.get(address="box@ours.example")
+    assert (resumed.paused_reason, resumed.resumed_at is not None) == ("", True)
