@@ -187,6 +187,16 @@ def _tables(h: QueueHealth) -> dict[str, Any]:
             {**asdict(r), "bounce_rate": percent(r.bounce_rate), "complaint_rate": percent(r.complaint_rate)}
             for r in [*h.deliverability.owners, *h.deliverability.domains]
         ],
+        "mailbox_rows": [
+            {
+                **asdict(m),
+                "next_send": "now" if m.next_send_at is None else f"{m.next_send_at:%H:%M:%S} UTC",
+                "bounce_rate": percent(m.bounce_rate),
+                "complaint_rate": percent(m.complaint_rate),
+                "state": "active" if m.active else f"paused {m.paused_reason}".strip(),
+            }
+            for m in h.mailboxes
+        ],
         "spend_rows": [
             *(
                 (o.name, "organization", o.drafts, dollars(o.dollars), dollars(o.cap))

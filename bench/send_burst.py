@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections import Counter
@@ -51,13 +50,13 @@ from bench.stack import (
     database_for,
     out_dir,
     private_redis_django,
+    send_lines_run,
     smoke_stores,
     smoke_verdict,
 )
 from orchestrator.figures import event_rate, most_in_window, window_counts
 
 DB_NAME = "outreach_bench_send_burst"
-LINES = ("orchestrator", "send", "beat")  # the Procfile's: approved drafts need no generation
 
 
 def seed(*, args: argparse.Namespace) -> dict[str, Any]:
@@ -183,15 +182,10 @@ def figures(*, sink: Any, caps: dict[str, Any], args: argparse.Namespace) -> dic
 
 
 def run(*, args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
-    from devtools.processes import ProcessGroup, stack_env
-    from devtools.procfile import procfile_argv
-    from devtools.smtp_sink import SMTPSink
-
-    logs = out_dir() / "send-burst-logs"
-    for old in logs.glob("*.log"):
-        old.unlink()
     from django.core.management import call_command
     from django.db import connections
+
+    from devtools.smtp_sink import SMTPSink
 
     connections.close_all()
     database_for(name=DB_NAME)
@@ -200,25 +194,15 @@ def run(*, args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     approve_s = approve_all(reviewer=caps["reviewer"])
     print(f"approved {args.drafts} drafts in {approve_s:.1f}s", flush=True)
     sink = SMTPSink(keep_messages=False).start()
-    env = stack_env(
-        llm_base_url="http://127.0.0.1:9/v1",  # unused: approved drafts make no LLM call
-        smtp_port=sink.port,
-        DATABASE_URL=os.environ["DATABASE_URL"],
-        REDIS_URL=redis_url,
-        DEFAULT_FROM_EMAIL="outreach@bench.example",
+    dead = send_lines_run(
+        logs="send-burst-logs",
+        sink=sink,
+        redis_url=redis_url,
+        wait=lambda workers: wait_done(sink=sink, workers=workers, args=args),
         EMAIL_RATE_PER_SECOND=str(args.rate),
         EMAIL_DOMAIN_DAILY_LIMIT=str(args.domain_daily),
         EMAIL_RATE_MARGIN_MS=str(args.margin_ms),
-        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",  # `celery` = this venv's
     )
-    workers = ProcessGroup(log_dir=logs, env=env)
-    try:
-        for name in LINES:
-            workers.start(name, procfile_argv(name))
-        dead = wait_done(sink=sink, workers=workers, args=args)
-    finally:
-        workers.stop()
-        sink.stop()
     result = figures(sink=sink, caps=caps, args=args)
     return {"approve_s": round(approve_s, 1), "dead_processes": dead, **result}
 

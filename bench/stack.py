@@ -22,7 +22,7 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,6 +235,41 @@ def private_redis_django(*, db_name: str) -> Iterator[str]:
         yield redis_server.url
     finally:
         redis_server.stop()
+
+
+SEND_LINES = ("orchestrator", "send", "beat")  # the Procfile's lines approved drafts need: no generation
+
+
+def send_lines_run(
+    *, logs: str, sink: Any, redis_url: str, wait: Callable[[Any], list[str]], **settings: str
+) -> list[str]:
+    """The Procfile's orchestrator, send and beat lines, exactly as written, on this bench's
+    database and `redis_url`, sending to `sink` (no LLM: approved drafts), with `settings`;
+    `wait(workers)` runs meanwhile and returns the lines that died. Logs in out_dir()/`logs`;
+    the lines and the sink are stopped at the end."""
+    from devtools.processes import ProcessGroup, stack_env
+    from devtools.procfile import procfile_argv
+
+    log_dir = out_dir() / logs
+    for old in log_dir.glob("*.log"):
+        old.unlink()
+    env = stack_env(
+        llm_base_url="http://127.0.0.1:9/v1",  # unused: approved drafts make no LLM call
+        smtp_port=sink.port,
+        DATABASE_URL=os.environ["DATABASE_URL"],
+        REDIS_URL=redis_url,
+        DEFAULT_FROM_EMAIL="outreach@bench.example",
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",  # `celery` = this venv's
+        **settings,
+    )
+    workers = ProcessGroup(log_dir=log_dir, env=env)
+    try:
+        for name in SEND_LINES:
+            workers.start(name, procfile_argv(name))
+        return wait(workers)
+    finally:
+        workers.stop()
+        sink.stop()
 
 
 def bench_lead(*, owner: Any, n: int | str, domain: str, first_name: str = "Pat") -> Any:

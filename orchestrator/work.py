@@ -9,7 +9,8 @@ this module). A job, in the order a worker goes through it:
 3. budget: `job_budget(...)` is the route and the reservations the dispatcher made for the job;
    each LLM call waits for `call_slot(...)` and reports `call_done(...)`, `call_refused(...)`,
    `deployment_fault(...)` or `deployment_down(...)`. A send reserves and releases one message
-   of the send budget on the `Budget` (`reserve_send`, `release_send`).
+   of the send budget on the `Budget` (`reserve_send`, `release_send`), after `mailbox_take(...)`
+   (the mailbox it leaves from, or why it waits; `Budget.mailbox_release` if it never left).
 4. settle or refund: `job_settle(...)` (what the calls counted, or all of it back),
    `reservations_known(...)` then `Budget.refund` for a job put back before any call.
 5. finish: `owner_tokens_record(...)`, `replay_outcome_success(...)`; a failure ends through
@@ -27,6 +28,7 @@ from decimal import Decimal
 from config.deployments import STEPS, Deployment, deployments, step_models
 from orchestrator.budget import PROVIDER, Budget, CallSlot, SendDenied, SendGrant, get_budget, reservation_ids
 from orchestrator.controls.deliverability import deliverability_check
+from orchestrator.controls.mailboxes import mailbox_take
 from orchestrator.controls.pauses import job_pause
 from orchestrator.controls.spend import Prices, llm_cost
 from orchestrator.deployments.breaker import (
@@ -68,6 +70,7 @@ __all__ = [
     "job_leases",
     "job_pause",
     "job_settle",
+    "mailbox_take",
     "owner_tokens_record",
     "replay_outcome_success",
     "reservations_known",

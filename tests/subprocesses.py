@@ -78,3 +78,18 @@ def send_all(db_name: str, ids: list[int], barrier: Any, results: Any) -> None:
         except TransitionLost:
             pass
     results.put(won)
+
+
+def send_one(db_name: str, outreach_id: int, smtp: tuple[str, int], barrier: Any, results: Any) -> None:
+    """Run the send worker's function on one draft, as a send worker process would; report the state."""
+    setup_django(db_name)
+    from django.conf import settings
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = smtp
+    settings.EMAIL_USE_TLS, settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = False, "", ""
+    from nurture.mail.sending import outreach_send
+
+    barrier.wait()
+    state = outreach_send(outreach_id=outreach_id)
+    results.put(None if state is None else str(state.value))

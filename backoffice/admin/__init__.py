@@ -6,6 +6,7 @@ from backoffice.admin import (  # noqa: F401
     dead_letters,
     inbound,
     leads,
+    mailboxes,
     organizations,
     outreach,
     owners,

@@ -86,6 +86,9 @@ class OrganizationAdmin(PauseActions, OrganizationScopedAdmin):
         "sender_email",
         "compliance_footer",
         "draft_expiry_days",
+        "business_hours_start",
+        "business_hours_end",
+        "recipient_domain_daily_cap",
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:

@@ -7,6 +7,12 @@ through a database outage) is resent once with the same Message-ID, then left to
 a "possibly sent" dead letter (orchestrator.failures.recovery.send_unconfirmed): at most two
 copies, and the receiving side can drop the second by Message-ID.
 
+Before the send budget, the mailbox (orchestrator.controls.mailboxes, through orchestrator.work):
+the owner's next mailbox with room today and its spacing passed, the recipient's business hours
+and the recipient domain's day; a hold sends the row back to APPROVED with `not_before` and
+its reason, like the send budget's longer waits. The mailbox's message is given back whenever
+the send budget's is given back.
+
 Every email, approved or autonomous, leaves through here, so the send budget (the mail
 provider's rate and each sender domain's day: orchestrator.budget.sends) is reserved here,
 right before the claim: a short wait is slept off (the account bucket spaces sends evenly, so
@@ -40,8 +46,16 @@ from nurture.mail.events import send_refused
 from nurture.mail.transport import outreach_message_id, reply_token_new, send_outreach_email, sender_domain
 from nurture.retry_rules import fail, failure_reason
 from nurture.sequence import sequence_gate
-from orchestrator.work import Budget, SendDenied, SendGrant, get_budget, job_pause, replay_outcome_success
-from outreach.models import Outreach, State
+from orchestrator.work import (
+    Budget,
+    SendDenied,
+    SendGrant,
+    get_budget,
+    job_pause,
+    mailbox_take,
+    replay_outcome_success,
+)
+from outreach.models import Mailbox, Outreach, State
 from outreach.transitions import TransitionLost, transition, transition_durably
 
 log = logging.getLogger(__name__)
@@ -60,19 +74,33 @@ SEND_ALIGN_S = 1.0
 def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | None:
     """Send one dispatched draft; return the state it ends in (None: another delivery had it)."""
     budget = budget or get_budget()
-    outreach = Outreach.objects.select_related("lead__organization", "owner").get(pk=outreach_id)
+    outreach = Outreach.objects.select_related("lead__organization", "owner", "mailbox").get(pk=outreach_id)
     if (stop := job_pause(outreach=outreach)) is not None:
         return _put_back(outreach=outreach, reason=stop.blocked_reason())
+    mailbox = mailbox_take(outreach=outreach, budget=budget)
+    if isinstance(mailbox, SendDenied):
+        return send_later(outreach_id=outreach_id, denied=mailbox)
+    if mailbox.mailbox_id is not None:
+        outreach.mailbox = Mailbox.objects.get(pk=mailbox.mailbox_id)
     message_id = outreach.message_id or outreach_message_id(outreach=outreach)
     reply_token = outreach.reply_token or reply_token_new()
+    asked = time.monotonic()
     grant = send_budget_acquire(budget=budget, domain=sender_domain(outreach=outreach))
     if isinstance(grant, SendDenied):
+        budget.mailbox_release(grant=mailbox)
         return send_later(outreach_id=outreach_id, denied=grant)
+    budget.mailbox_defer(grant=mailbox, by_ms=int((time.monotonic() - asked) * 1000))
     slot = time.monotonic() + (SEND_ALIGN_S if grant.id and not grant.unmetered else 0.0)
     try:
-        sending_claim(outreach_id=outreach_id, message_id=message_id, reply_token=reply_token)
+        sending_claim(
+            outreach_id=outreach_id,
+            message_id=message_id,
+            reply_token=reply_token,
+            mailbox_id=mailbox.mailbox_id,
+        )
     except TransitionLost:
         budget.release_send(reservation_id=grant.id, sent=False)
+        budget.mailbox_release(grant=mailbox)
         log.info("send skipped: not dispatched any more", extra=outreach_log_context(outreach))
         return None
     outreach.message_id, outreach.reply_token = message_id, reply_token
@@ -83,6 +111,7 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
         # nothing left, so the try is not counted and the draft waits APPROVED, recorded on a
         # fresh connection. Still unreachable: back to the broker (nurture.tasks).
         budget.release_send(reservation_id=grant.id, sent=False)
+        budget.mailbox_release(grant=mailbox)
         return _back_to_approved(
             outreach_id=outreach_id,
             note="database connection lost before SMTP: back to approved, the try not counted",
@@ -92,6 +121,7 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
         )
     if gate.stop:  # a reply or conversion landed after the draft was written
         budget.release_send(reservation_id=grant.id, sent=False)
+        budget.mailbox_release(grant=mailbox)
         transition(outreach_id=outreach_id, from_=State.SENDING, to=State.CANCELLED, note=gate.reason)
         return State.CANCELLED
     try:
@@ -100,13 +130,17 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
         )
     except OptedOut as exc:
         budget.release_send(reservation_id=grant.id, sent=False)
+        budget.mailbox_release(grant=mailbox)
         transition(outreach_id=outreach_id, from_=State.SENDING, to=State.CANCELLED, note=str(exc))
         return State.CANCELLED
     except RecipientRefused as exc:  # a hard bounce, not a failure to replay (nurture.mail.events)
         budget.release_send(reservation_id=grant.id, sent=False)
+        budget.mailbox_release(grant=mailbox)
         return send_refused(outreach=outreach, reason=failure_reason(exc))
     except Exception as exc:  # classified by nurture.retry_rules
         budget.release_send(reservation_id=grant.id, sent=_may_have_left(exc))
+        if not _may_have_left(exc):
+            budget.mailbox_release(grant=mailbox)
         return fail(outreach=outreach, from_=State.SENDING, exc=exc, job_type="send")
     budget.release_send(reservation_id=grant.id, sent=True)
     # The server has the email: a connection that died during SMTP must not leave the row
@@ -187,11 +221,15 @@ def _may_have_left(exc: Exception) -> bool:
     return isinstance(exc, PossiblySent) or not isinstance(exc, PipelineError)
 
 
-def sending_claim(*, outreach_id: int, message_id: str, reply_token: str = "") -> None:
-    """DISPATCHED -> SENDING with the Message-ID and the reply token recorded before SMTP (a
-    resend reuses both), counting the try (read by the resend-once rule). Raises TransitionLost
-    if another delivery claimed it first."""
+def sending_claim(
+    *, outreach_id: int, message_id: str, reply_token: str = "", mailbox_id: int | None = None
+) -> None:
+    """DISPATCHED -> SENDING with the Message-ID, the reply token and the mailbox recorded before
+    SMTP (a resend reuses all three), counting the try (read by the resend-once rule). Raises
+    TransitionLost if another delivery claimed it first."""
     tokens: dict[str, Any] = {"reply_token": reply_token} if reply_token else {}
+    if mailbox_id is not None:
+        tokens["mailbox_id"] = mailbox_id
     transition(
         outreach_id=outreach_id,
         from_=State.DISPATCHED,

@@ -155,6 +155,8 @@ def reply_token_of(address: str) -> str | None:
 
 def sender_domain(*, outreach: Outreach) -> str:
     """The domain of the From address: what the provider's per-domain day counts (send budget)."""
+    if outreach.mailbox_id is not None:
+        return outreach.mailbox.domain  # type: ignore[union-attr]
     return outreach.lead.organization.sender_domain or "localhost"
 
 
@@ -357,6 +359,9 @@ def _close_quietly(connection: BaseEmailBackend) -> None:
 
 
 def _sender_address(*, outreach: Outreach) -> str:
+    """The mailbox it leaves from, else the organization's sender address (the default mailbox)."""
+    if outreach.mailbox_id is not None:
+        return outreach.mailbox.address  # type: ignore[union-attr]
     return outreach.lead.organization.sender_address
 
 

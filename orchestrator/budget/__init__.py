@@ -25,6 +25,14 @@ import threading
 from config.redis_client import connect
 from orchestrator.budget.breaker import CircuitBreaker
 from orchestrator.budget.core import BudgetUnavailable
+from orchestrator.budget.mailboxes import (
+    Mailboxes,
+    MailboxGrant,
+    MailboxTerms,
+    MailboxUsage,
+    ramp_cap,
+    spacing_draw,
+)
 from orchestrator.budget.maths import burst_for_cycle
 from orchestrator.budget.pacing import Pacing
 from orchestrator.budget.reservations import UNMETERED, Reservations, reservation_ids, reservation_scopes
@@ -54,6 +62,9 @@ __all__ = [
     "DomainDay",
     "Headroom",
     "Limits",
+    "MailboxGrant",
+    "MailboxTerms",
+    "MailboxUsage",
     "Reservation",
     "SendDenied",
     "SendGrant",
@@ -66,13 +77,15 @@ __all__ = [
     "limits_from_settings",
     "organization_limits",
     "organization_scope",
+    "ramp_cap",
     "reservation_ids",
     "reservation_scopes",
     "send_rules_from_settings",
+    "spacing_draw",
 ]
 
 
-class Budget(Reservations, Pacing, Sends):
+class Budget(Reservations, Pacing, Sends, Mailboxes):
     """The shared LLM budget, and the email provider's (sends.py: same buckets, own scopes).
     Build it with an injected Redis client and limits (tests, benchmarks), or take the
     process-wide one from `get_budget()` (settings)."""

@@ -48,6 +48,8 @@ SCRIPTS: Final = (
     "SNAPSHOT",
     "SEND_RESERVE",
     "SEND_RELEASE",
+    "MAILBOX_RESERVE",
+    "MAILBOX_RELEASE",
 )
 
 

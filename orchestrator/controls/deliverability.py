@@ -15,6 +15,11 @@ bounces, must not stop every tenant's email. A domain one organization sends fro
 whole. After an operator resumes an automatic pause, its scope is judged on the attempts since
 the resume only: the old window would pause it again at once.
 
+Each mailbox that serves the owner (outreach.models.Mailbox) is judged too, on the emails it
+sent: over a threshold it is paused by its own flag (`active` off, `paused_reason` saying
+why), so the owner's other mailboxes go on sending; an operator resumes it in the admin, and
+its rates then count from the resume.
+
 The rule (`over_threshold`, `pause_reason`) is pure; the shell reads the windows and pauses.
 """
 
@@ -33,7 +38,7 @@ from django.db.models import Max, QuerySet
 from orchestrator.controls.pauses import pause
 from orchestrator.figures import ratio
 from orchestrator.models import Pause
-from outreach.models import DELIVERY_ATTEMPT, Lead, Organization, Outreach, Owner
+from outreach.models import DELIVERY_ATTEMPT, Lead, Mailbox, Organization, Outreach, Owner
 
 # The dashboard lists at most this many owners and domains (those with any bounce or complaint).
 LISTED_MAX = 50
@@ -101,7 +106,31 @@ def deliverability_check(*, owner_id: int) -> list[Pause]:
             if over_threshold(bad=bad, sends=sends, max_rate=max_rate, min_sends=settings.BOUNCE_MIN_SENDS):
                 reason = pause_reason(what=what, bad=bad, sends=sends, max_rate=max_rate)
                 pauses.append(pause(**scope, source=source, reason=reason)[0])
+    for mailbox in Mailbox.objects.filter(owners=owner_id, active=True):
+        _mailbox_judge(mailbox=mailbox)
     return pauses
+
+
+def mailbox_rates(*, mailbox: Mailbox) -> MailRates:
+    """A mailbox's window: its last attempts since an operator last resumed it."""
+    attempts = Outreach.objects.filter(mailbox_id=mailbox.pk)
+    if mailbox.resumed_at is not None:
+        attempts = attempts.filter(state_changed_at__gt=mailbox.resumed_at)
+    return MailRates("mailbox", mailbox.address, *_window(attempts))
+
+
+def _mailbox_judge(*, mailbox: Mailbox) -> None:
+    """Pause the mailbox (its own flag) when a rate of its window is over its threshold."""
+    rates = mailbox_rates(mailbox=mailbox)
+    for what, bad, max_rate in (
+        ("hard-bounce", rates.bounced, settings.BOUNCE_RATE_MAX),
+        ("complaint", rates.complained, settings.COMPLAINT_RATE_MAX),
+    ):
+        if over_threshold(bad=bad, sends=rates.sends, max_rate=max_rate, min_sends=settings.BOUNCE_MIN_SENDS):
+            reason = pause_reason(what=what, bad=bad, sends=rates.sends, max_rate=max_rate)
+            # Guarded on `active`: two bounces judged at once pause it once, with one reason.
+            Mailbox.objects.filter(pk=mailbox.pk, active=True).update(active=False, paused_reason=reason)
+            return
 
 
 def _scopes_of(owner: Owner) -> list[tuple[dict[str, Any], QuerySet[Outreach]]]:

@@ -11,8 +11,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from orchestrator.budget import Budget
+from orchestrator.budget import Budget, get_budget
 from orchestrator.controls.deliverability import Deliverability, MailRates, deliverability
+from orchestrator.controls.mailboxes import MailboxStatus, mailbox_status
 from orchestrator.failures.dead_letters import replay_success_rate
 from orchestrator.figures import ratio, retry_rate
 from orchestrator.metrics.activity import Activity, OwnerShare, owner_share, recent_activity
@@ -54,6 +55,7 @@ class QueueHealth:
     deployments: list[DeploymentNow]
     deliverability: Deliverability  # bounce and complaint rates per owner and sender domain
     spend: Spend
+    mailboxes: list[MailboxStatus]  # each mailbox's day, cap, warm-up step, next send, rates
 
     @property
     def retry_rate(self) -> float | None:
@@ -124,6 +126,7 @@ class QueueHealth:
                 "deployments": [asdict(d) for d in self.deployments],
                 "deliverability": _deliverability_json(self.deliverability),
                 "spend": asdict(self.spend),
+                "mailboxes": [asdict(m) for m in self.mailboxes],
             }
         )
 
@@ -165,6 +168,7 @@ def queue_health(
         deployments=deployments_now(budget=budget),
         deliverability=deliverability(organization_ids=organization_ids),
         spend=spend_today(now=now, organization_ids=organization_ids),
+        mailboxes=mailbox_status(budget=budget or get_budget(), organization_ids=organization_ids),
     )
 
 

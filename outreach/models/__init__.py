@@ -12,6 +12,7 @@ from __future__ import annotations
 from outreach.models.assignment import AssignmentBatch, AssignmentItem
 from outreach.models.inbound import UnverifiedInbound
 from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField, LeadEvent
+from outreach.models.mailboxes import Mailbox, mailbox_domain_check
 from outreach.models.metrics import MetricCounter
 from outreach.models.organizations import Organization, VerifiedDomain
 from outreach.models.outreach import (
@@ -46,6 +47,7 @@ __all__ = [
     "Lead",
     "LeadEmailField",
     "LeadEvent",
+    "Mailbox",
     "MetricCounter",
     "Organization",
     "Outreach",
@@ -55,6 +57,7 @@ __all__ = [
     "State",
     "UnverifiedInbound",
     "VerifiedDomain",
+    "mailbox_domain_check",
     "owner_daily_sends_record",
     "validate_nudge_days",
     "validate_timezone",

@@ -6,8 +6,9 @@ from decimal import Decimal
 from email.utils import parseaddr
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import F, Q
 
 from outreach.models.validators import validate_nudge_days
 
@@ -59,9 +60,35 @@ class Organization(models.Model):
         validators=[MinValueValidator(Decimal("0"))],
         help_text="Dollars of LLM spend per UTC day; empty = no cap.",
     )
+    # Sending in the recipient's business hours (orchestrator.controls.send_rules): an email leaves
+    # between these hours of the lead's time zone, Monday to Friday; both empty = any time.
+    business_hours_start = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(23)], help_text="e.g. 9; empty = any time."
+    )
+    business_hours_end = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(24)],
+        help_text="e.g. 17 (exclusive); empty = any time.",
+    )
+    # Not 40 emails to one company in a day: sends per recipient domain per UTC day.
+    recipient_domain_daily_cap = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Emails per recipient domain per UTC day; empty = no cap.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(business_hours_start__isnull=True) & Q(business_hours_end__isnull=True))
+                | Q(business_hours_start__lt=F("business_hours_end")),
+                name="organization_business_hours",
+                violation_error_message="business_hours_start and business_hours_end: both or neither, start before end.",
+            )
+        ]
         permissions = [
             (
                 "change_organization_settings",

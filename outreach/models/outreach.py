@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from outreach.models.leads import Lead
+from outreach.models.mailboxes import Mailbox
 from outreach.models.owners import Owner
 from outreach.tiers import Tier
 
@@ -106,6 +107,10 @@ class Outreach(models.Model):
     # The email provider's own id for the sent message (anymail's message_id; empty over SMTP):
     # what its tracking webhooks and support tickets name.
     esp_message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
+    # The mailbox it left from (set at the send claim); NULL: the organization's sender address.
+    mailbox = models.ForeignKey(
+        Mailbox, null=True, blank=True, on_delete=models.SET_NULL, related_name="outreach"
+    )
     tokens_used = models.PositiveIntegerField(default=0)
     llm_calls = models.PositiveSmallIntegerField(default=0)
     # Spend (orchestrator.controls.spend): the provider's counts of the written draft, their price at

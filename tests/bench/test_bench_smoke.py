@@ -31,6 +31,7 @@ BENCHES = [
     "fairness",
     "latency",
     "llm_concurrency",
+    "mailboxes",
     "models",
     "review_drafts",
     "send_burst",
@@ -90,6 +91,14 @@ def test_send_burst_smoke_holds_the_caps_and_the_rate() -> None:
     assert figures["duplicates"] == 0
     assert figures["owners_over_limit"] == figures["domains_over_cap"] == {}
     assert figures["most_in_1s"] <= figures["configured_per_s"]
+
+
+def test_mailboxes_smoke_holds_each_mailbox_s_cap_and_spacing() -> None:
+    out = smoke("mailboxes")
+    rows = re.findall(r"^(seller\d@m\d\.example)\s+(\d+)\s+(\d+)\s+(\d+)\s", out, re.MULTILINE)
+    assert len(rows) == 10
+    assert {day for _, day, _, _ in rows} == {"1", "10"}
+    assert all(int(sent) <= int(cap) for _, _, sent, cap in rows)
 
 
 def test_compare_smoke_completes_work_in_both_arms() -> None:

@@ -35,6 +35,7 @@ from outreach.models import (
     DraftForApproval,
     ErrorClass,
     Lead,
+    Mailbox,
     Organization,
     Outreach,
     Owner,
@@ -82,7 +83,10 @@ def _world(tag: str, *, org_name: str, owner_name: str, member: str, seller: str
         batch=batch, line=2, email=f"{tag}-item@{tag}.example", timezone="UTC", owner=owner, lead=lead
     )
     domain = VerifiedDomain.objects.create(organization=org, domain=f"{tag}.example")
+    mailbox = Mailbox.objects.create(organization=org, address=f"{tag}-box@{tag}.example")
+    mailbox.owners.add(owner)
     return {
+        Mailbox: mailbox,
         Organization: org,
         Owner: owner,
         Lead: lead,

@@ -62,7 +62,36 @@ def _tables(h: QueueHealth) -> list[Table]:
         _failures(h),
         _held(h),
         _deliverability(h),
+        _mailboxes(h),
     ]
+
+
+def _mailboxes(h: QueueHealth) -> Table:
+    """Each mailbox: today's sends against its cap and warm-up step, next send, rates (docs/email.md)."""
+    table = Table(title="Mailboxes", title_justify="left")
+    for column in (
+        "mailbox",
+        "owners",
+        "sent today",
+        "cap (step)",
+        "next send",
+        "bounces",
+        "complaints",
+        "state",
+    ):
+        table.add_column(column, justify="right" if column in ("sent today", "cap (step)") else "left")
+    for m in h.mailboxes:
+        table.add_row(
+            m.address,
+            m.owners,
+            str(m.sent_today),
+            f"{m.cap} ({m.ramp_cap})",
+            "now" if m.next_send_at is None else f"{m.next_send_at:%H:%M:%S} UTC",
+            percent(m.bounce_rate),
+            percent(m.complaint_rate),
+            "active" if m.active else f"paused: {m.paused_reason}" if m.paused_reason else "paused",
+        )
+    return table
 
 
 def _deliverability(h: QueueHealth) -> Table:

@@ -38,3 +38,6 @@ SNAPSHOT = _script("snapshot", "clock", "limits", "bucket", "records", "call_log
 # The email send budget (sends.py): account buckets and each sender domain's day.
 SEND_RESERVE = _script("send_reserve", "clock", "limits", "bucket", "records")
 SEND_RELEASE = _script("send_release", "clock", "limits", "bucket")
+# Mailboxes (mailboxes.py): a mailbox's day, warm-up and spacing, a recipient domain's day.
+MAILBOX_RESERVE = _script("mailbox_reserve", "clock")
+MAILBOX_RELEASE = _script("mailbox_release")

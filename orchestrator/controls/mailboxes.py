@@ -1,0 +1,210 @@
+"""Which mailbox an email leaves from, and how much room an owner's mailboxes have today.
+
+An owner's active mailboxes (outreach.models.Mailbox) take its sends in turn: each send takes
+the next one with room today (its cap, or its warm-up step: `ramp_cap`) whose spacing since its
+last send has passed; the counting is atomic in Redis (orchestrator.budget.mailboxes). A
+mailbox on a paused sender domain is left out. An owner with no mailbox sends from its
+organization's sender address (the default mailbox) and is bounded by the sender domain's day
+only, as before mailboxes.
+
+Before the mailbox, two rules of the organization hold a send (`mailbox_take`): the recipient's
+business hours (`business_hours_next`, in the lead's time zone) and the recipient domain's
+day (`Organization.recipient_domain_daily_cap`). A held send goes back to APPROVED with
+`not_before` and the reason it waits (nurture.mail.sending), never busy-looping in a worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.db.models import Q
+
+from orchestrator.budget import Budget, MailboxGrant, MailboxTerms, SendDenied, ramp_cap, spacing_draw
+from orchestrator.controls.deliverability import mailbox_rates
+from orchestrator.models import Pause
+from outreach.models import Mailbox, Outreach
+
+# A send held by a paused mailbox is looked at again after this long (a resume is a person's act).
+PAUSED_WAIT_MS = 15 * 60_000
+WORKDAYS = range(5)  # Monday to Friday: business hours are on working days
+
+
+def business_hours_next(*, now: datetime, zone: str, start: int, end: int) -> datetime | None:
+    """None when `now` is inside business hours (`start` <= hour < `end`, Monday to Friday, in
+    `zone`); otherwise when they next open (an aware datetime)."""
+    local = now.astimezone(ZoneInfo(zone))
+    if local.weekday() in WORKDAYS and start <= local.hour < end:
+        return None
+    day = local.date() if local.hour < start else local.date() + timedelta(days=1)
+    while day.weekday() not in WORKDAYS:
+        day += timedelta(days=1)
+    opening = datetime(day.year, day.month, day.day, start, tzinfo=ZoneInfo(zone))
+    return opening.astimezone(UTC)
+
+
+def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
+    """Each owner's mailboxes, paused ones included, in a stable order; owners with none are absent.
+    One query (the send path asks for every email, and most owners may have no mailbox)."""
+    found: dict[int, list[Mailbox]] = {}
+    links = (
+        Mailbox.owners.through.objects.filter(owner_id__in=list(owner_ids))
+        .select_related("mailbox")
+        .order_by("mailbox_id")
+    )
+    for link in links:
+        found.setdefault(link.owner_id, []).append(link.mailbox)
+    return found
+
+
+def mailboxes_usable(boxes: Iterable[Mailbox]) -> list[Mailbox]:
+    """The active ones not on a paused sender domain."""
+    active = [box for box in boxes if box.active]
+    if not active:
+        return []
+    paused = _paused_domains()
+    return [
+        box
+        for box in active
+        if (box.domain, None) not in paused and (box.domain, box.organization_id) not in paused
+    ]
+
+
+def mailbox_terms(*, mailboxes: Iterable[Mailbox], today: date) -> list[MailboxTerms]:
+    """What the send budget takes of each mailbox: its cap today and a spacing drawn for this send."""
+    return [
+        MailboxTerms(
+            id=box.pk,
+            address=box.address,
+            cap_today=mailbox_cap_today(mailbox=box, today=today),
+            spacing_ms=spacing_draw(min_s=box.min_spacing_s, max_s=box.max_spacing_s),
+        )
+        for box in mailboxes
+    ]
+
+
+def mailbox_cap_today(*, mailbox: Mailbox, today: date) -> int:
+    return ramp_cap(
+        daily_cap=mailbox.daily_cap,
+        ramp_start=mailbox.ramp_start,
+        ramp_step=mailbox.ramp_step,
+        ramp_from=mailbox.ramp_from,
+        today=today,
+    )
+
+
+def mailbox_take(*, outreach: Outreach, budget: Budget) -> MailboxGrant | SendDenied:
+    """The mailbox this email leaves from, or why it waits (business hours, the recipient
+    domain's day, every mailbox full or too recently used). `outreach` has its lead's
+    organization loaded."""
+    organization = outreach.lead.organization
+    now_ms = budget.clock_ms()
+    now = datetime.fromtimestamp(now_ms / 1000, UTC)
+    start, end = organization.business_hours_start, organization.business_hours_end
+    if start is not None and end is not None:
+        opening = business_hours_next(now=now, zone=outreach.lead.timezone, start=start, end=end)
+        if opening is not None:
+            reason = f"recipient's business hours {start}-{end} {outreach.lead.timezone}: waits until {opening:%Y-%m-%d %H:%M} UTC"
+            return SendDenied(max(1, int((opening - now).total_seconds() * 1000)), reason)
+    every = mailboxes_of(owner_ids=[outreach.owner_id]).get(outreach.owner_id, [])
+    boxes = mailboxes_usable(every)
+    if outreach.mailbox_id is not None:  # a resend leaves from the mailbox of its first try
+        boxes = [box for box in boxes if box.pk == outreach.mailbox_id]
+        if not boxes:
+            return SendDenied(PAUSED_WAIT_MS, f"mailbox {outreach.mailbox} is paused")
+    elif every and not boxes:
+        return SendDenied(PAUSED_WAIT_MS, "every mailbox of this owner is paused")
+    return budget.mailbox_reserve(
+        owner_id=outreach.owner_id,
+        organization_id=organization.pk,
+        mailboxes=mailbox_terms(mailboxes=boxes, today=now.date()),
+        recipient_domain=outreach.lead.email.rpartition("@")[2],
+        recipient_cap=organization.recipient_domain_daily_cap,
+    )
+
+
+def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[int, int | None]:
+    """THE per-owner mailbox room for today, for the LLM admission check: for each owner, the sum
+    over its active mailboxes of min(cap, warm-up step) minus what each sent today (never below
+    0); None for an owner with no mailbox (it sends from the organization's sender address:
+    only the sender domain's day bounds it). An owner whose mailboxes are all paused has 0."""
+    today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
+    boxes = {owner: mailboxes_usable(every) for owner, every in mailboxes_of(owner_ids=owner_ids).items()}
+    usage = budget.mailbox_usage(mailbox_ids=sorted({b.pk for per in boxes.values() for b in per}))
+    room: dict[int, int | None] = {}
+    for owner_id in owner_ids:
+        if owner_id not in boxes:
+            room[owner_id] = None
+            continue
+        room[owner_id] = sum(
+            max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today)
+            for b in boxes[owner_id]
+        )
+    return room
+
+
+@dataclass(frozen=True)
+class MailboxStatus:
+    """One mailbox as the dashboard, the admin and queue_stats show it."""
+
+    id: int
+    address: str
+    organization: str
+    owners: str
+    sent_today: int
+    cap: int
+    ramp_cap: int  # today's warm-up step (= cap once warmed up)
+    next_send_at: datetime | None  # None: may send now
+    bounce_rate: float | None
+    complaint_rate: float | None
+    active: bool
+    paused_reason: str
+
+
+def mailbox_status(
+    *,
+    budget: Budget,
+    organization_ids: Collection[int] | None = None,
+    mailbox_ids: Collection[int] | None = None,
+) -> list[MailboxStatus]:
+    """Every mailbox of these organizations (None: all), by address."""
+    rows = Mailbox.objects.select_related("organization").prefetch_related("owners").order_by("address")
+    if organization_ids is not None:
+        rows = rows.filter(organization_id__in=organization_ids)
+    if mailbox_ids is not None:
+        rows = rows.filter(pk__in=mailbox_ids)
+    boxes = list(rows)
+    now_ms = budget.clock_ms()
+    today = datetime.fromtimestamp(now_ms / 1000, UTC).date()
+    usage = budget.mailbox_usage(mailbox_ids=[b.pk for b in boxes])
+    found = []
+    for box in boxes:
+        rates = mailbox_rates(mailbox=box)
+        next_ms = usage[box.pk].next_at_ms
+        found.append(
+            MailboxStatus(
+                id=box.pk,
+                address=box.address,
+                organization=box.organization.name,
+                owners=", ".join(sorted(o.name for o in box.owners.all())),
+                sent_today=usage[box.pk].sent_today,
+                cap=box.daily_cap,
+                ramp_cap=mailbox_cap_today(mailbox=box, today=today),
+                next_send_at=datetime.fromtimestamp(next_ms / 1000, UTC) if next_ms > now_ms else None,
+                bounce_rate=rates.bounce_rate,
+                complaint_rate=rates.complaint_rate,
+                active=box.active,
+                paused_reason=box.paused_reason,
+            )
+        )
+    return found
+
+
+def _paused_domains() -> set[tuple[str, int | None]]:
+    """(sender domain, organization or None) of the active sender-domain pauses."""
+    rows = Pause.objects.filter(resumed_at__isnull=True, owner__isnull=True, tier__isnull=True).filter(
+        ~Q(sender_domain="")
+    )
+    return {(d.lower(), o) for d, o in rows.values_list("sender_domain", "organization_id")}
