@@ -17,6 +17,7 @@ from django.db import transaction
 
 from orchestrator.budget import Budget
 from orchestrator.controls import pauses
+from orchestrator.controls.mailboxes import mailbox_room_today
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.selection import Candidates, Selection
 from orchestrator.dispatch.selection.admission import (
@@ -51,6 +52,8 @@ def owners_admit(*, owners: Sequence[reads.ActiveOwner], now: datetime, budget: 
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now)
     ids = [o.rules.owner_id for o in owners]
     paused = pauses.blocking(owner_ids=ids)
+    # Rule 4: what the owners' mailboxes may still send today (None: no mailbox of its own).
+    mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget)
     domains = budget.domain_days(
         domains=sorted({o.sender_domain for o in owners}), now_ms=int(now.timestamp() * 1000)
     )
@@ -65,9 +68,7 @@ def owners_admit(*, owners: Sequence[reads.ActiveOwner], now: datetime, budget: 
             review_required=o.review_required,
             draft_ahead_days=o.draft_ahead_days,
             paused=paused.owners.get(o.rules.owner_id, ""),
-            # Rule 4's extension point: per-mailbox day and warm-up, once mailboxes exist, is
-            # one more bounded read here giving each owner's mailbox room (mailbox_room and
-            # mailbox_reason); until then no mailbox limit applies.
+            mailbox_room=mailbox_room.get(o.rules.owner_id),
         )
         for o in owners
     ]

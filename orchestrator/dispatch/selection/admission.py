@@ -7,8 +7,9 @@ first that refuses names the reason:
   1. pauses at every scope (owner, organization, tier, sender domain, organization on a domain)
   2. the owner's hours and working days
   3. the owner's day: daily limit - sent today - in flight (approved drafts leave under this)
-  4. the mailbox's day and warm-up step (`OwnerFacts.mailbox_room`: the extension point, None
-     until mailboxes feed it)
+  4. the owner's mailboxes' day and warm-up step (`OwnerFacts.mailbox_room`: what they may still
+     send today, less what the owner has in flight and drafted; None for an owner without a
+     mailbox of its own, which sends from its organization's sender: rule 6 bounds it)
   5. the owner's committed drafts: what it has committed (sent today + in flight + awaiting
      approval + approved and unsent) stays within its day, plus `draft_ahead_days` days for an
      owner whose drafts wait for review
@@ -53,10 +54,9 @@ class OwnerFacts:
     review_required: bool = False
     draft_ahead_days: int = 0
     paused: str = ""  # the reason of the pause that stops all its work ("" = none)
-    # Per-mailbox day and warm-up (rule 4): the emails its mailboxes may still start today and
-    # why none, once mailboxes provide them; None: no mailbox limit applies.
+    # Rule 4: the emails its mailboxes may still send today (cap and warm-up step, less what
+    # they sent); None: no mailbox of its own, no mailbox limit applies.
     mailbox_room: int | None = None
-    mailbox_reason: str = ""
 
     @property
     def committed(self) -> int:
@@ -131,8 +131,9 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
     if day.remaining <= 0 and days == 1:  # drafting ahead writes tomorrow's once today's are out
         return OwnerAdmission(0, 0, day.blocked_reason)
     rooms: list[tuple[int, str]] = []
-    if o.mailbox_room is not None:  # rule 4
-        rooms.append((o.mailbox_room, o.mailbox_reason))
+    if o.mailbox_room is not None:  # rule 4: what is in flight or drafted leaves from them too
+        pending = o.in_flight + o.drafts
+        rooms.append((o.mailbox_room - pending, _mailbox_reason(o.mailbox_room, pending)))
     # Rule 5: within one day it also keeps rule 3 (committed includes sent and in flight).
     rooms.append((o.rules.daily_limit * days - o.committed, _committed_reason(o, days)))
     domain = o.sender_domain  # rule 6
@@ -145,6 +146,13 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
         if room <= 0:
             return OwnerAdmission(send, 0, reason)
     return OwnerAdmission(send, min(room for room, _ in rooms))
+
+
+def _mailbox_reason(room: int, pending: int) -> str:
+    return (
+        f"mailboxes' day reached: {room} more may leave today (cap and warm-up step), "
+        f"{pending} in flight or drafted; more tomorrow or with another mailbox"
+    )
 
 
 def _committed_reason(o: OwnerFacts, days: int) -> str:

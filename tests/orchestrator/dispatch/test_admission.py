@@ -5,6 +5,7 @@ directly), on PostgreSQL, Redis and a scripted LLM over HTTP whose requests are 
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -15,7 +16,7 @@ from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, SendGrant, SendRules
 from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import CycleReport, dispatch_cycle
-from outreach.models import Lead, Outreach, Owner, State
+from outreach.models import Lead, Mailbox, Outreach, Owner, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db
@@ -195,3 +196,29 @@ def test_a_lead_suppressed_after_queueing_is_not_generated(
     row = Outreach.objects.get(id=first)
     assert row.state == State.CANCELLED
     assert len(llm_stub.requests) >= 1
+
+
+def test_an_owner_whose_mailboxes_have_no_room_left_today_starts_no_more_llm_work(
+    budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an owner who sends from one warmed-up mailbox of 3 a day, with 5 intros queued
+    owner = _sender_org()
+    box = Mailbox.objects.create(
+        organization=owner.organization,
+        address="ann@acme.example",
+        daily_cap=3,
+        ramp_from=date(2026, 1, 1),
+        min_spacing_s=0,
+        max_spacing_s=0,
+    )
+    box.owners.add(owner)
+    _queue(owner, 5)
+    # when the dispatcher and the workers run, twice
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    again = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then only what the mailbox can send today is written; the rest waits, saying why
+    assert len(report.generation) == 3
+    assert again.generation == []
+    waiting = Outreach.objects.filter(owner=owner, state=State.QUEUED)
+    assert waiting.count() == 2
+    assert all("mailboxes' day reached" in row.blocked_reason for row in waiting)

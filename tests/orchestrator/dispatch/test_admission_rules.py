@@ -61,9 +61,10 @@ def _one(facts: OwnerFacts, **kwargs: Any) -> OwnerAdmission:
         (_owner(sent_today=5, drafts=15, review_required=True, draft_ahead_days=1), 15, 20, ""),
         # ... and means nothing for an autonomous one
         (_owner(drafts=20, draft_ahead_days=1), 20, 0, "daily limit 20 committed"),
-        # the mailbox's room, when mailboxes give one
-        (_owner(mailbox_room=0, mailbox_reason="mailbox a@a.example: 30/day reached"), 20, 0, "mailbox a@"),
-        (_owner(mailbox_room=3, mailbox_reason=""), 20, 3, ""),
+        # the owner's mailboxes' room, less what is in flight or drafted (it leaves from them)
+        (_owner(mailbox_room=0), 20, 0, "mailboxes' day reached: 0 more may leave today"),
+        (_owner(mailbox_room=3), 20, 3, ""),
+        (_owner(mailbox_room=5, in_flight=2, drafts=3, review_required=True), 18, 0, "mailboxes' day"),
     ],
 )
 def test_owner_rules_in_order(facts: OwnerFacts, send: int, llm: int, reason: str) -> None:
