@@ -238,7 +238,7 @@ def _call(
     organization's cap, if it has one), its outcome reported through the workers' door."""
     deployment = usage.route[step]
     use = usage.uses[deployment.label]
-    estimate = sum(len(m["content"]) for m in messages) // 4 + max_tokens
+    estimate = llm.prompt_tokens_estimate(messages) + max_tokens
     try:
         slot = work.call_slot(budget=budget, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S)
     except ValueError as exc:  # no window ever holds it: dead-lettered, not retried for ever

@@ -164,6 +164,18 @@ def _result(*, content: bytes, headers: Mapping[str, str], messages: Sequence[Ch
     )
 
 
+# Characters per token, the rule of thumb providers' limiters estimate a prompt with.
+CHARS_PER_TOKEN = 4
+
+
+def prompt_tokens_estimate(messages: Sequence[ChatMessage]) -> int:
+    """What a provider's token limit counts for these messages' prompt: their characters / 4,
+    ROUNDED UP, as OpenAI-style limiters (and llm_sim) do. Rounding down under-counted every call
+    by up to a token, so a window the pacer had filled to the limit was over it at the provider:
+    a 429 at full use."""
+    return max(math.ceil(sum(len(m["content"]) for m in messages) / CHARS_PER_TOKEN), 1)
+
+
 def _usage(*, usage: Any, messages: Sequence[ChatMessage], text: str) -> dict[str, Any]:
     if isinstance(usage, dict) and usage.get("total_tokens"):
         return {
@@ -173,8 +185,8 @@ def _usage(*, usage: Any, messages: Sequence[ChatMessage], text: str) -> dict[st
         }
     # Some compatible servers omit usage. The budget must still be settled with something
     # close, or it would refund tokens the provider did count; ~4 chars per token.
-    prompt = sum(len(m["content"]) for m in messages) // 4 + 1
-    done = len(text) // 4 + 1
+    prompt = prompt_tokens_estimate(messages)
+    done = math.ceil(len(text) / CHARS_PER_TOKEN) + 1
     return {
         "prompt_tokens": prompt,
         "completion_tokens": done,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from email.utils import formatdate
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from devtools.llm_sim.protocol import ChatRequest
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from devtools.smtp_sink import free_port
 from nurture.errors import ConfigurationFault, PermanentError, PipelineError, RateLimited, TransientError
@@ -18,6 +20,7 @@ from nurture.writing.llm import (
     ChatMessage,
     chat,
     parse_duration_s,
+    prompt_tokens_estimate,
     rate_limit_info,
     retry_after_s,
 )
@@ -291,3 +294,16 @@ def test_the_client_pool_defaults_to_the_generation_workers_concurrency() -> Non
     from config.workers import WORKERS
 
     assert WORKERS[Queue.GENERATION].concurrency == settings.LLM_MAX_CONNECTIONS
+
+
+@pytest.mark.parametrize("chars", [1, 3, 4, 5, 4001, 13_003])
+def test_the_prompt_estimate_counts_what_the_providers_limit_counts(chars: int) -> None:
+    # given messages whose characters are not a multiple of 4
+    messages: list[ChatMessage] = [
+        {"role": "system", "content": "s" * (chars // 2)},
+        {"role": "user", "content": "u" * (chars - chars // 2)},
+    ]
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 300}).encode()
+    # then our estimate is what llm_sim (an OpenAI-style limiter) counts at admission: rounded up
+    # (rounding down under-counted each call, and a full window went over at the provider: 429)
+    assert prompt_tokens_estimate(messages) + 300 == ChatRequest.parse(body).cost

@@ -14,6 +14,7 @@ import redis
 from devtools.llm_stub import LLMStub, StubRequest
 from devtools.processes import free_port
 from nurture.writing.generation import outreach_generate
+from nurture.writing.llm import prompt_tokens_estimate
 from orchestrator.budget import Budget, Limits, Reservation, limits_from_settings
 from orchestrator.budget.maths import UNITS
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
@@ -52,10 +53,9 @@ def test_without_redis_the_configured_estimate_stands_in(settings: Any) -> None:
 
 
 def _counted(requests: list[StubRequest]) -> int:
-    """What a provider's token limit counts for these calls: prompt (chars / 4) + max_tokens each."""
-    return sum(
-        sum(len(m["content"]) for m in r.json["messages"]) // 4 + r.json["max_tokens"] for r in requests
-    )
+    """What a provider's token limit counts for these calls: prompt (chars / 4, rounded up) +
+    max_tokens each."""
+    return sum(prompt_tokens_estimate(r.json["messages"]) + r.json["max_tokens"] for r in requests)
 
 
 @pytest.mark.django_db
