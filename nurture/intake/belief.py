@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from django.db.models import F, Max, Q
 
 from nurture.intake.verdicts import Verdict
-from nurture.mail.transport import reply_token_of
+from nurture.mail.transport import message_id_bare, reply_token_of
 from outreach.models import Lead, Outreach, State, UnverifiedInbound
 
 # References read of an inbound email: the latest ones only (the parent is last). The rest is
@@ -176,7 +176,7 @@ def _id_forms(message_id: str) -> set[str]:
     """How a provider's id for our email may appear as `<id>` in a reply: as sent (Mailgun's
     ids have brackets), bare, or as the left part of a Message-ID the provider rewrote ours to
     (Amazon SES sends `<its id@region.amazonses.com>`)."""
-    bare = message_id.removeprefix("<").removesuffix(">")
+    bare = message_id_bare(message_id)
     return {message_id, bare, bare.partition("@")[0]}
 
 

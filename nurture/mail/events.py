@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
+from nurture.mail.transport import message_id_bare
 from nurture.sequence import lead_opt_out, lead_suppress
 from orchestrator.work import Pause, deliverability_check
 from outreach.models import DELIVERY_ATTEMPT, ErrorClass, Lead, Outreach, State
@@ -201,14 +202,14 @@ def _email_of(*, event: AnymailTrackingEvent, attempts: list[Outreach]) -> Outre
     An address several organizations emailed is never guessed from: whoever emailed it last
     is not who the complaint was about.
     """
-    provider_id = _bare(event.message_id or "")
+    provider_id = message_id_bare(event.message_id or "")
     if provider_id:
         for row in attempts:
-            if provider_id in {_bare(value) for value in row.esp_message_id.split()}:
+            if provider_id in {message_id_bare(value) for value in row.esp_message_id.split()}:
                 return row
     reported = _reported_message_ids(event)
     for row in attempts:
-        if row.message_id and _bare(row.message_id) in reported:
+        if row.message_id and message_id_bare(row.message_id) in reported:
             return row
     if len({row.lead.organization_id for row in attempts}) == 1:
         return attempts[0]
@@ -225,14 +226,9 @@ def _reported_message_ids(event: AnymailTrackingEvent) -> set[str]:
         esp.get("smtp-id"),
         _dict(_dict(esp.get("mail")).get("commonHeaders")).get("messageId"),
     )
-    return {_bare(value) for value in found if isinstance(value, str) and _bare(value)}
+    return {message_id_bare(value) for value in found if isinstance(value, str) and message_id_bare(value)}
 
 
 def _dict(value: Any) -> dict[str, Any]:
     """A provider's JSON object, or {} where it has something else (or nothing) there."""
     return value if isinstance(value, dict) else {}
-
-
-def _bare(message_id: str) -> str:
-    """An id without its angle brackets: providers report the same id with or without them."""
-    return message_id.strip().removeprefix("<").removesuffix(">")

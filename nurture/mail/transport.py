@@ -389,6 +389,12 @@ def message_id_normalised(value: str) -> str | None:
     return f"<{match.group(1)}>" if match else None
 
 
+def message_id_bare(value: str) -> str:
+    """An id without its angle brackets: providers report and quote the same id with or without
+    them (Mailgun's ids have brackets, SendGrid's and Postmark's not)."""
+    return value.strip().removeprefix("<").removesuffix(">")
+
+
 def message_ids(value: str) -> list[str]:
     """The `<id>`s of a References header (or of our stored `references`), in order; anything
     between them is dropped."""
