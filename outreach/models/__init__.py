@@ -25,6 +25,7 @@ from outreach.models.outreach import (
 )
 from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
 from outreach.models.queries import owner_daily_sends_record
+from outreach.models.triage import AUTONOMOUS_DEFAULT, NEVER_ALONE, ReplyClass, TriageBy
 from outreach.models.validators import (
     DAY_NAMES,
     MAX_NUDGES,
@@ -35,10 +36,12 @@ from outreach.models.validators import (
 )
 
 __all__ = [
+    "AUTONOMOUS_DEFAULT",
     "DAY_NAMES",
     "DELIVERY_ATTEMPT",
     "MAX_NUDGES",
     "MIDNIGHT",
+    "NEVER_ALONE",
     "SUPPRESSED",
     "AssignmentBatch",
     "AssignmentItem",
@@ -54,7 +57,9 @@ __all__ = [
     "OutreachEvent",
     "Owner",
     "OwnerDailySends",
+    "ReplyClass",
     "State",
+    "TriageBy",
     "UnverifiedInbound",
     "VerifiedDomain",
     "mailbox_domain_check",

@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from outreach.models.triage import autonomous_default
 from outreach.models.validators import validate_nudge_days
 
 
@@ -77,6 +78,26 @@ class Organization(models.Model):
         blank=True,
         validators=[MinValueValidator(1)],
         help_text="Emails per recipient domain per UTC day; empty = no cap.",
+    )
+    # Reply triage (nurture.intake.triage): the classes an autonomous owner answers without a
+    # person (complaint/legal/pricing and "other" always go to one), whether an objection gets a
+    # polite close (else the sequence stops with no answer), and the quiet period a lead's
+    # messages are gathered over before one answer is written (empty = REPLY_QUIET_S).
+    reply_autonomous_classes = models.JSONField(
+        default=autonomous_default,
+        blank=True,
+        help_text='Reply classes an autonomous owner may answer alone, e.g. ["interested", "question"].',
+    )
+    reply_objection_close = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Answer an objection with a polite close (else: the sequence stops, no answer).",
+    )
+    reply_quiet_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(3600)],
+        help_text="Seconds a lead must be quiet before their messages are answered; empty = REPLY_QUIET_S.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

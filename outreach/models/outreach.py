@@ -11,6 +11,7 @@ from django.db.models import Q
 from outreach.models.leads import Lead
 from outreach.models.mailboxes import Mailbox
 from outreach.models.owners import Owner
+from outreach.models.triage import ReplyClass, TriageBy
 from outreach.tiers import Tier
 
 
@@ -110,6 +111,16 @@ class Outreach(models.Model):
     # The mailbox it left from (set at the send claim); NULL: the organization's sender address.
     mailbox = models.ForeignKey(
         Mailbox, null=True, blank=True, on_delete=models.SET_NULL, related_name="outreach"
+    )
+    # A reply's triage (nurture.intake.triage): its class, why, and who decided it (rules, the
+    # model, or a person reclassifying it: that choice is also in the history). Empty: not a
+    # reply, or not triaged yet.
+    reply_class = models.CharField(
+        max_length=16, choices=ReplyClass.choices, blank=True, default="", db_default=""
+    )
+    reply_class_reason = models.CharField(max_length=300, blank=True, default="", db_default="")
+    reply_class_by = models.CharField(
+        max_length=8, choices=TriageBy.choices, blank=True, default="", db_default=""
     )
     tokens_used = models.PositiveIntegerField(default=0)
     llm_calls = models.PositiveSmallIntegerField(default=0)
