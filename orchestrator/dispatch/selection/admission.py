@@ -65,22 +65,16 @@ class OwnerFacts:
 
 @dataclass(frozen=True, slots=True)
 class SpendFacts:
-    """An organization's daily spend cap, what it spent today, its jobs in flight and what one
-    job reserves (dollars: estimated tokens at the dearest configured price; 0 unpriced)."""
+    """An organization's daily spend cap, what it spent today and what its jobs in flight
+    reserve (dollars: each job's learned counted tokens at the dearest configured price)."""
 
     cap: Decimal
     spent: Decimal
-    in_flight: int
-    job_cost: Decimal
+    in_flight: Decimal
 
-    def room(self) -> int | None:
-        """Jobs it may still start: while spent + in flight + them, each at job_cost, is under the cap."""
-        left = self.cap - self.spent
-        if left <= 0:
-            return 0
-        if self.job_cost <= 0:
-            return None
-        return max(0, math.ceil(left / self.job_cost) - self.in_flight)
+    def left(self) -> Decimal:
+        """What new jobs may still reserve: they start while this is above 0."""
+        return self.cap - self.spent - self.in_flight
 
     def reason(self) -> str:
         return spend_cap_reason(self.cap)
@@ -104,8 +98,9 @@ class Shared:
     domain_room: Mapping[str, int]  # only domains with a cap
     domain_reason: Mapping[str, str]
     org_of: Mapping[int, int]  # owner id -> organization id
-    spend_room: Mapping[int, int]  # only organizations with a cap and a finite room
+    spend_left: Mapping[int, Decimal]  # only organizations with a cap: dollars new jobs may reserve
     spend_reason: Mapping[int, str]
+    job_cost: Mapping[int, Decimal]  # owner id -> its next job's reserved cost (dollars; 0 unpriced)
 
 
 def owner_admission(
@@ -114,9 +109,11 @@ def owner_admission(
     now: datetime,
     domains: Mapping[str, DomainDay],
     spend: Mapping[int, SpendFacts],
+    job_cost: Mapping[int, Decimal] | None = None,
 ) -> tuple[dict[int, OwnerAdmission], Shared]:
-    """Rules 1-7 for each owner, and the shared rooms `picks_admission` holds the picks to."""
-    shared = _shared(owners=owners, domains=domains, spend=spend)
+    """Rules 1-7 for each owner, and the shared rooms `picks_admission` holds the picks to.
+    `job_cost`: what each owner's next job reserves against a spend cap (absent: unpriced)."""
+    shared = _shared(owners=owners, domains=domains, spend=spend, job_cost=job_cost or {})
     return {o.rules.owner_id: _one_owner(o, now=now, shared=shared) for o in owners}, shared
 
 
@@ -139,13 +136,23 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
     domain = o.sender_domain  # rule 6
     if domain in shared.domain_room:
         rooms.append((shared.domain_room[domain], shared.domain_reason[domain]))
-    if o.organization_id in shared.spend_room:  # rule 7
-        rooms.append((shared.spend_room[o.organization_id], shared.spend_reason[o.organization_id]))
+    if o.organization_id in shared.spend_left:  # rule 7
+        room = _spend_room(shared.spend_left[o.organization_id], shared.job_cost.get(o.rules.owner_id))
+        if room is not None:
+            rooms.append((room, shared.spend_reason[o.organization_id]))
     send = max(0, day.remaining)
     for room, reason in rooms:
         if room <= 0:
             return OwnerAdmission(send, 0, reason)
     return OwnerAdmission(send, min(room for room, _ in rooms))
+
+
+def _spend_room(left: Decimal, job_cost: Decimal | None) -> int | None:
+    """Jobs at `job_cost` that fit in what is left (the last may pass by less than one); None:
+    unpriced, no limit."""
+    if left <= 0:
+        return 0
+    return math.ceil(left / job_cost) if job_cost else None
 
 
 def _mailbox_reason(room: int, pending: int) -> str:
@@ -165,7 +172,11 @@ def _committed_reason(o: OwnerFacts, days: int) -> str:
 
 
 def _shared(
-    *, owners: Sequence[OwnerFacts], domains: Mapping[str, DomainDay], spend: Mapping[int, SpendFacts]
+    *,
+    owners: Sequence[OwnerFacts],
+    domains: Mapping[str, DomainDay],
+    spend: Mapping[int, SpendFacts],
+    job_cost: Mapping[int, Decimal],
 ) -> Shared:
     # A domain's day counts what left today (Redis) and what its owners committed and did not
     # send yet: in flight and drafts, all of which will leave from it.
@@ -174,11 +185,6 @@ def _shared(
         pending[o.sender_domain] += o.in_flight + o.drafts
     capped = {d: f for d, f in domains.items() if f.cap is not None}
     domain_room = {d: (f.cap or 0) - f.sent - pending[d] for d, f in capped.items()}
-    spend_room: dict[int, int] = {}
-    for org_id, facts in spend.items():
-        room = facts.room()
-        if room is not None:
-            spend_room[org_id] = room
     return Shared(
         domain_of={o.rules.owner_id: o.sender_domain for o in owners},
         domain_room=domain_room,
@@ -186,8 +192,9 @@ def _shared(
             d: day_cap_reason(domain=d, cap=f.cap or 0, warmup_day=f.warmup_day) for d, f in capped.items()
         },
         org_of={o.rules.owner_id: o.organization_id for o in owners},
-        spend_room=spend_room,
+        spend_left={org_id: facts.left() for org_id, facts in spend.items()},
         spend_reason={org_id: facts.reason() for org_id, facts in spend.items()},
+        job_cost=job_cost,
     )
 
 
@@ -205,11 +212,15 @@ def unsendable_rows(*, lead_status: Mapping[int, str]) -> dict[int, str]:
     return {row: SENDABLE_REFUSED.format(status=status) for row, status in lead_status.items()}
 
 
-def picks_admission(*, picks: Sequence[tuple[int, int]], shared: Shared) -> RowVerdicts:
+def picks_admission(
+    *, picks: Sequence[tuple[int, int]], shared: Shared, row_cost: Mapping[int, Decimal] | None = None
+) -> RowVerdicts:
     """Rules 6 and 7 over the picks (row id, owner id) in order: each takes one of its sender
-    domain's and its organization's shared room; one past either is refused with its reason."""
+    domain's room and reserves its cost (`row_cost`, else its owner's job cost) of its
+    organization's spend; one past either is refused with its reason."""
     domain_left = dict(shared.domain_room)
-    spend_left = dict(shared.spend_room)
+    spend_left = dict(shared.spend_left)
+    costs = row_cost or {}
     admitted: list[int] = []
     refused: dict[int, str] = {}
     for row, owner in picks:
@@ -223,6 +234,6 @@ def picks_admission(*, picks: Sequence[tuple[int, int]], shared: Shared) -> RowV
         if domain in domain_left:
             domain_left[domain] -= 1
         if org is not None and org in spend_left:
-            spend_left[org] -= 1
+            spend_left[org] -= costs.get(row, shared.job_cost.get(owner, Decimal(0)))
         admitted.append(row)
     return RowVerdicts(admitted=tuple(admitted), refused=refused)

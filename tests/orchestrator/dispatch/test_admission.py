@@ -16,6 +16,7 @@ from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, SendGrant, SendRules
 from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import CycleReport, dispatch_cycle
+from orchestrator.dispatch.owner_tokens import owner_tokens_record
 from outreach.models import Lead, Mailbox, Outreach, Owner, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
@@ -222,3 +223,25 @@ def test_an_owner_whose_mailboxes_have_no_room_left_today_starts_no_more_llm_wor
     waiting = Outreach.objects.filter(owner=owner, state=State.QUEUED)
     assert waiting.count() == 2
     assert all("mailboxes' day reached" in row.blocked_reason for row in waiting)
+
+
+def test_a_spend_cap_counts_work_in_flight_at_its_learned_cost_not_the_configured_estimate(
+    budget: Budget, settings: Any, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given $1 per 1,000 tokens, a configured estimate of 3 x 500 tokens a job ($1.50), and an
+    # owner whose reply jobs are learned to count 6,000 tokens ($6) against a $5 cap
+    settings.LLM_PRICES = {settings.LLM_MODEL: (Decimal("1"), Decimal("1"))}
+    settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL = 3, 500
+    owner = make_owner(organization=make_org(daily_spend_cap=Decimal("5")), daily_limit=100)
+    owner_tokens_record(owner_id=owner.pk, settled=4_000, counted=6_000, kind="reply")
+    # and one of its replies in flight, three intros queued (intros: the owner's $6 average)
+    make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY, state=State.DISPATCHED)
+    queued = _queue(owner, 3)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then the reply in flight ($6 reserved) has met the cap: nothing starts, each row says why
+    # (at the configured $1.50 a job, all three would have started)
+    assert report.generation == []
+    assert llm_stub.requests == []
+    rows = Outreach.objects.filter(id__in=queued)
+    assert all("daily spend cap $5.00 reached" in row.blocked_reason for row in rows)

@@ -101,21 +101,44 @@ def test_a_used_up_domain_day_refuses_its_owners_llm_work_but_not_their_sends() 
 
 
 @pytest.mark.parametrize(
-    ("spend", "room"),
+    ("spend", "job_cost", "room"),
     [
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=0, job_cost=Decimal("0.30")), 4),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.40"), in_flight=1, job_cost=Decimal("0.30")), 1),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=4, job_cost=Decimal("0.30")), 0),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("1"), in_flight=0, job_cost=Decimal("0")), 0),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.5"), in_flight=9, job_cost=Decimal("0")), None),
+        # nothing spent or reserved: $1 holds 4 jobs at $0.30 (the last passes by less than one)
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=Decimal("0")), Decimal("0.30"), 4),
+        # spent and in flight at what each job reserved: $0.25 left, one more job
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.40"), in_flight=Decimal("0.35")), Decimal("0.30"), 1),
+        # one dear job in flight met the cap
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=Decimal("1.20")), Decimal("0.30"), 0),
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("1"), in_flight=Decimal("0")), Decimal("0"), 0),
+        # unpriced jobs: no limit while the cap is not met
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.5"), in_flight=Decimal("0")), Decimal("0"), None),
     ],
 )
-def test_spend_room_counts_work_in_flight_at_its_reserved_cost(spend: SpendFacts, room: int | None) -> None:
-    assert spend.room() == room
-    decision = _one(_owner(), spend={1: spend})
+def test_spend_room_counts_work_in_flight_at_its_reserved_cost(
+    spend: SpendFacts, job_cost: Decimal, room: int | None
+) -> None:
+    decisions, _ = owner_admission(
+        owners=[_owner()], now=NOW, domains={}, spend={1: spend}, job_cost={1: job_cost}
+    )
+    decision = decisions[1]
     assert decision.llm == (20 if room is None else min(20, room))
     if room == 0:
         assert decision.reason == "daily spend cap $1.00 reached, resumes 00:00 UTC"
+
+
+def test_each_pick_reserves_its_own_cost_of_the_spend_cap() -> None:
+    # given $1 left to an organization, owner 1's replies reserving $0.60 and its intros $0.30
+    spend = {1: SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=Decimal("0"))}
+    _, shared = owner_admission(
+        owners=[_owner()], now=NOW, domains={}, spend=spend, job_cost={1: Decimal("0.30")}
+    )
+    picks = [(10, 1), (11, 1), (12, 1)]
+    costs = {10: Decimal("0.60"), 11: Decimal("0.30"), 12: Decimal("0.30")}
+    # then the reply and one intro fit ($0.90); the third pick finds $0.10 left and is admitted
+    # (the last passes by less than one job); a fourth would be refused
+    verdicts = picks_admission(picks=[*picks, (13, 1)], shared=shared, row_cost=costs)
+    assert verdicts.admitted == (10, 11, 12)
+    assert verdicts.refused == {13: "daily spend cap $1.00 reached, resumes 00:00 UTC"}
 
 
 def test_rows_of_suppressed_leads_are_refused_saying_why() -> None:
