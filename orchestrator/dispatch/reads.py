@@ -80,6 +80,11 @@ def active_owners() -> list[ActiveOwner]:
     ]
 
 
+def active_owner_ids() -> list[int]:
+    """The active owners' ids (one indexed read)."""
+    return list(Owner.objects.filter(active=True).values_list("id", flat=True))
+
+
 @dataclass(frozen=True, slots=True)
 class Committed:
     """What an owner has committed: sent in its local day, in flight, drafts not yet sent."""

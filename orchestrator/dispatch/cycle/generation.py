@@ -8,7 +8,6 @@ cursor that carries the schedule to the next cycle.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,14 +16,13 @@ from typing import Any
 
 from django.conf import settings
 
-from config.deployments import deployments
 from config.redis_client import Client
 from orchestrator.budget import PROVIDER, Budget, Limits
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
-from orchestrator.dispatch.deployment_plan import routing_plan
+from orchestrator.dispatch.deployment_plan import per_call_tokens, routing_plan
 from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
 from orchestrator.dispatch.owner_tokens import JobCosts
 from orchestrator.dispatch.selection import (
@@ -74,7 +72,7 @@ def generation_dispatch(
     # target), the buckets' burst (the costliest must fit at once) and each pick's reservation.
     if job_costs.owners:
         budget.hold_job(tokens=job_costs.largest_counted())
-    per_call = _per_call(budget=budget, job_tokens=job_costs.smallest_counted())
+    per_call = per_call_tokens(budget=budget, job_tokens=job_costs.smallest_counted())
     slots = _llm_slots(budget=budget, client=client, per_call=per_call)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
     groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
@@ -165,16 +163,6 @@ def _llm_slots(*, budget: Budget, client: Client, per_call: int | None) -> int:
     )
     in_flight_room = max(0, sizing.target - reads.llm_in_flight())
     return min(in_flight_room, len(routing.placement.routes))
-
-
-def _per_call(*, budget: Budget, job_tokens: int) -> int | None:
-    """Tokens a call is counted in the cycle's slot count: the job's share, a job at most what
-    one reservation can hold (a larger one is reserved at that: reservation._reserve_on). None
-    without owners (the configured estimate)."""
-    if not job_tokens:
-        return None
-    most = min(budget.largest_tokens(scopes=(d.scope,)) for d in deployments())
-    return max(1, math.ceil(min(job_tokens, most) / settings.LLM_CALLS_PER_OUTREACH))
 
 
 def _group_slots(*, groups: Mapping[int, str], budget: Budget, per_call: int | None) -> dict[str, int]:
