@@ -73,11 +73,12 @@ def owners_admit(
     `costs`: the owners' learned job costs, what their work reserves against a spend cap."""
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now)
     ids = [o.rules.owner_id for o in owners]
-    paused = pauses.blocking(owner_ids=ids)
-    # Rule 4: what the owners' mailboxes may still send today (None: no mailbox of its own).
+    # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
+    # its own). An owner with mailboxes sends from their domains: a pause of its organization's
+    # sender domain does not stop it (a paused domain's mailboxes are left out of its room).
     mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget)
-    domains = budget.domain_days(
-        domains=sorted({o.sender_domain for o in owners}), now_ms=int(now.timestamp() * 1000)
+    paused = pauses.blocking(
+        owner_ids=ids, mailbox_owners={o for o, room in mailbox_room.items() if room is not None}
     )
     facts = [
         OwnerFacts(
@@ -94,6 +95,9 @@ def owners_admit(
         )
         for o in owners
     ]
+    domains = budget.domain_days(
+        domains=sorted({d for f in facts for d in f.sender_domains}), now_ms=int(now.timestamp() * 1000)
+    )
     price = job_pricing(costs)
     spend = reads.organization_spend(owner_ids=ids, now=now, job_cost=price)
     capped = {o.rules.owner_id for o in owners if o.organization_id in spend}

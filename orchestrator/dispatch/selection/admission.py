@@ -13,7 +13,8 @@ first that refuses names the reason:
   5. the owner's committed drafts: what it has committed (sent today + in flight + awaiting
      approval + approved and unsent) stays within its day, plus `draft_ahead_days` days for an
      owner whose drafts wait for review
-  6. the sender domain's day and warm-up step (sent today on it, and what its owners committed)
+  6. the sender domain's day and warm-up step (sent today on it, and what its owners committed):
+     the domains of the owner's mailboxes, else its organization's sender domain
   7. the organization's daily spend cap, counting work in flight at its reserved cost
   8. the lead still sendable (a row whose lead opted out, bounced or complained meanwhile)
 Rules 1-7 are per owner (`owner_admission`): a refused owner gets no LLM room, so the batch
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.budget.sends import DomainDay, day_cap_reason
 from orchestrator.controls.spend import spend_cap_reason
 from orchestrator.dispatch.owner_limits import OwnerRules, owner_capacity
@@ -47,20 +49,26 @@ class OwnerFacts:
 
     rules: OwnerRules
     organization_id: int
-    sender_domain: str
+    sender_domain: str  # its organization's sender: where its mail leaves from without a mailbox
     sent_today: int = 0
     in_flight: int = 0  # DISPATCHED, GENERATING, SENDING
     drafts: int = 0  # AWAITING_APPROVAL and APPROVED: written, not sent
     review_required: bool = False
     draft_ahead_days: int = 0
     paused: str = ""  # the reason of the pause that stops all its work ("" = none)
-    # Rule 4: the emails its mailboxes may still send today (cap and warm-up step, less what
-    # they sent); None: no mailbox of its own, no mailbox limit applies.
-    mailbox_room: int | None = None
+    # Rule 4: per sender domain of its usable mailboxes (active, domain not paused), the emails
+    # they may still send today (cap and warm-up step, less what they sent); None: no mailbox
+    # of its own, no mailbox limit applies; {}: every mailbox paused.
+    mailbox_room: Mapping[str, int] | None = None
 
     @property
     def committed(self) -> int:
         return self.sent_today + self.in_flight + self.drafts
+
+    @property
+    def sender_domains(self) -> tuple[str, ...]:
+        """The domains its mail leaves from (rule 6): its usable mailboxes', else its organization's."""
+        return (self.sender_domain,) if self.mailbox_room is None else tuple(sorted(self.mailbox_room))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +102,7 @@ class OwnerAdmission:
 class Shared:
     """The rooms several owners share (rules 6, 7) and the rows refused one by one (rule 8)."""
 
-    domain_of: Mapping[int, str]  # owner id -> sender domain
+    domain_of: Mapping[int, tuple[str, ...]]  # owner id -> the sender domains its mail leaves from
     domain_room: Mapping[str, int]  # only domains with a cap
     domain_reason: Mapping[str, str]
     org_of: Mapping[int, int]  # owner id -> organization id
@@ -129,13 +137,14 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
         return OwnerAdmission(0, 0, day.blocked_reason)
     rooms: list[tuple[int, str]] = []
     if o.mailbox_room is not None:  # rule 4: what is in flight or drafted leaves from them too
-        pending = o.in_flight + o.drafts
-        rooms.append((o.mailbox_room - pending, _mailbox_reason(o.mailbox_room, pending)))
+        pending, left = o.in_flight + o.drafts, sum(o.mailbox_room.values())
+        reason = _mailbox_reason(left, pending) if o.mailbox_room else MAILBOXES_PAUSED
+        rooms.append((left - pending, reason))
     # Rule 5: within one day it also keeps rule 3 (committed includes sent and in flight).
     rooms.append((o.rules.daily_limit * days - o.committed, _committed_reason(o, days)))
-    domain = o.sender_domain  # rule 6
-    if domain in shared.domain_room:
-        rooms.append((shared.domain_room[domain], shared.domain_reason[domain]))
+    capped = _all_capped(o.sender_domains, shared.domain_room)  # rule 6
+    if capped:
+        rooms.append((sum(max(0, shared.domain_room[d]) for d in capped), shared.domain_reason[capped[0]]))
     if o.organization_id in shared.spend_left:  # rule 7
         room = _spend_room(shared.spend_left[o.organization_id], shared.job_cost.get(o.rules.owner_id))
         if room is not None:
@@ -145,6 +154,12 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
         if room <= 0:
             return OwnerAdmission(send, 0, reason)
     return OwnerAdmission(send, min(room for room, _ in rooms))
+
+
+def _all_capped(domains: Sequence[str], room: Mapping[str, int]) -> list[str]:
+    """The domains, when each of them has a day cap (`room`); [] when one has none (mail can
+    leave from that one whatever the others' days)."""
+    return list(domains) if domains and all(d in room for d in domains) else []
 
 
 def _spend_room(left: Decimal, job_cost: Decimal | None) -> int | None:
@@ -181,12 +196,13 @@ def _shared(
     # A domain's day counts what left today (Redis) and what its owners committed and did not
     # send yet: in flight and drafts, all of which will leave from it.
     pending: Counter[str] = Counter()
-    for o in owners:
-        pending[o.sender_domain] += o.in_flight + o.drafts
+    for o in owners:  # an owner on several domains: counted on each (it may leave from any)
+        for domain in o.sender_domains:
+            pending[domain] += o.in_flight + o.drafts
     capped = {d: f for d, f in domains.items() if f.cap is not None}
     domain_room = {d: (f.cap or 0) - f.sent - pending[d] for d, f in capped.items()}
     return Shared(
-        domain_of={o.rules.owner_id: o.sender_domain for o in owners},
+        domain_of={o.rules.owner_id: o.sender_domains for o in owners},
         domain_room=domain_room,
         domain_reason={
             d: day_cap_reason(domain=d, cap=f.cap or 0, warmup_day=f.warmup_day) for d, f in capped.items()
@@ -224,14 +240,16 @@ def picks_admission(
     admitted: list[int] = []
     refused: dict[int, str] = {}
     for row, owner in picks:
-        domain, org = shared.domain_of.get(owner, ""), shared.org_of.get(owner)
-        if domain in domain_left and domain_left[domain] <= 0:
-            refused[row] = shared.domain_reason[domain]
+        org = shared.org_of.get(owner)
+        capped = _all_capped(shared.domain_of.get(owner, ()), domain_left)
+        domain = max(capped, key=lambda d: domain_left[d]) if capped else None  # the roomiest
+        if domain is not None and domain_left[domain] <= 0:
+            refused[row] = shared.domain_reason[capped[0]]
             continue
         if org is not None and org in spend_left and spend_left[org] <= 0:
             refused[row] = shared.spend_reason[org]
             continue
-        if domain in domain_left:
+        if domain is not None:
             domain_left[domain] -= 1
         if org is not None and org in spend_left:
             spend_left[org] -= costs.get(row, shared.job_cost.get(owner, Decimal(0)))

@@ -62,9 +62,16 @@ def _one(facts: OwnerFacts, **kwargs: Any) -> OwnerAdmission:
         # ... and means nothing for an autonomous one
         (_owner(drafts=20, draft_ahead_days=1), 20, 0, "daily limit 20 committed"),
         # the owner's mailboxes' room, less what is in flight or drafted (it leaves from them)
-        (_owner(mailbox_room=0), 20, 0, "mailboxes' day reached: 0 more may leave today"),
-        (_owner(mailbox_room=3), 20, 3, ""),
-        (_owner(mailbox_room=5, in_flight=2, drafts=3, review_required=True), 18, 0, "mailboxes' day"),
+        (_owner(mailbox_room={"a.example": 0}), 20, 0, "mailboxes' day reached: 0 more may leave today"),
+        (_owner(mailbox_room={"a.example": 1, "b.example": 2}), 20, 3, ""),
+        (
+            _owner(mailbox_room={"a.example": 5}, in_flight=2, drafts=3, review_required=True),
+            18,
+            0,
+            "mailboxes' day",
+        ),
+        # every mailbox paused: no domain to send from
+        (_owner(mailbox_room={}), 20, 0, "every mailbox of this owner is paused"),
     ],
 )
 def test_owner_rules_in_order(facts: OwnerFacts, send: int, llm: int, reason: str) -> None:
@@ -139,6 +146,18 @@ def test_each_pick_reserves_its_own_cost_of_the_spend_cap() -> None:
     verdicts = picks_admission(picks=[*picks, (13, 1)], shared=shared, row_cost=costs)
     assert verdicts.admitted == (10, 11, 12)
     assert verdicts.refused == {13: "daily spend cap $1.00 reached, resumes 00:00 UTC"}
+
+
+def test_an_owner_on_two_mailbox_domains_is_held_only_when_both_days_are_used_up() -> None:
+    # given an owner with mailboxes on a.example (day used up) and b.example (2 left)
+    days = {d: DomainDay(sent=s, cap=5, warmup_day=None) for d, s in (("a.example", 5), ("b.example", 3))}
+    owner = _owner(mailbox_room={"a.example": 10, "b.example": 10})
+    decisions, shared = owner_admission(owners=[owner], now=NOW, domains=days, spend={})
+    # then it may start what b.example can still send, and its picks are charged there
+    assert decisions[1].llm == 2
+    verdicts = picks_admission(picks=[(10, 1), (11, 1), (12, 1)], shared=shared)
+    assert verdicts.admitted == (10, 11)
+    assert verdicts.refused == {12: "sender domain a.example: 5/day reached, resumes 00:00 UTC"}
 
 
 def test_rows_of_suppressed_leads_are_refused_saying_why() -> None:
