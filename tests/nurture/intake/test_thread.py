@@ -128,7 +128,8 @@ def test_the_excerpt_is_the_prospects_own_words_on_one_line_and_short() -> None:
     assert excerpt(GMAIL_REPLY) == "Sounds good, what does a pilot cost?"
     long = "word " * 100
     cut = excerpt(long)
-    assert len(cut) == 120 and cut.endswith("\u2026")
+    assert len(cut) == 120
+    assert cut.endswith("\u2026")
     assert excerpt("> only a quote") == ""
     assert unquoted("a\n> b\nc") == "a\n\nc"
 
@@ -149,4 +150,5 @@ def test_a_huge_body_is_cut_for_the_page_and_says_so() -> None:
         outreach_id=1, created_at=T0, context={"inbound": {"subject": "s", "body": "x" * 50_000}}
     )
     (message,) = thread_build(sent=[], inbound=[record])
-    assert message.cut and len(message.segments[0].text) == 20_000
+    assert message.cut
+    assert len(message.segments[0].text) == 20_000
