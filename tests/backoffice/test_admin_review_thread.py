@@ -125,7 +125,7 @@ def test_the_list_shows_what_the_prospect_wrote_and_the_class_and_filters_by_cla
         lead=lead,
         kind=Outreach.Kind.REPLY,
         reply_class=ReplyClass.COMPLAINT,
-        reply_class_reason="threatens to report as spam",
+        reply_class_reason="threatens to report as spam <i>now</i>",
         context={
             "inbound": {"subject": "Re: x", "body": "This is spam.\n> quoted stuff", "message_id": "<9@p>"}
         },
@@ -139,7 +139,7 @@ def test_the_list_shows_what_the_prospect_wrote_and_the_class_and_filters_by_cla
     assert "Also: is there a pilot?" in page
     assert "This is spam." in page
     assert "quoted stuff" not in page
-    assert "threatens to report as spam" in page
+    assert "threatens to report as spam &lt;i&gt;now&lt;/i&gt;" in page  # the model's words, escaped
     assert "Complaint, legal or pricing negotiation" in page
     # when they filter by class
     filtered = client.get(reverse(QUEUE), {"reply_class__exact": ReplyClass.COMPLAINT}).content.decode()
