@@ -214,11 +214,7 @@ def _body(given: Mapping[Any, Any], *, where: str) -> dict[str, str]:
 
 
 def _one_line(value: object) -> bool:
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= _MAX_VALUE
-        and not any(c in value for c in "\r\n\0")
-    )
+    return isinstance(value, str) and 0 < len(value) <= _MAX_VALUE and not any(c in value for c in "\r\n\0")
 
 
 def _merged(

@@ -97,9 +97,7 @@ class ConfigurationFault(PermanentError):
     not know this class."""
 
     error_class = ""  # not a failure of the job: no dead letter, no attempt
-    suggested_action = (
-        "fix LLM_DEPLOYMENTS (model name, key, base_url, dialect); work resumes after a probe"
-    )
+    suggested_action = "fix LLM_DEPLOYMENTS (model name, key, base_url, dialect); work resumes after a probe"
 
     def __init__(
         self,

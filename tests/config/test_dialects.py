@@ -90,25 +90,70 @@ def test_an_openai_compatible_server_with_an_api_key_header_and_its_own_path() -
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"dialect": "azur"}, "LLM_DEPLOYMENTS entry 1 (big): dialect: use one of openai_compatible, openai, azure, got 'azur'."),
-        ({"token_param": "max_output_tokens"}, "LLM_DEPLOYMENTS entry 1 (big): token_param: use one of max_tokens, max_completion_tokens, got 'max_output_tokens'."),
+        (
+            {"dialect": "azur"},
+            "LLM_DEPLOYMENTS entry 1 (big): dialect: use one of openai_compatible, openai, azure, got 'azur'.",
+        ),
+        (
+            {"token_param": "max_output_tokens"},
+            "LLM_DEPLOYMENTS entry 1 (big): token_param: use one of max_tokens, max_completion_tokens, got 'max_output_tokens'.",
+        ),
         ({"auth": "basic"}, "LLM_DEPLOYMENTS entry 1 (big): auth: use one of bearer, api-key, got 'basic'."),
-        ({"auth": ["bearer"]}, "LLM_DEPLOYMENTS entry 1 (big): auth: use one of bearer, api-key, got a list."),
+        (
+            {"auth": ["bearer"]},
+            "LLM_DEPLOYMENTS entry 1 (big): auth: use one of bearer, api-key, got a list.",
+        ),
         ({"path": "chat/completions"}, "LLM_DEPLOYMENTS entry 1 (big): path: a URL path starting with '/'"),
         ({"path": "/v1/../admin"}, "LLM_DEPLOYMENTS entry 1 (big): path: a URL path starting with '/'"),
         ({"path": "/chat?x=1"}, "LLM_DEPLOYMENTS entry 1 (big): path: a URL path starting with '/'"),
-        ({"extra_headers": ["x-a: 1"]}, "LLM_DEPLOYMENTS entry 1 (big): extra_headers: expected an object of names and values, got a list."),
-        ({"extra_headers": {"Authorization": "Bearer sk-other"}}, "LLM_DEPLOYMENTS entry 1 (big): extra_headers: 'Authorization' is set by the client (use api_key and auth for the key)."),
-        ({"extra_headers": {"API-KEY": "k"}}, "LLM_DEPLOYMENTS entry 1 (big): extra_headers: 'API-KEY' is set by the client"),
-        ({"extra_headers": {"bad name": "1"}}, "LLM_DEPLOYMENTS entry 1 (big): extra_headers: a header name (not shown) is not a valid HTTP header name."),
-        ({"extra_headers": {"x-key": 42}}, "LLM_DEPLOYMENTS entry 1 (big): extra_headers: the value of 'x-key' (not shown: it may hold a key) must be a string of one line"),
-        ({"extra_query": {"api-version": 2024}}, "LLM_DEPLOYMENTS entry 1 (big): extra_query: the value of 'api-version' must be a string of one line"),
-        ({"extra_query": {"a&b": "1"}}, "LLM_DEPLOYMENTS entry 1 (big): extra_query: a parameter name (not shown)"),
-        ({"extra_body": {"max_tokens": 10}}, "LLM_DEPLOYMENTS entry 1 (big): extra_body: 'max_tokens' is set by the client (the token parameter's name is token_param)."),
-        ({"extra_body": {"model": "other"}}, "LLM_DEPLOYMENTS entry 1 (big): extra_body: 'model' is set by the client"),
-        ({"extra_body": "reasoning_effort=low"}, "LLM_DEPLOYMENTS entry 1 (big): extra_body: expected an object of names and values, got a str."),
-        ({"dialect": "azure", "model": "gpt 4o/../x"}, "LLM_DEPLOYMENTS entry 1 (big): model: goes into the URL path /openai/deployments/{model}/chat/completions"),
-        ({"dialect": "azure", "extra_query": {"api-version": ""}}, "LLM_DEPLOYMENTS entry 1 (big): extra_query: the value of 'api-version' must be a string"),
+        (
+            {"extra_headers": ["x-a: 1"]},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_headers: expected an object of names and values, got a list.",
+        ),
+        (
+            {"extra_headers": {"Authorization": "Bearer sk-other"}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_headers: 'Authorization' is set by the client (use api_key and auth for the key).",
+        ),
+        (
+            {"extra_headers": {"API-KEY": "k"}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_headers: 'API-KEY' is set by the client",
+        ),
+        (
+            {"extra_headers": {"bad name": "1"}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_headers: a header name (not shown) is not a valid HTTP header name.",
+        ),
+        (
+            {"extra_headers": {"x-key": 42}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_headers: the value of 'x-key' (not shown: it may hold a key) must be a string of one line",
+        ),
+        (
+            {"extra_query": {"api-version": 2024}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_query: the value of 'api-version' must be a string of one line",
+        ),
+        (
+            {"extra_query": {"a&b": "1"}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_query: a parameter name (not shown)",
+        ),
+        (
+            {"extra_body": {"max_tokens": 10}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_body: 'max_tokens' is set by the client (the token parameter's name is token_param).",
+        ),
+        (
+            {"extra_body": {"model": "other"}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_body: 'model' is set by the client",
+        ),
+        (
+            {"extra_body": "reasoning_effort=low"},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_body: expected an object of names and values, got a str.",
+        ),
+        (
+            {"dialect": "azure", "model": "gpt 4o/../x"},
+            "LLM_DEPLOYMENTS entry 1 (big): model: goes into the URL path /openai/deployments/{model}/chat/completions",
+        ),
+        (
+            {"dialect": "azure", "extra_query": {"api-version": ""}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_query: the value of 'api-version' must be a string",
+        ),
     ],
 )
 def test_a_bad_dialect_field_is_refused_naming_the_entry_the_deployment_and_the_field(
@@ -128,12 +173,14 @@ def test_a_header_value_is_never_shown_not_in_an_error_nor_in_a_repr() -> None:
     message = _refused({**BASE, "extra_headers": {"x-api-token": secret + "\nX-Evil: 1"}})
     # then the error names the header, not its value
     assert "x-api-token" in message
-    assert secret not in message and "X-Evil" not in message
+    assert secret not in message
+    assert "X-Evil" not in message
     # and a parsed deployment's repr (a log line, a traceback) holds neither key
     (deployment,) = deployments_parse(
         json.dumps([{**BASE, "api_key": "sk-main-SECRET", "extra_headers": {"x-api-token": secret}}])
     )
-    assert secret not in repr(deployment) and "sk-main-SECRET" not in repr(deployment)
+    assert secret not in repr(deployment)
+    assert "sk-main-SECRET" not in repr(deployment)
     assert "x-api-token" not in repr(deployment)
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from devtools.llm_sim import LLMSim, SimConfigError
 
-MESSAGES = [{"role": "user", "content": "Write a short intro email."}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Write a short intro email."}]
 Result = tuple[int, dict[str, Any]]
 
 
@@ -73,7 +74,9 @@ def test_a_reasoning_model_refuses_max_tokens_as_openai_does_and_counts_nothing(
 def test_a_reasoning_model_answers_max_completion_tokens(sim: LLMSim) -> None:
     client = openai.OpenAI(base_url=sim.base_url, api_key="k", max_retries=0, timeout=10)
     completion = client.chat.completions.create(
-        model="o3-mini", messages=MESSAGES, max_completion_tokens=300  # type: ignore[arg-type]
+        model="o3-mini",
+        messages=MESSAGES,
+        max_completion_tokens=300,
     )
     assert (completion.choices[0].message.content or "").startswith("Subject: ")
     assert sim.stats()["tokens"] == completion.usage.prompt_tokens + 300  # type: ignore[union-attr]
@@ -86,7 +89,7 @@ def test_azure_answers_the_official_azure_client(sim: LLMSim) -> None:
         azure_endpoint=sim.base_url, api_key="azure-key", api_version="2024-10-21", max_retries=0, timeout=10
     )
     # when it asks the deployment
-    completion = client.chat.completions.create(model="gpt4o-prod", messages=MESSAGES, max_tokens=200)  # type: ignore[arg-type]
+    completion = client.chat.completions.create(model="gpt4o-prod", messages=MESSAGES, max_tokens=200)
     # then the simulator answers as the deployment
     assert completion.model == "gpt4o-prod"
     assert sim.stats()["models"]["gpt4o-prod"]["admitted"] == 1
@@ -111,13 +114,19 @@ def test_azure_answers_the_official_azure_client(sim: LLMSim) -> None:
             (404, "DeploymentNotFound", "The API deployment for this resource does not exist."),
         ),
         # OpenAI's path on an Azure resource
-        ("/v1/chat/completions?api-version=2024-10-21", {"api-key": "azure-key"}, (404, "404", "Resource not found")),
+        (
+            "/v1/chat/completions?api-version=2024-10-21",
+            {"api-key": "azure-key"},
+            (404, "404", "Resource not found"),
+        ),
     ],
 )
 def test_azure_refuses_a_wrong_request_in_azures_error_shape(
     sim: LLMSim, path: str, headers: dict[str, str], expected: tuple[int, str, str]
 ) -> None:
-    status, answer = _post(sim, path, {"model": "gpt4o-prod", "messages": MESSAGES, "max_tokens": 20}, headers)
+    status, answer = _post(
+        sim, path, {"model": "gpt4o-prod", "messages": MESSAGES, "max_tokens": 20}, headers
+    )
     assert set(answer["error"]) == {"code", "message"}
     assert (status, answer["error"]["code"]) == expected[:2]
     assert answer["error"]["message"].startswith(expected[2])

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import generate_latest
 
 from config.deployments import deployments_parse
@@ -81,7 +83,8 @@ def test_a_reasoning_model_deployment_writes_drafts(
     # when the generation runs
     outreach = _drafted(outreach, budget, django_capture_on_commit_callbacks)
     # then its three calls were answered and the draft is written
-    assert outreach.draft_subject and outreach.draft_body
+    assert outreach.draft_subject
+    assert outreach.draft_body
     assert (outreach.llm_calls, outreach.attempts) == (3, 0)
     stats = sim.stats()
     assert (stats["completed"], stats["unsupported_parameter"]) == (3, 0)
@@ -97,9 +100,16 @@ def test_an_azure_deployment_writes_drafts(
     # when the generation runs
     outreach = _drafted(outreach, budget, django_capture_on_commit_callbacks)
     # then the calls went to the deployment's URL with the key header and the version
-    assert outreach.draft_subject and outreach.draft_body and outreach.llm_calls == 3
+    assert outreach.draft_subject
+    assert outreach.draft_body
+    assert outreach.llm_calls == 3
     stats = sim.stats()
-    assert (stats["completed"], stats["unauthorized"], stats["not_found"], stats["unknown_model"]) == (3, 0, 0, 0)
+    assert (stats["completed"], stats["unauthorized"], stats["not_found"], stats["unknown_model"]) == (
+        3,
+        0,
+        0,
+        0,
+    )
     assert stats["models"]["gpt4o-prod"]["admitted"] == 3
 
 
@@ -138,7 +148,14 @@ def test_max_tokens_sent_to_a_reasoning_model_opens_the_breaker_and_dead_letters
         # the key sent as a bearer token: Azure answers 401 (its code repeats the status)
         ({"model": "gpt4o-prod", "dialect": "azure", "auth": "bearer"}, "401;"),
         # no api-version (a generic server's dialect on Azure's path): 404 Resource not found
-        ({"model": "gpt4o-prod", "auth": "api-key", "path": "/openai/deployments/{model}/chat/completions"}, "404;"),
+        (
+            {
+                "model": "gpt4o-prod",
+                "auth": "api-key",
+                "path": "/openai/deployments/{model}/chat/completions",
+            },
+            "404;",
+        ),
     ],
 )
 def test_a_wrong_azure_deployment_is_a_configuration_fault_not_a_dead_letter(
@@ -152,3 +169,13 @@ def test_a_wrong_azure_deployment_is_a_configuration_fault_not_a_dead_letter(
     assert outreach.attempts == 0
     assert outreach.blocked_reason.startswith(f"deployment 'writer#0' misconfigured: {expected}")
     assert not DeadLetter.objects.exists()
+
+
+def test_an_alert_rule_names_the_deployment_whose_breaker_is_open() -> None:
+    # the gauge the misconfigured test reads is the one the example rule watches, by deployment
+    rules = yaml.safe_load((Path(__file__).parents[2] / "docs/prometheus/alerts.yml").read_text())
+    (rule,) = [
+        r for g in rules["groups"] for r in g["rules"] if r["alert"] == "OutreachLLMDeploymentBreakerOpen"
+    ]
+    assert rule["expr"] == "max by (deployment, model) (llm_deployment_breaker_open) == 1"
+    assert "{{ $labels.deployment }}" in rule["annotations"]["summary"]

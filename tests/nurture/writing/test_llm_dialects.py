@@ -114,7 +114,14 @@ def test_a_400_unsupported_value_is_the_deployments_fault_too(llm_stub: LLMStub)
 
 
 def test_any_other_400_stays_the_jobs_own(llm_stub: LLMStub) -> None:
-    body = {"error": {"message": "bad messages", "type": "invalid_request_error", "param": "messages", "code": None}}
+    body = {
+        "error": {
+            "message": "bad messages",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": None,
+        }
+    }
     llm_stub.push(StubResponse(status=400, body=json.dumps(body)))
     with pytest.raises(PermanentError) as caught:
         chat(messages=MESSAGES, max_tokens=20)
