@@ -176,6 +176,12 @@ def _deployment(entry: object, *, where: str, pools: Mapping[str, int]) -> Deplo
     for key, value in optional.items():
         if value is not None and (not isinstance(value, str) or not value):
             raise ImproperlyConfigured(f"{where} ({name}): {key} must be a non-empty string or left out.")
+    key_text = optional["api_key"] or ""
+    if not all("!" <= c <= "~" for c in key_text):  # it goes into a header, as it is
+        raise ImproperlyConfigured(
+            f"{where} ({name}): api_key (not shown) holds a space, a line break or a character that is "
+            "not printable ASCII: paste the key alone."
+        )
     dialect = dialects.dialect_parse(entry, where=f"{where} ({name})", model=model)
     return Deployment(
         name=name,

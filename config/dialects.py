@@ -164,12 +164,14 @@ def _headers(given: Mapping[Any, Any], *, where: str) -> dict[str, str]:
                 "extra_headers",
                 f"{name!r} is set by the client (use api_key and auth for the key)",
             )
-        if not _one_line(value):
+        # Printable ASCII only: a header is sent as bytes, and an accented letter or a line
+        # break would fail every call (or, unchecked, smuggle a second header).
+        if not _one_line(value) or not all(" " <= c <= "~" or c == "\t" for c in value):
             raise _bad(
                 where,
                 "extra_headers",
                 f"the value of {name!r} (not shown: it may hold a key) must be a string of one line, "
-                f"1-{_MAX_VALUE} characters; quote it in YAML",
+                f"1-{_MAX_VALUE} printable ASCII characters; quote it in YAML",
             )
         found[name] = value
     return found

@@ -127,6 +127,10 @@ def test_an_openai_compatible_server_with_an_api_key_header_and_its_own_path() -
             "LLM_DEPLOYMENTS entry 1 (big): extra_headers: the value of 'x-key' (not shown: it may hold a key) must be a string of one line",
         ),
         (
+            {"extra_headers": {"x-team": "M\u00fcller"}},
+            "LLM_DEPLOYMENTS entry 1 (big): extra_headers: the value of 'x-team' (not shown: it may hold a key) must be a string of one line, 1-8192 printable ASCII characters; quote it in YAML.",
+        ),
+        (
             {"extra_query": {"api-version": 2024}},
             "LLM_DEPLOYMENTS entry 1 (big): extra_query: the value of 'api-version' must be a string of one line",
         ),
@@ -225,4 +229,12 @@ def test_the_listed_fields_include_the_dialects() -> None:
     assert message == (
         "LLM_DEPLOYMENTS entry 1: unknown field(s) headers; the fields are name, model, rpm, tpm, "
         "base_url, api_key, dialect, token_param, auth, path, extra_headers, extra_query, extra_body."
+    )
+
+
+def test_an_api_key_with_a_line_break_is_refused_without_showing_it() -> None:
+    message = _refused({**BASE, "api_key": "sk-SECRET-1\n"})
+    assert message == (
+        "LLM_DEPLOYMENTS entry 1 (big): api_key (not shown) holds a space, a line break or a character "
+        "that is not printable ASCII: paste the key alone."
     )

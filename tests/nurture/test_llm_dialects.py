@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from django.utils import timezone
 from prometheus_client import generate_latest
 
 from config.deployments import deployments_parse
@@ -22,6 +24,8 @@ from devtools.llm_sim import LLMSim
 from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation
 from orchestrator.deployments.breaker import healths
+from orchestrator.dispatch.cycle import dispatch_cycle
+from orchestrator.dispatch.reads import organization_caps_load
 from orchestrator.metrics.prometheus import metrics_registry
 from orchestrator.models import DeadLetter
 from outreach.models import Outreach, State
@@ -179,3 +183,52 @@ def test_an_alert_rule_names_the_deployment_whose_breaker_is_open() -> None:
     ]
     assert rule["expr"] == "max by (deployment, model) (llm_deployment_breaker_open) == 1"
     assert "{{ $labels.deployment }}" in rule["annotations"]["summary"]
+
+
+def test_a_reasoning_model_misconfigured_with_a_fallback_has_its_work_written_there(
+    budget: Budget, settings: Any, start_sim: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a reasoning model sent max_tokens (misconfigured), falling back to a generic model
+    reasoning, generic = start_sim(dialect="reasoning"), start_sim()
+    settings.LLM_API_KEY, settings.LLM_FAULT_THRESHOLD, settings.DISPATCH_MAX_IN_FLIGHT = "sk-1", 1, 40
+    settings.LLM_DEPLOYMENTS = deployments_parse(
+        json.dumps(
+            [
+                {
+                    "name": "reasoner",
+                    "model": "o3-mini",
+                    "rpm": 6000,
+                    "tpm": 6_000_000,
+                    "base_url": reasoning.base_url,
+                },
+                {
+                    "name": "backup",
+                    "model": "sim-1",
+                    "rpm": 6000,
+                    "tpm": 6_000_000,
+                    "base_url": generic.base_url,
+                },
+            ]
+        )
+    )
+    settings.LLM_STEP_MODELS, settings.LLM_FALLBACKS = {}, {"reasoner": "backup"}
+    organization_caps_load(budget=budget)
+    owner = make_owner(organization=make_org(), daily_limit=500)
+    outreach = make_outreach(lead=make_lead(owner=owner))
+    # when it is dispatched and run: refused, the breaker opens
+    with django_capture_on_commit_callbacks():
+        assert dispatch_cycle(budget=budget).generation == [outreach.pk]
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.QUEUED
+    # and the next cycle places it again, once its recheck time has passed
+    with django_capture_on_commit_callbacks():
+        later = timezone.now() + timedelta(seconds=10)
+        assert dispatch_cycle(budget=budget, now=later).generation == [outreach.pk]
+    with django_capture_on_commit_callbacks():
+        assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.DISPATCHED
+    # then it ran on the fallback and its draft is written; nothing is dead-lettered
+    outreach.refresh_from_db()
+    assert outreach.llm_route == "plan=backup#0,context=backup#0,message=backup#0 fallback reasoner->backup"
+    assert outreach.draft_body
+    assert outreach.attempts == 0
+    assert not DeadLetter.objects.exists()
+    assert (reasoning.stats()["unsupported_parameter"], generic.stats()["completed"]) == (1, 3)
