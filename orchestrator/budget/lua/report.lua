@@ -10,7 +10,8 @@
 -- key shared with another client 20-30% idle, and every climb past our share ended in a 429
 -- and a halving. The estimate rises at once (another client's burst must not cost us 429s)
 -- and falls by at most `release` per interval (answers racing each other see a little fewer
--- of its calls); one within the tolerance is noise (our calls racing the header), not a client.
+-- of its calls), so it sits at the top of the other client's wobble; one within the tolerance
+-- is noise (our calls racing the header), not a client.
 -- A 429 meanwhile widened a safety gap (report_429.lua), closing by one tolerance per interval.
 -- Such a limit holds for a window (60 s) without answers, then climbs as after a cut.
 --
@@ -38,8 +39,11 @@ local function follow(kind, remaining, ours, cfg, floor, tol, release)
   end
   local safe = 0
   if st[3] then safe = math.max(0, tonumber(st[3]) - tol * math.max(0, now - tonumber(st[4])) / interval) end
-  local others = 0  -- within the tolerance: noise; beyond it, a client whose rate may wobble
-  if foreign > tol then others = foreign + tol end
+  -- Within the tolerance: noise (our calls racing the header). Beyond it, another client, at
+  -- its estimate: that rises at once and falls slowly, so it holds the top of the other
+  -- client's wobble already; a further tolerance on top of it left 1-2% of the key idle.
+  local others = 0
+  if foreign > tol then others = foreign end
   local lim = math.max(floor, math.min(cfg, math.floor(cfg - others - safe)))
   -- The additive climb (limits.lua) starts only a window later: while our calls wait for room
   -- nothing is answered, and a climb after one quiet interval took back what the last answer
