@@ -12,7 +12,6 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
-from kombu import Queue as KombuQueue
 
 from config.deployments import deployments_parse, fallbacks_parse, step_models_parse
 from config.env import (
@@ -34,7 +33,7 @@ from config.env import (
     env_url,
 )
 from config.logging import logging_config
-from config.queues import TASK_ROUTES, Queue
+from config.queues import TASK_ROUTES, Queue, task_queues
 from config.workers import WORKERS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -389,17 +388,13 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = Queue.ORCHESTRATOR
 # RabbitMQ only: "quorum" queues (replicated, the choice for a clustered broker) or "classic".
+# Choosing and migrating: README "Deploy"; what quorum changes: config.queues.task_queues.
 CELERY_QUEUE_TYPE = env_choice("CELERY_QUEUE_TYPE", ["classic", "quorum"], "classic")
-CELERY_TASK_QUEUES = [
-    KombuQueue(
-        q.value,
-        routing_key=q.value,
-        queue_arguments={"x-queue-type": "quorum"}
-        if CELERY_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith("amqp")
-        else None,
-    )
-    for q in Queue
-]
+CELERY_TASK_QUEUES = task_queues(
+    quorum=CELERY_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith("amqp")
+)
+# Native delayed delivery (quorum only): a countdown waits in the broker's own quorum queues.
+CELERY_BROKER_NATIVE_DELAYED_DELIVERY_QUEUE_TYPE = "quorum"
 CELERY_TASK_ROUTES = TASK_ROUTES
 CELERY_TASK_CREATE_MISSING_QUEUES = False
 # A message is acknowledged after the task returns, and re-delivered if the worker dies:
