@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -40,6 +42,22 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # A `.env` file beside manage.py (or DJANGO_ENV_FILE) is read when present, for every process
 # (web, workers, beat, commands); variables already set in the environment win.
 load_dotenv(os.environ.get("DJANGO_ENV_FILE") or BASE_DIR / ".env", override=False)
+
+# `manage.py collectstatic` (run when the image is built, Dockerfile) reads no secret and needs
+# no service, so the build is given none: that command alone fills the required secrets it finds
+# unset with throwaway values (the secret key random on every run). Every other command and
+# every process (web, workers, beat) still refuses to start without them.
+if Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] == ["collectstatic"]:
+    for _name, _value in {
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "LLM_API_KEY": "unused-by-collectstatic",
+        "WEBHOOK_SECRET": "unused-by-collectstatic",
+        "FLOWER_BASIC_AUTH": "unused:unused-by-collectstatic",
+        "PUBLIC_BASE_URL": "https://collectstatic.invalid",
+        "DEFAULT_FROM_EMAIL": "collectstatic@collectstatic.invalid",
+        "METRICS_TOKEN": "unused-by-collectstatic",
+    }.items():
+        os.environ.setdefault(_name, _value)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 # Production secrets have no default: only a debug (demo/dev) process may run on a throwaway key.
@@ -108,7 +126,8 @@ DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'demo.sql
 # its LLM calls, and waits for one of GENERATION_DB_CONNECTIONS turns per process
 # (nurture.writing.generation). PostgreSQL's max_connections must cover web + beat + the prefork
 # workers' processes + GENERATION_DB_CONNECTIONS per generation process + the send and reply
-# workers' threads (a send holds its connection while it runs: 48, config.workers).
+# workers' threads (a send holds its connection while it runs: 48, config.workers): the sum is
+# config.workers.database_connections_peak (README "Deploy": how to size max_connections).
 DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -124,8 +143,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("DJANGO_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
-# Outside debug the admin's files come from `collectstatic` (the Procfile's release line, the
-# image build) under content-hashed names; in debug Django serves them from the apps.
+# Outside debug the admin's files come from `collectstatic` (run when the image is built, with
+# no secret: see the top of this file) under content-hashed names; in debug Django serves them
+# from the apps. A platform that builds from the Procfile alone runs it in its build step.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
