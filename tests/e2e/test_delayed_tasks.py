@@ -11,12 +11,13 @@ import pytest
 from config.queues import Queue
 from devtools.processes import ProcessGroup, celery_beat, celery_worker
 from orchestrator.tasks import prune
-from tests.e2e.conftest import dispatch_cycles, wait_until
+from tests.e2e.conftest import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-COUNTDOWN_S = 6  # the e2e stack runs a cycle a second (DISPATCH_INTERVAL=1): ~6 cycles meanwhile
+COUNTDOWN_S = 8  # the e2e stack runs a cycle a second (DISPATCH_INTERVAL=1): ~8 cycles meanwhile
 PRUNE_LINE = "retention prune: "  # orchestrator.tasks.prune's log line
+CYCLE_LINE = " dispatch cycle "  # one a cycle (tests/e2e/conftest.py dispatch_cycles)
 
 
 def _log(stack: ProcessGroup) -> str:
@@ -27,12 +28,16 @@ def _log(stack: ProcessGroup) -> str:
 def test_a_countdown_task_on_the_orchestrator_queue_leaves_dispatch_cycles_running(
     stack: ProcessGroup,
 ) -> None:
-    # given the orchestrator worker as the recipe runs it (one prefork process) and beat
+    # given the orchestrator worker as the recipe runs it (one prefork process) and beat,
+    # running cycles (the log is appended to across runs: read only what this run wrote)
+    begin = len(_log(stack))
     stack.start(f"worker-{Queue.ORCHESTRATOR.value}", celery_worker(Queue.ORCHESTRATOR))
     stack.start("beat", celery_beat())
-    wait_until(lambda: dispatch_cycles(stack) >= 1, timeout_s=30, what="a first dispatch cycle", group=stack)
+    wait_until(
+        lambda: CYCLE_LINE in _log(stack)[begin:], timeout_s=30, what="a first dispatch cycle", group=stack
+    )
     # when a task is queued there to run a few seconds later
-    start = len(_log(stack))  # the log is appended to across runs: read only what follows
+    start = len(_log(stack))
     prune.apply_async(countdown=COUNTDOWN_S)
     # then it runs once its time comes (the broker delivered it)...
     wait_until(
@@ -42,7 +47,7 @@ def test_a_countdown_task_on_the_orchestrator_queue_leaves_dispatch_cycles_runni
         group=stack,
     )
     # ...and the cycles went on while it waited, not held behind it
-    waiting = _log(stack)[start:].split(PRUNE_LINE, 1)[0].count(" dispatch cycle ")
+    waiting = _log(stack)[start:].split(PRUNE_LINE, 1)[0].count(CYCLE_LINE)
     assert waiting >= 3, (
         f"{waiting} dispatch cycles in the {COUNTDOWN_S} s the prune waited; logs in {stack.log_dir}"
     )
