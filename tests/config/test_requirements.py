@@ -97,8 +97,8 @@ def test_every_third_party_module_the_product_imports_is_declared() -> None:
     declared = set(_requirement_names(ROOT / "requirements.txt"))
     distributions = importlib.metadata.packages_distributions()
     for module, path in sorted(third_party.items()):
-        names = {_canonical(d) for d in distributions.get(module, [])}
-        assert names & declared, f"{module} (imported by {path.relative_to(ROOT)}) is not in requirements.txt"
+        provided = {_canonical(d) for d in distributions.get(module, [])}
+        assert provided & declared, f"{module} (imported by {path.relative_to(ROOT)}) is not in requirements.txt"
 
 
 def test_the_lock_file_pins_requirements_txt_with_hashes() -> None:
