@@ -98,7 +98,9 @@ def test_every_third_party_module_the_product_imports_is_declared() -> None:
     distributions = importlib.metadata.packages_distributions()
     for module, path in sorted(third_party.items()):
         provided = {_canonical(d) for d in distributions.get(module, [])}
-        assert provided & declared, f"{module} (imported by {path.relative_to(ROOT)}) is not in requirements.txt"
+        assert provided & declared, (
+            f"{module} (imported by {path.relative_to(ROOT)}) is not in requirements.txt"
+        )
 
 
 def test_the_lock_file_pins_requirements_txt_with_hashes() -> None:
