@@ -24,7 +24,8 @@ def _bare_env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_collectstatic_runs_with_no_production_secret(tmp_path: Path) -> None:
-    # given no secret, no database, debug off (the image build)
+    # given no secret, no database, debug off (the image build): a secret added to settings
+    # without a throwaway value for collectstatic (config/settings.py, at the top) fails here
     env = _bare_env(DJANGO_STATIC_ROOT=str(tmp_path))
     # when the static files are collected
     result = subprocess.run(
