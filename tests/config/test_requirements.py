@@ -1,5 +1,6 @@
-"""requirements.txt is what production installs (the Dockerfile installs it alone): the product
-must start and import without the demo's and the tests' packages."""
+"""requirements.txt is what production installs (the Dockerfile installs its hashed lock,
+requirements.lock, alone): the product must start and import without the demo's and the tests'
+packages, every package it imports is declared there, and the lock agrees with it."""
 
 from __future__ import annotations
 
