@@ -26,8 +26,7 @@ if [ $# -eq 0 ]; then
   if ensure_rabbitmq; then
     echo "==> the pipeline tests again, RabbitMQ as the broker (CELERY_BROKER_URL=amqp://...)"
     CELERY_BROKER_URL="${TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672//}" \
-      python -m pytest tests/e2e/test_pipeline_workers.py tests/e2e/test_reply_lane.py \
-      tests/e2e/test_delayed_tasks.py -p no:cacheprovider
+      python -m pytest tests/e2e/test_pipeline_workers.py tests/e2e/test_reply_lane.py -p no:cacheprovider
     if ensure_rabbitmq_vhost "$quorum_vhost"; then
       # Short on purpose: the dispatch-to-send path and a countdown on the orchestrator queue
       # (native delayed delivery: it must not hold up the cycles), not the whole pipeline again.
