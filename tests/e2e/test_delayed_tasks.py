@@ -2,7 +2,7 @@
 holds up the dispatch cycles behind it. On RabbitMQ quorum queues a worker cannot raise its
 prefetch for a waiting task, so the queues sit on a topic exchange and the broker holds the
 message until its time (native delayed delivery, config/settings.py CELERY_TASK_QUEUES);
-scripts/test.sh runs this file on Redis, on classic and on quorum queues."""
+scripts/test.sh runs this file on Redis (the main pass) and on quorum queues (its RabbitMQ pass)."""
 
 from __future__ import annotations
 
