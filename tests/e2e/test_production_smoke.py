@@ -1,8 +1,8 @@
-"""The production recipe, run as written: the image build's collectstatic, the Procfile's release step, web (gunicorn), workers and
-beat with DJANGO_DEBUG=0 and production-style settings, behind a TLS-terminating proxy (here:
-the browser sends the X-Forwarded-Proto header such a proxy adds). The health probes answer,
-the admin's login page loads its stylesheet in a real browser, a signed reply arrives over
-plain HTTP and the workers answer it.
+"""The production recipe, run as written: the image build's collectstatic, the Procfile's release
+step, web (gunicorn), workers and beat with DJANGO_DEBUG=0 and production-style settings,
+behind a TLS-terminating proxy (here: the browser sends the X-Forwarded-Proto header such a
+proxy adds). The health probes answer, the admin's login page loads its stylesheet in a real
+browser, a signed reply arrives over plain HTTP and the workers answer it.
 """
 
 from __future__ import annotations
