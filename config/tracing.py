@@ -88,9 +88,10 @@ def tracing_setup(*, process: str) -> bool:
     trace.set_tracer_provider(provider)
     # Every task registered, as in a worker: Celery's instrumentation ends a publish's span only
     # for a task this process knows, and the web process loads the task modules only on use.
-    from config.celery import app
+    # (Celery's current app is config.celery's, which imports this module: hence not by name.)
+    from celery import current_app
 
-    app.loader.import_default_modules()
+    current_app.loader.import_default_modules()
     tracing_instrument(provider)
     log.info("tracing on: %s exports to OTLP", service)
     return True

@@ -43,6 +43,7 @@ print(json.dumps({
     "status": status,
     "modules": [prefix for prefix in ours if any(m.startswith(prefix) for m in sys.modules)],
     "provider": type(trace.get_tracer_provider()).__name__,
+    "tasks_known": "nurture.send" in celery.app.tasks,  # the web's publish spans can end
     "middleware": [m for m in settings.MIDDLEWARE if "opentelemetry" in m],
     "worker": tracing.tracing_setup(process="worker-generation"),
 }))
@@ -70,6 +71,7 @@ def test_without_the_endpoint_nothing_of_opentelemetry_is_imported_or_set_up() -
         "status": 404,
         "modules": [],
         "provider": "ProxyTracerProvider",
+        "tasks_known": False,
         "middleware": [],
         "worker": False,
     }
@@ -90,6 +92,7 @@ def test_with_the_endpoint_the_web_process_exports_its_requests_over_otlp() -> N
     ]
     assert started["worker"] is True  # set up once: a second call is a no-op that says on
     assert started["provider"] == "TracerProvider"
+    assert started["tasks_known"] is True
     assert started["modules"] == [
         "opentelemetry.instrumentation",
         "opentelemetry.exporter",

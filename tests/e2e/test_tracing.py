@@ -38,8 +38,11 @@ def _trace_complete(spans: list[ReceivedSpan], outreach_id: int) -> bool:
     if root is None:
         return False
     names = {s.name for s in spans if s.trace_id == root.trace_id}
-    cycles = {s.span_id for s in spans if s.name == "run/orchestrator.dispatch"}
-    return "run/nurture.send" in names and bool(cycles & {span for _, span in root.links})
+    cycles = [
+        s for s in spans if s.name == "run/orchestrator.dispatch" and (s.trace_id, s.span_id) in root.links
+    ]
+    beat = {s.span_id for s in spans if s.service == "outreach-beat"}
+    return "run/nurture.send" in names and any(cycle.parent_id in beat for cycle in cycles)
 
 
 def test_one_trace_follows_an_outreach_from_dispatch_through_its_llm_calls_to_its_send(
@@ -68,6 +71,8 @@ def test_one_trace_follows_an_outreach_from_dispatch_through_its_llm_calls_to_it
         s for s in spans if s.name == "run/orchestrator.dispatch" and (s.trace_id, s.span_id) in root.links
     )
     assert cycle.trace_id != root.trace_id
+    (publish,) = [s for s in spans if s.span_id == cycle.parent_id]  # the cycle beat published
+    assert (publish.service, publish.name) == ("outreach-beat", "apply_async/orchestrator.dispatch")
     trace = {s.span_id: s for s in spans if s.trace_id == root.trace_id}
     by_name = {s.name: s for s in trace.values()}
     generate, send = by_name["run/nurture.generate"], by_name["run/nurture.send"]
