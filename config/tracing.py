@@ -109,13 +109,20 @@ def tracing_instrument(provider: Any) -> None:
     from opentelemetry.instrumentation.django import DjangoInstrumentor
     from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 
-    DjangoInstrumentor().instrument(tracer_provider=provider, response_hook=_request_url_redacted)
+    DjangoInstrumentor().instrument(
+        tracer_provider=provider,
+        response_hook=_request_url_redacted,
+        excluded_urls=env_str("OTEL_PYTHON_DJANGO_EXCLUDED_URLS", DJANGO_EXCLUDED_URLS),
+    )
     CeleryInstrumentor().instrument(tracer_provider=provider)
     # Statements without their parameters (no lead data in spans); no SQL comments appended.
     PsycopgInstrumentor().instrument(tracer_provider=provider, capture_parameters=False)
     _provider, _tracer = provider, provider.get_tracer("outreach")
 
 
+# Requests not traced (regular expressions searched in the URL): the probes and the scrapes,
+# a span every few seconds per replica that says nothing about an outreach.
+DJANGO_EXCLUDED_URLS = "/healthz$,/readyz$,/metrics$"
 # The request attributes that hold its URL (the older and the stable HTTP conventions).
 _URL_ATTRIBUTES = ("http.url", "http.target", "url.full", "url.path", "url.query")
 
