@@ -261,8 +261,10 @@ def _call(
         )
         raise
     except ConfigurationFault as exc:
-        reason = work.deployment_fault(deployment=deployment, status=exc.status, code=exc.code)
-        raise ConfigurationFault(reason, status=exc.status, code=exc.code) from exc
+        reason = work.deployment_fault(
+            deployment=deployment, status=exc.status, code=exc.code, param=exc.param
+        )
+        raise ConfigurationFault(reason, status=exc.status, code=exc.code, param=exc.param) from exc
     except TransientError as exc:  # down (unreachable, 5xx): its pool or fallback takes over
         work.deployment_down(deployment=deployment, status=exc.status)
         raise

@@ -150,7 +150,7 @@ def test_each_pick_reserves_its_own_cost_of_the_spend_cap() -> None:
 
 def test_an_owner_on_two_mailbox_domains_is_held_only_when_both_days_are_used_up() -> None:
     # given an owner with mailboxes on a.example (day used up) and b.example (2 left)
-    days = {d: DomainDay(sent=s, cap=5, warmup_day=None) for d, s in (("a.example", 5), ("b.example", 3))}
+    days = {d: DomainDay(sent=s, cap=5, warmup_day=0) for d, s in (("a.example", 5), ("b.example", 3))}
     owner = _owner(mailbox_room={"a.example": 10, "b.example": 10})
     decisions, shared = owner_admission(owners=[owner], now=NOW, domains=days, spend={})
     # then it may start what b.example can still send, and its picks are charged there
