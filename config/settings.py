@@ -316,6 +316,10 @@ RETRY_MAX_RATE_LIMITED = env_int("RETRY_MAX_RATE_LIMITED", 100, minimum=1)
 
 # --- Inbound webhook ------------------------------------------------------------------------
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
+# One answer per burst (nurture.quiet, docs/dispatch.md): a lead's reply is answered once they
+# have been quiet this many seconds since their last message; later messages join the pending
+# answer and push it out. 0 answers at once. An organization may set its own (reply_quiet_s).
+REPLY_QUIET_S = env_int("REPLY_QUIET_S", 60, minimum=0)
 # Request bodies Django reads into memory. The email providers post an inbound reply whole,
 # attachments base64-encoded inside (a reply with a PDF is several MB); Django's 2.5 MB default
 # answered them 400, and the reply was lost. 32 MB takes a reply with tens of MB of email

@@ -44,6 +44,7 @@ from nurture.errors import (
     RateLimited,
     TransientError,
 )
+from nurture.quiet import reply_due, reply_quiet_s
 from nurture.retry_rules import fail
 from nurture.sequence import Gate, sequence_gate
 from nurture.writing import llm, prompts
@@ -330,9 +331,12 @@ def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: JobBudg
 
 
 def _rewrite_joined(*, outreach: Outreach) -> State | None:
-    """A later message joined while the draft was written: back to the queue at once, no
-    attempt charged, to be written again (through the dispatcher and the budget) with every
-    message. One email still leaves: this draft never does. None: the row is not ours."""
+    """A later message joined while the draft was written: back to the queue, no attempt
+    charged, to be written again (through the dispatcher and the budget) with every message.
+    One email still leaves: this draft never does. None: the row is not ours.
+
+    The lead just wrote: the answer waits a quiet period again (nurture.quiet), counted from
+    now, a moment after that message arrived (at once when the period is 0)."""
     try:
         transition(
             outreach_id=outreach.pk,
@@ -342,7 +346,9 @@ def _rewrite_joined(*, outreach: Outreach) -> State | None:
             note="a later message from the lead joined: draft discarded, written again with it",
             reservation_id="",
             blocked_reason="",
-            not_before=timezone.now(),
+            not_before=reply_due(
+                last_message_at=timezone.now(), quiet_s=reply_quiet_s(organization=outreach.lead.organization)
+            ),
         )
     except TransitionLost:
         log.info("draft not recorded: not generating any more", extra=outreach_log_context(outreach))
