@@ -31,6 +31,8 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
 from django.utils import timezone
 
+from config import tracing
+from config.deployments import Deployment
 from config.logging import outreach_log_context
 from config.queues import Queue
 from nurture.errors import (
@@ -248,7 +250,7 @@ def _call(
         raise Paced(wait_s=slot.wait_s, cause=slot.cause)
     started = time.monotonic()
     try:
-        result = llm.chat(messages=messages, max_tokens=max_tokens, deployment=deployment)
+        result = _chat_traced(messages=messages, max_tokens=max_tokens, deployment=deployment, step=step)
     except RateLimited as exc:
         work.call_refused(
             budget=budget,
@@ -285,6 +287,34 @@ def _call(
         output_tokens=result.completion_tokens,
     )
     return result.text
+
+
+def _chat_traced(
+    *, messages: list[llm.ChatMessage], max_tokens: int, deployment: Deployment, step: str
+) -> llm.LLMResult:
+    """llm.chat in a span (config.tracing; a no-op when tracing is off) named and described as
+    OpenTelemetry's GenAI conventions say, with the deployment and the step; never the prompt
+    or the draft. A failure leaves it as an error span with the exception's class."""
+    model = deployment.model or settings.LLM_MODEL
+    attributes: tracing.Attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "gen_ai.request.max_tokens": max_tokens,
+        "outreach.llm.deployment": deployment.label,
+        "outreach.llm.step": step,
+    }
+    with tracing.span(f"chat {model}", attributes) as notes:
+        result = llm.chat(messages=messages, max_tokens=max_tokens, deployment=deployment)
+        notes.set(
+            {
+                "gen_ai.usage.input_tokens": result.prompt_tokens,
+                "gen_ai.usage.output_tokens": result.completion_tokens,
+                "gen_ai.response.finish_reasons": [result.finish_reason] if result.finish_reason else None,
+                "gen_ai.response.id": result.request_id,
+                "outreach.llm.usage_estimated": result.usage_estimated,
+            }
+        )
+    return result
 
 
 def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: JobBudget) -> State | None:
