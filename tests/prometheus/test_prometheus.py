@@ -7,41 +7,26 @@ scraped (each replica reports the same PostgreSQL-, Redis- and broker-backed fig
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "docs" / "prometheus" / "alerts.yml"
-ALERT_TESTS = Path(__file__).with_name("alerts_test.yml")
-DASHBOARD = ROOT / "docs" / "grafana" / "outreach.json"
+from tests.prometheus.conftest import ALERT_TESTS, RULES, promtool_run
 
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = subprocess.run(
-        [str(ROOT / "scripts" / "ensure_promtool.sh")], capture_output=True, text=True, timeout=300
-    )
-    assert found.returncode == 0, f"promtool unavailable (scripts/ensure_promtool.sh): {found.stderr}"
-    return found.stdout.strip().splitlines()[-1]
-
-
-def _run(promtool: str, *args: str) -> str:
-    done = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "outreach.json"
 
 
 def test_the_alert_rules_load_and_their_unit_tests_pass(promtool: str) -> None:
-    assert "SUCCESS" in _run(promtool, "check", "rules", str(RULES))
-    assert "SUCCESS" in _run(promtool, "test", "rules", str(ALERT_TESTS))
+    assert "SUCCESS" in promtool_run(promtool, "check", "rules", str(RULES))
+    assert "SUCCESS" in promtool_run(promtool, "test", "rules", str(ALERT_TESTS))
 
 
 def test_every_alert_has_a_case_that_fires_it_and_one_that_does_not() -> None:
-    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r}
+    alerts = {
+        r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r
+    }
     cases = [
         case
         for test in yaml.safe_load(ALERT_TESTS.read_text())["tests"]
@@ -49,7 +34,8 @@ def test_every_alert_has_a_case_that_fires_it_and_one_that_does_not() -> None:
     ]
     fired = {c["alertname"] for c in cases if c.get("exp_alerts")}
     silent = {c["alertname"] for c in cases if not c.get("exp_alerts")}
-    assert "OutreachTargetDown" in alerts and "OutreachQueueUnconsumed" in alerts
+    assert "OutreachTargetDown" in alerts
+    assert "OutreachQueueUnconsumed" in alerts
     assert alerts - fired == set(), "alerts no test fires"
     assert alerts - silent == set(), "alerts no test keeps silent"
 
@@ -158,4 +144,4 @@ def test_every_dashboard_figure_is_the_same_with_one_web_replica_or_two(
     path = tmp_path / "dashboard_test.yml"
     path.write_text(yaml.safe_dump({"rule_files": [], **tests}, sort_keys=False))
     # when promtool evaluates every dashboard query; then each shows one copy of the figure
-    assert "SUCCESS" in _run(promtool, "test", "rules", str(path))
+    assert "SUCCESS" in promtool_run(promtool, "test", "rules", str(path))
