@@ -6,7 +6,8 @@ windows are PromQL's: `rate()`/`increase()` over the counters and histograms (`_
 `_bucket`/`_sum`/`_count`) from outreach.counters, counted in the transaction of each state
 change, in PostgreSQL, so they never decrease (not on a restart, not when retention prunes
 history) and every process on every host adds to the same totals. A scrape computes no
-24-hour window (the dashboard's window figures, queue_health's `activity`, are not exposed).
+24-hour window of activity (the dashboard's window figures, queue_health's `activity`, are not
+exposed); the replies per triage class are the one window left (Scrape.replies).
 
 Cheap scrapes: the platform's exposition is rendered at most once per METRICS_CACHE_S and kept
 in Redis (`metrics:exposition`), shared by every thread and process of every web replica, so
@@ -20,7 +21,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import redis
 from django.conf import settings
@@ -54,6 +55,7 @@ from orchestrator.metrics.depth import (
     queue_depth,
 )
 from orchestrator.metrics.in_flight import InFlightNow, in_flight_now
+from orchestrator.metrics.replies import ReplyClassFigures, reply_classes
 from orchestrator.metrics.spend import Spend, spend_today
 from outreach import counters as c
 from outreach.counters import Labels
@@ -61,7 +63,7 @@ from outreach.counters import Labels
 
 @dataclass(frozen=True)
 class Scrape:
-    """What one scrape reads: the figures of now, none of a window."""
+    """What one scrape reads: the figures of now, and no window but the replies per class."""
 
     depth: Depth
     deferred: Deferred
@@ -73,6 +75,9 @@ class Scrape:
     in_flight: InFlightNow
     deployments: list[DeploymentNow]
     spend: Spend
+    # Per triage class, over METRICS_WINDOW_S: the one window still computed (no counter per
+    # class yet); the cache bounds it to once per METRICS_CACHE_S.
+    replies: list[ReplyClassFigures]
 
 
 def scrape_read(*, now: datetime, organization_ids: Collection[int] | None) -> Scrape:
@@ -87,6 +92,9 @@ def scrape_read(*, now: datetime, organization_ids: Collection[int] | None) -> S
         in_flight=in_flight_now(),
         deployments=deployments_now(),
         spend=spend_today(now=now, organization_ids=organization_ids),
+        replies=reply_classes(
+            since=now - timedelta(seconds=settings.METRICS_WINDOW_S), organization_ids=organization_ids
+        ),
     )
 
 
@@ -321,6 +329,27 @@ def _broker(b: BrokerNow) -> Iterator[Metric]:
     )
 
 
+def _replies(h: Scrape) -> Iterator[Metric]:
+    """Per triage class; the label is the class code (a fixed set), never text."""
+    for name, doc, field in (
+        (
+            "outreach_window_replies",
+            "Inbound replies (a prospect's turns) received in the window, per class.",
+            "received",
+        ),
+        ("outreach_replies_awaiting_approval", "Reply drafts awaiting approval now, per class.", "awaiting"),
+        ("outreach_window_reply_approved", "Reply drafts approved in the window, per class.", "approved"),
+        ("outreach_window_reply_rejected", "Reply drafts rejected in the window, per class.", "rejected"),
+    ):
+        yield _gauge(name, doc, ["reply_class"], {(r.reply_class,): getattr(r, field) for r in h.replies})
+    yield _gauge(
+        "outreach_reply_approval_ratio",
+        "Approved / (approved + rejected) reply drafts decided in the window, per class.",
+        ["reply_class"],
+        {(r.reply_class,): r.approval_rate for r in h.replies},
+    )
+
+
 SECTIONS: tuple[Callable[[Scrape], Iterator[Metric]], ...] = (
     _depth,
     _owners,
@@ -329,6 +358,7 @@ SECTIONS: tuple[Callable[[Scrape], Iterator[Metric]], ...] = (
     _in_flight,
     _deployments,
     _spend,
+    _replies,
 )
 
 

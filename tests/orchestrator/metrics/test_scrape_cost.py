@@ -61,7 +61,10 @@ def test_with_the_cache_off_every_scrape_reads_afresh(redis_client: redis.Redis,
 def test_a_scrape_exposes_no_window_figure(redis_client: redis.Redis) -> None:
     text = _scrape().decode()
     for window_family in (
-        "outreach_window_",
+        "outreach_window_seconds",
+        "outreach_window_sent",
+        "outreach_window_dead",
+        "outreach_window_completed",
         "outreach_latency_seconds",
         "outreach_success_ratio",
         "outreach_retry_ratio",
