@@ -59,6 +59,15 @@ def presence_count(*, client: Client, queues: Iterable[str], now: float) -> dict
     return counts
 
 
+def presence_last_heard(*, client: Client, queues: Iterable[str]) -> dict[str, float | None]:
+    """Per queue, when a worker of it last said it runs (None: none has, or the last stopped)."""
+    heard: dict[str, float | None] = {}
+    for queue in queues:
+        beats = [float(t) for t in client.hgetall(_key(queue)).values()]
+        heard[queue] = max(beats, default=None)
+    return heard
+
+
 class PresenceStep(bootsteps.StartStopStep):
     """Beats the worker's presence for every queue it consumes while it runs."""
 
