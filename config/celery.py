@@ -15,11 +15,14 @@ from typing import Any, cast
 from celery import Celery
 from celery.signals import beat_init, setup_logging, worker_init, worker_process_init, worker_process_shutdown
 
+from config.worker_presence import PresenceStep
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.steps["worker"].add(PresenceStep)  # each worker says which queues it consumes (/metrics)
 
 
 @setup_logging.connect
