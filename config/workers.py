@@ -40,8 +40,10 @@ class WorkerRecipe:
         """The docker-compose service name."""
         return "worker-" + self.queue.value.replace("_", "-")
 
-    def argv(self, *, concurrency: int | None = None, name: str | None = None) -> list[str]:
-        """`celery -A config worker ...` for this queue; `concurrency`/`name` override for tests."""
+    def argv(
+        self, *, concurrency: int | None = None, name: str | None = None, pool: Pool | None = None
+    ) -> list[str]:
+        """`celery -A config worker ...` for this queue; `concurrency`/`name`/`pool` override for tests."""
         return [
             "celery",
             "-A",
@@ -52,7 +54,7 @@ class WorkerRecipe:
             "-n",
             f"{name or self.name}@%h",
             "--pool",
-            self.pool,
+            pool or self.pool,
             "--concurrency",
             str(concurrency or self.concurrency),
             "-E",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.queues import Queue
-from config.workers import WORKERS
+from config.workers import WORKERS, Pool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,10 +141,12 @@ class RedisCluster:
             self.workdir = None
 
 
-def celery_worker(queue: Queue, *, concurrency: int | None = None, name: str | None = None) -> list[str]:
+def celery_worker(
+    queue: Queue, *, concurrency: int | None = None, name: str | None = None, pool: Pool | None = None
+) -> list[str]:
     """The queue's worker as the recipe (config.workers) runs it; `concurrency` and `name`
-    override for tests that want a small or a second worker (same pool)."""
-    recipe = WORKERS[queue].argv(concurrency=concurrency, name=name)
+    override for tests that want a small or a second worker, `pool` for one on the other pool."""
+    recipe = WORKERS[queue].argv(concurrency=concurrency, name=name, pool=pool)
     return [sys.executable, "-m", *recipe, "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
 
 
