@@ -23,6 +23,11 @@ from config.queues import Queue
 
 Pool = Literal["prefork", "threads"]
 
+# SIGTERM (what platforms stop a process with) starts Celery's soft shutdown (config.shutdown)
+# only with this in the worker's environment; billiard reads it before any of our code runs, so
+# the command line sets it (`env VAR=value celery ...`, run the same by compose and a shell).
+WORKER_ENVIRONMENT = {"REMAP_SIGTERM": "SIGQUIT"}
+
 
 @dataclass(frozen=True)
 class WorkerRecipe:
@@ -61,7 +66,8 @@ class WorkerRecipe:
         ]
 
     def command(self) -> str:
-        return " ".join(self.argv())
+        """The Procfile line and compose command: the argv in WORKER_ENVIRONMENT."""
+        return " ".join(["env", *(f"{k}={v}" for k, v in WORKER_ENVIRONMENT.items()), *self.argv()])
 
 
 WORKERS: dict[Queue, WorkerRecipe] = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.queues import Queue
-from config.workers import WORKERS, Pool
+from config.workers import WORKER_ENVIRONMENT, WORKERS, Pool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,7 +147,18 @@ def celery_worker(
     """The queue's worker as the recipe (config.workers) runs it; `concurrency` and `name`
     override for tests that want a small or a second worker, `pool` for one on the other pool."""
     recipe = WORKERS[queue].argv(concurrency=concurrency, name=name, pool=pool)
-    return [sys.executable, "-m", *recipe, "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    environment = [f"{k}={v}" for k, v in WORKER_ENVIRONMENT.items()]
+    return [
+        "env",
+        *environment,
+        sys.executable,
+        "-m",
+        *recipe,
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
 
 
 def celery_beat() -> list[str]:

@@ -13,7 +13,8 @@ orchestrator.failures.leases); the guarded first transition makes any late redel
 
 A job is leased from the moment the worker receives its message (`_lease_from_receipt`, in the
 worker's main process for prefork and threads pools alike) until the message is acknowledged
-or rejected, so jobs a dead worker had taken but not begun come back within the lease TTL too.
+or rejected, so jobs a dead worker had taken but not begun come back within the lease TTL too;
+a worker that stops cleanly releases them, their messages being back in the broker.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from celery.signals import task_received
+from celery.signals import task_received, worker_shutdown
 from django.db import InterfaceError, OperationalError
 
 from nurture.intake import tasks as intake_tasks  # noqa: F401  (registers nurture.intake_chunk)
@@ -67,3 +68,9 @@ def _lease_from_receipt(request: Any, **_: object) -> None:
     if request.name not in LEASED_FROM_RECEIPT or not request.args:
         return
     work.job_leases().receive(outreach_id=int(request.args[0]), unsettled=lambda: not request.acknowledged)
+
+
+@worker_shutdown.connect
+def _release_receipts(**_: object) -> None:
+    """The worker stopped cleanly: what it received and did not settle is back in the broker."""
+    work.job_leases().release_received()

@@ -148,6 +148,27 @@ class JobLeases:
         with self._lock:
             return self._held | set(self._received)
 
+    def release_received(self) -> int:
+        """A worker stopping cleanly gave the messages it had not settled back to the broker
+        (Celery restores them as it closes): their rows wait there again, not received by
+        anyone, so their marks and leases go (a running job's own lease stays). Returns how
+        many. A Redis error is logged: the marks then look lost, and recovery takes the rows
+        back once the leases expire (the returned messages are then dropped as stale)."""
+        with self._lock:
+            released = list(self._received)
+            self._received.clear()
+            running = set(self._held)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for outreach_id in released:
+                pipe.eval(_DROP, 1, received_key(outreach_id), self.token)
+                if outreach_id not in running:
+                    pipe.eval(_DROP, 1, lease_key(outreach_id), self.token)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("receipt leases not released: %s", exc)
+        return len(released)
+
     def stop(self) -> None:
         self._stop.set()
         if self._heartbeat is not None:

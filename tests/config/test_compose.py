@@ -31,6 +31,7 @@ SERVICE_KEYS = {
     "volumes",
     "healthcheck",
     "profiles",
+    "stop_grace_period",
 }
 HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}

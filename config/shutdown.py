@@ -1,0 +1,75 @@
+"""Stopping a worker (a deploy, a scale-down): its running jobs finish, or hand themselves back.
+
+Platforms stop a process with SIGTERM, then SIGKILL after a grace period (Docker 10 s unless
+`stop_grace_period` says more, Kubernetes `terminationGracePeriodSeconds`, Procfile platforms
+their own). Workers run with REMAP_SIGTERM=SIGQUIT (config.workers), so SIGTERM starts Celery's
+soft shutdown: the worker stops taking messages, gives its running jobs WORKER_SHUTDOWN_GRACE_S
+(Celery's worker_soft_shutdown_timeout) to finish, then cancels what is left; messages received
+but not begun go back to the broker. Without the remap SIGTERM is a warm shutdown that waits for
+every job however long, and the platform's SIGKILL cuts the jobs mid-call.
+
+Two changes to Celery's soft shutdown (5.5+), in `Worker.wait_for_soft_shutdown`:
+- it ends as soon as no job runs, where Celery sleeps the whole timeout once any job runs (a
+  deploy would wait 60 s for a job done in 5);
+- at the end of the grace it does not cancel running jobs (a thread cannot be stopped, and
+  Celery's threads pool refuses to try), it sets `handing_back`: a generation job then stops
+  at its next LLM call, keeps what its calls cost and gives the rest of its reservation back,
+  and goes back to the queue with no attempt charged (nurture.writing.generation). The worker
+  waits for that, at most LLM_TIMEOUT_S + HAND_BACK_MARGIN_S (a call in progress finishes;
+  a pacing wait, a database turn), then exits. A send is never handed back mid-way: it ends
+  within EMAIL_TIMEOUT, well inside that wait.
+So the platform's grace must cover WORKER_SHUTDOWN_GRACE_S + LLM_TIMEOUT_S + HAND_BACK_MARGIN_S
+and a few seconds to exit: 120 s in docker-compose.yml for the defaults (60 + 30 + 10, and 20
+to spare; README "Deploy").
+
+A prefork pool (the orchestrator and dead-letter workers: short tasks) learns of a finished job
+only in its main loop, which the shutdown holds: it waits the whole grace when a job runs, then
+Celery cancels what is left (a cycle and a dead letter are safe to run again).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from celery.apps.worker import Worker as CeleryWorker
+from celery.worker import state
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1
+# After the grace: beyond the call in progress, a job's pacing wait (at most 5 s) and database turns.
+HAND_BACK_MARGIN_S = 10.0
+
+# Set in a stopping worker's process once its grace is over: its generation jobs hand back.
+handing_back = threading.Event()
+
+
+class Worker(CeleryWorker):
+    """The worker `celery worker` runs (config.celery.App.Worker)."""
+
+    def wait_for_soft_shutdown(self) -> bool:
+        """Called by Celery in the main process as SIGTERM arrives; True once no job runs."""
+        from django.conf import settings
+
+        grace = float(self.app.conf.worker_soft_shutdown_timeout)
+        if grace <= 0 or not state.active_requests:
+            return not state.active_requests
+        running = len(state.active_requests)
+        log.warning("worker stopping: %d jobs running, up to %.0f s to finish", running, grace)
+        if _wait_for_jobs(seconds=grace):
+            return True
+        log.warning("worker stopping: grace over, %d jobs hand back", len(state.active_requests))
+        handing_back.set()
+        return _wait_for_jobs(seconds=settings.LLM_TIMEOUT_S + HAND_BACK_MARGIN_S)
+
+
+def _wait_for_jobs(*, seconds: float) -> bool:
+    """Wait until no job runs (True) or `seconds` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while state.active_requests:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
