@@ -22,9 +22,10 @@ So the platform's grace must cover WORKER_SHUTDOWN_GRACE_S + LLM_TIMEOUT_S + HAN
 and a few seconds to exit: 120 s in docker-compose.yml for the defaults (60 + 30 + 10, and 20
 to spare; README "Deploy").
 
-A prefork pool (the orchestrator and dead-letter workers: short tasks) learns of a finished job
-only in its main loop, which the shutdown holds: it waits the whole grace when a job runs, then
-Celery cancels what is left (a cycle and a dead letter are safe to run again).
+Only the threads-pool workers (generation, reply, send) run so; the prefork ones (orchestrator,
+dead letters) keep Celery's warm shutdown (config.workers.worker_environment): a prefork worker
+learns that a job finished only in its main loop, which this wait holds, so it would wait out
+the whole grace and then cut its task short. Their tasks are short and time-limited.
 """
 
 from __future__ import annotations

@@ -23,10 +23,18 @@ from config.queues import Queue
 
 Pool = Literal["prefork", "threads"]
 
-# SIGTERM (what platforms stop a process with) starts Celery's soft shutdown (config.shutdown)
-# only with this in the worker's environment; billiard reads it before any of our code runs, so
-# the command line sets it (`env VAR=value celery ...`, run the same by compose and a shell).
-WORKER_ENVIRONMENT = {"REMAP_SIGTERM": "SIGQUIT"}
+
+def worker_environment(pool: Pool) -> dict[str, str]:
+    """What a worker's command line puts in its environment.
+
+    Threads pools: SIGTERM (what platforms stop a process with) starts Celery's soft shutdown
+    (config.shutdown) only with REMAP_SIGTERM=SIGQUIT, which billiard reads before any of our
+    code runs, so the command line sets it (`env VAR=value celery ...`, run alike by compose and
+    by a shell). Prefork pools (the orchestrator and dead-letter workers) keep Celery's warm
+    shutdown: their tasks are short and bounded by the task time limits, and during a soft
+    shutdown a prefork worker cannot see its jobs finish (config.shutdown), so it would wait out
+    the whole grace and then cut a dispatch cycle short."""
+    return {"REMAP_SIGTERM": "SIGQUIT"} if pool == "threads" else {}
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,9 @@ class WorkerRecipe:
         ]
 
     def command(self) -> str:
-        """The Procfile line and compose command: the argv in WORKER_ENVIRONMENT."""
-        return " ".join(["env", *(f"{k}={v}" for k, v in WORKER_ENVIRONMENT.items()), *self.argv()])
+        """The Procfile line and compose command: the argv, in its `worker_environment`."""
+        environment = [f"{k}={v}" for k, v in worker_environment(self.pool).items()]
+        return " ".join([*(["env", *environment] if environment else []), *self.argv()])
 
 
 WORKERS: dict[Queue, WorkerRecipe] = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.queues import Queue
-from config.workers import WORKER_ENVIRONMENT, WORKERS, Pool
+from config.workers import WORKERS, Pool, worker_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,7 +147,7 @@ def celery_worker(
     """The queue's worker as the recipe (config.workers) runs it; `concurrency` and `name`
     override for tests that want a small or a second worker, `pool` for one on the other pool."""
     recipe = WORKERS[queue].argv(concurrency=concurrency, name=name, pool=pool)
-    environment = [f"{k}={v}" for k, v in WORKER_ENVIRONMENT.items()]
+    environment = [f"{k}={v}" for k, v in worker_environment(pool or WORKERS[queue].pool).items()]
     return [
         "env",
         *environment,
