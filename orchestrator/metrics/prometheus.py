@@ -289,6 +289,27 @@ def _spend(h: QueueHealth) -> Iterator[Metric]:
     )
 
 
+def _replies(h: QueueHealth) -> Iterator[Metric]:
+    """Per triage class; the label is the class code (a fixed set), never text."""
+    for name, doc, field in (
+        (
+            "outreach_window_replies",
+            "Inbound replies (a prospect's turns) received in the window, per class.",
+            "received",
+        ),
+        ("outreach_replies_awaiting_approval", "Reply drafts awaiting approval now, per class.", "awaiting"),
+        ("outreach_window_reply_approved", "Reply drafts approved in the window, per class.", "approved"),
+        ("outreach_window_reply_rejected", "Reply drafts rejected in the window, per class.", "rejected"),
+    ):
+        yield _gauge(name, doc, ["reply_class"], {(r.reply_class,): getattr(r, field) for r in h.replies})
+    yield _gauge(
+        "outreach_reply_approval_ratio",
+        "Approved / (approved + rejected) reply drafts decided in the window, per class.",
+        ["reply_class"],
+        {(r.reply_class,): r.approval_rate for r in h.replies},
+    )
+
+
 SECTIONS: tuple[Callable[[QueueHealth], Iterator[Metric]], ...] = (
     _depth,
     _window,
@@ -298,6 +319,7 @@ SECTIONS: tuple[Callable[[QueueHealth], Iterator[Metric]], ...] = (
     _in_flight,
     _deployments,
     _spend,
+    _replies,
 )
 
 
