@@ -63,7 +63,12 @@ class Worker(CeleryWorker):
             return True
         log.warning("worker stopping: grace over, %d jobs hand back", len(state.active_requests))
         handing_back.set()
-        return _wait_for_jobs(seconds=settings.LLM_TIMEOUT_S + HAND_BACK_MARGIN_S)
+        if _wait_for_jobs(seconds=settings.LLM_TIMEOUT_S + HAND_BACK_MARGIN_S):
+            return True
+        # Wedged (a call past its timeout, a database that does not answer): Celery cannot stop
+        # a thread either; the platform's SIGKILL will, and the jobs come back through their leases.
+        log.error("worker stopping: %d jobs did not hand back in time", len(state.active_requests))
+        return False
 
 
 def _wait_for_jobs(*, seconds: float) -> bool:

@@ -132,3 +132,21 @@ def test_a_received_job_of_a_dead_worker_is_a_lost_receipt(redis_client: redis.R
     assert receipts_lost(client=redis_client, outreach_ids=[3, 4]) == {3}
     receipts_clear(client=redis_client, outreach_ids=[3])
     assert receipts_lost(client=redis_client, outreach_ids=[3, 4]) == set()
+
+
+def test_a_worker_stopping_cleanly_releases_what_it_received_but_keeps_running_leases(
+    redis_client: redis.Redis,
+) -> None:
+    # given a worker holding a received job not begun (6) and a running one (8), both unsettled
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10, token="worker-a", received_ttl_s=600)
+    leases.receive(outreach_id=6, unsettled=lambda: True)
+    leases.receive(outreach_id=8, unsettled=lambda: True)
+    leases.take(outreach_id=8)
+    # when it stops cleanly (its unsettled messages are back in the broker)
+    assert leases.release_received() == 2
+    # then the waiting job is neither marked nor leased (it waits in the broker, not for
+    # recovery), and the running job keeps its lease until it ends
+    assert redis_client.exists(lease_key(6), received_key(6), received_key(8)) == 0
+    assert receipts_lost(client=redis_client, outreach_ids=[6, 8]) == set()
+    assert leases_alive(client=redis_client, outreach_ids=[6, 8]) == {8}
+    leases.stop()
