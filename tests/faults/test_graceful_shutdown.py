@@ -24,12 +24,12 @@ import yaml
 from config.queues import Queue
 from config.workers import WORKERS
 from devtools.llm_sim import LLMSim
-from devtools.processes import ProcessGroup, celery_worker
+from devtools.processes import ProcessGroup, celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
 from orchestrator.work import get_budget
 from outreach.models import Outreach, OutreachEvent, State
-from tests.e2e.conftest import start_pipeline, wait_until
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.e2e.conftest import wait_until
+from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
 from tests.faults.helpers import all_in, delivery, sent_events, states
 
@@ -73,6 +73,13 @@ def platform_stop(group: ProcessGroup, name: str, *, grace: float) -> bool:
         return False
 
 
+def start_workers(group: ProcessGroup, *queues: Queue) -> None:
+    """Beat and the workers of `queues` only (2 slots each), named `worker-<queue>`."""
+    for queue in queues:
+        group.start(f"worker-{queue.value}", celery_worker(queue, concurrency=2))
+    group.start("beat", celery_beat())
+
+
 def _autonomous_outreach(count: int) -> list[int]:
     agent = make_owner(organization=make_org(), daily_limit=100)
     return [make_outreach(lead=make_lead(owner=agent)).pk for _ in range(count)]
@@ -84,7 +91,7 @@ def test_a_generation_worker_stopped_mid_call_finishes_its_jobs_before_it_exits(
     # given two outreach being written, each job mid its first 4 s call
     ids = _autonomous_outreach(2)
     stack = make_stack(llm_base_url=slow_sim.base_url, DISPATCH_STUCK_AFTER_S="600")
-    start_pipeline(stack)
+    start_workers(stack, Queue.ORCHESTRATOR, Queue.GENERATION, Queue.SEND)
     wait_until(
         lambda: states(ids)[State.GENERATING] == 2 and slow_sim.stats()["in_flight"] == 2,
         timeout_s=30,
@@ -111,11 +118,11 @@ def test_a_generation_worker_stopped_mid_call_finishes_its_jobs_before_it_exits(
 def test_a_send_worker_stopped_mid_send_finishes_its_email_before_it_exits(
     make_stack: StackFactory, smtp_sink: SMTPSink, figures: dict[str, object]
 ) -> None:
-    # given an outreach whose email the mail server holds 12 s before it answers
-    ids = _autonomous_outreach(1)
+    # given an approved draft whose email the mail server holds 12 s before it answers
+    ids = [make_draft(lead=make_lead(owner=make_owner(daily_limit=100)), state=State.APPROVED).pk]
     smtp_sink.data_delay_s = 12.0
     stack = make_stack(DISPATCH_STUCK_AFTER_S="600")
-    start_pipeline(stack)
+    start_workers(stack, Queue.ORCHESTRATOR, Queue.SEND)
     wait_until(
         lambda: len(smtp_sink.messages) == 1, timeout_s=30, what="the email at the server", group=stack
     )
@@ -141,7 +148,7 @@ def test_a_generation_job_outlasting_the_grace_hands_back_and_runs_again_once(
     stack = make_stack(
         llm_base_url=slow_sim.base_url, DISPATCH_STUCK_AFTER_S="600", WORKER_SHUTDOWN_GRACE_S="1"
     )
-    start_pipeline(stack)
+    start_workers(stack, Queue.ORCHESTRATOR, Queue.GENERATION, Queue.SEND)
     wait_until(
         lambda: states(ids)[State.GENERATING] == 1 and slow_sim.stats()["in_flight"] == 1,
         timeout_s=30,
