@@ -359,6 +359,9 @@ BOUNCE_MIN_SENDS = env_int("BOUNCE_MIN_SENDS", 20, minimum=1)
 # needs `Authorization: Bearer <METRICS_TOKEN>`. Debug (demo, development): empty = open.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "" if DEBUG else REQUIRED)
 METRICS_WINDOW_S = env_int("METRICS_WINDOW_S", 86_400, minimum=60)  # window of latency/rate figures
+# The platform scrape's text is kept this long in Redis, shared by every web process and replica
+# (orchestrator.metrics.prometheus.platform_exposition); 0 renders each scrape afresh.
+METRICS_CACHE_S = env_float("METRICS_CACHE_S", 5.0, minimum=0.0, maximum=60.0)
 BUDGET_SAMPLE_RETENTION_DAYS = env_int("BUDGET_SAMPLE_RETENTION_DAYS", 7, minimum=1)
 DASHBOARD_REFRESH_S = env_int(
     "DASHBOARD_REFRESH_S", 15, minimum=1

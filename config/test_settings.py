@@ -19,6 +19,9 @@ from config.settings import *  # noqa: F403
 from config.settings import ANYMAIL, DATABASES
 
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DB_NAME", "test_outreach")}
+# Tests scrape /metrics right after changing rows: the cache would hand them an earlier test's
+# text (tests/orchestrator/metrics/test_scrape.py turns it on).
+METRICS_CACHE_S = 0.0
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
 # The email providers' webhooks exist only with a basic-auth secret (config/urls.py).
 ANYMAIL = {**ANYMAIL, "WEBHOOK_SECRET": "anymail:test-secret"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: lint, types, import contracts, migrations check, then the whole pytest suite against real
+# The test command: lint, types, import contracts, migrations check, the Prometheus rules, then the whole pytest suite against real
 # PostgreSQL and Redis (started here if installed but not running), then the pipeline tests
 # again with RabbitMQ as the Celery broker, and a few of them on quorum queues (a vhost of
 # their own). Arguments go to pytest and skip those RabbitMQ passes.
@@ -7,6 +7,7 @@ source "$(dirname "$0")/_bootstrap.sh"
 ensure_redis
 ensure_postgres
 "$(dirname "$0")/ensure_chromium.sh"  # the browser test drives Debian's Chromium
+PROMTOOL="$("$(dirname "$0")/ensure_promtool.sh")"  # checks the shipped Prometheus rules
 
 echo "==> ruff"
 ruff check .
@@ -17,6 +18,9 @@ echo "==> import contracts (pyproject.toml: layers, the workers' door, no cycles
 lint-imports --no-cache
 echo "==> migrations are up to date"
 DJANGO_SETTINGS_MODULE=config.test_settings python manage.py makemigrations --check --dry-run
+echo "==> promtool: the alert rules load, and their unit tests (every alert firing and silent) pass"
+"$PROMTOOL" check rules docs/prometheus/alerts.yml
+"$PROMTOOL" test rules tests/prometheus/alerts_test.yml
 echo "==> pytest (in random order: pytest-randomly; -p no:randomly for the file order)"
 use_test_clock
 python -m pytest --durations=30 "$@"
