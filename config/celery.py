@@ -14,12 +14,23 @@ from typing import Any, cast
 
 from celery import Celery
 from celery.signals import beat_init, setup_logging, worker_init, worker_process_init, worker_process_shutdown
+from kombu.utils.objects import cached_property  # what Celery's own Worker property is
 
 from config.worker_presence import PresenceStep
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-app = Celery("config")
+
+class App(Celery):
+    @cached_property
+    def Worker(self) -> Any:  # Celery's name
+        """`celery worker` runs config.shutdown's worker: its soft shutdown ends when the jobs do."""
+        from config.shutdown import Worker  # imports Celery's worker: only where one starts
+
+        return self.subclass_with_self(Worker)
+
+
+app = App("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.steps["worker"].add(PresenceStep)  # each worker says which queues it consumes (/metrics)

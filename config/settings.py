@@ -436,6 +436,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_VISIBILITY_TIMEOUT_S = 3600
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT_S}
 CELERY_TASK_SOFT_TIME_LIMIT = 240
+# Seconds a stopping worker (SIGTERM: a deploy, a scale-down) lets its running jobs finish before
+# its generation jobs hand back (config.shutdown: Celery's soft shutdown, ended early when the
+# jobs are done). The platform's grace before SIGKILL must cover this + LLM_TIMEOUT_S + 10 s
+# and a margin: docker-compose.yml's stop_grace_period is 120 s for the defaults. 0: no wait.
+WORKER_SHUTDOWN_GRACE_S = env_float("WORKER_SHUTDOWN_GRACE_S", 60.0, minimum=0.0)
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = WORKER_SHUTDOWN_GRACE_S
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_SEND_TASK_EVENTS = True  # Flower

@@ -24,6 +24,19 @@ from config.queues import Queue
 Pool = Literal["prefork", "threads"]
 
 
+def worker_environment(pool: Pool) -> dict[str, str]:
+    """What a worker's command line puts in its environment.
+
+    Threads pools: SIGTERM (what platforms stop a process with) starts Celery's soft shutdown
+    (config.shutdown) only with REMAP_SIGTERM=SIGQUIT, which billiard reads before any of our
+    code runs, so the command line sets it (`env VAR=value celery ...`, run alike by compose and
+    by a shell). Prefork pools (the orchestrator and dead-letter workers) keep Celery's warm
+    shutdown: their tasks are short and bounded by the task time limits, and during a soft
+    shutdown a prefork worker cannot see its jobs finish (config.shutdown), so it would wait out
+    the whole grace and then cut a dispatch cycle short."""
+    return {"REMAP_SIGTERM": "SIGQUIT"} if pool == "threads" else {}
+
+
 @dataclass(frozen=True)
 class WorkerRecipe:
     queue: Queue
@@ -40,8 +53,10 @@ class WorkerRecipe:
         """The docker-compose service name."""
         return "worker-" + self.queue.value.replace("_", "-")
 
-    def argv(self, *, concurrency: int | None = None, name: str | None = None) -> list[str]:
-        """`celery -A config worker ...` for this queue; `concurrency`/`name` override for tests."""
+    def argv(
+        self, *, concurrency: int | None = None, name: str | None = None, pool: Pool | None = None
+    ) -> list[str]:
+        """`celery -A config worker ...` for this queue; `concurrency`/`name`/`pool` override for tests."""
         return [
             "celery",
             "-A",
@@ -52,14 +67,16 @@ class WorkerRecipe:
             "-n",
             f"{name or self.name}@%h",
             "--pool",
-            self.pool,
+            pool or self.pool,
             "--concurrency",
             str(concurrency or self.concurrency),
             "-E",
         ]
 
     def command(self) -> str:
-        return " ".join(self.argv())
+        """The Procfile line and compose command: the argv, in its `worker_environment`."""
+        environment = [f"{k}={v}" for k, v in worker_environment(self.pool).items()]
+        return " ".join([*(["env", *environment] if environment else []), *self.argv()])
 
 
 WORKERS: dict[Queue, WorkerRecipe] = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.queues import Queue
-from config.workers import WORKERS
+from config.workers import WORKERS, Pool, worker_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,11 +141,24 @@ class RedisCluster:
             self.workdir = None
 
 
-def celery_worker(queue: Queue, *, concurrency: int | None = None, name: str | None = None) -> list[str]:
+def celery_worker(
+    queue: Queue, *, concurrency: int | None = None, name: str | None = None, pool: Pool | None = None
+) -> list[str]:
     """The queue's worker as the recipe (config.workers) runs it; `concurrency` and `name`
-    override for tests that want a small or a second worker (same pool)."""
-    recipe = WORKERS[queue].argv(concurrency=concurrency, name=name)
-    return [sys.executable, "-m", *recipe, "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    override for tests that want a small or a second worker, `pool` for one on the other pool."""
+    recipe = WORKERS[queue].argv(concurrency=concurrency, name=name, pool=pool)
+    environment = [f"{k}={v}" for k, v in worker_environment(pool or WORKERS[queue].pool).items()]
+    return [
+        "env",
+        *environment,
+        sys.executable,
+        "-m",
+        *recipe,
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
 
 
 def celery_beat() -> list[str]:

@@ -161,3 +161,13 @@ class Paced(PipelineError):
     def __init__(self, *, wait_s: float, cause: str = "provider window full") -> None:
         super().__init__(f"{cause} for {wait_s:.1f}s: re-queued")
         self.wait_s = wait_s
+
+
+class HandedBack(PipelineError):
+    """The worker is stopping and its grace is over (config.shutdown): the job gives its row back
+    before its next LLM call. Not a failure of the job: no attempt, no dead letter."""
+
+    error_class = ""
+
+    def __init__(self) -> None:
+        super().__init__("worker stopping: handed back before its next LLM call")

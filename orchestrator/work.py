@@ -5,7 +5,8 @@ this module). A job, in the order a worker goes through it:
 1. start: `job_pause(outreach=...)` says whether a pause now covers the job (the worker puts it
    back, saying why); the claim itself is the worker's guarded transition on the record.
 2. lease (generation): `job_leases()`; while the row is GENERATING a lost process is noticed
-   within the lease TTL.
+   within the lease TTL. Every job is leased from receipt as well (`JobLeases.receive`, from
+   nurture.tasks), so a lost process's prefetched DISPATCHED rows come back as soon.
 3. budget: `job_budget(...)` is the route and the reservations the dispatcher made for the job;
    each LLM call waits for `call_slot(...)` and reports `call_done(...)`, `call_refused(...)`,
    `deployment_fault(...)` or `deployment_down(...)`. A send reserves and releases one message

@@ -31,12 +31,13 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
 from django.utils import timezone
 
-from config import tracing
+from config import shutdown, tracing
 from config.deployments import Deployment
 from config.logging import outreach_log_context
 from config.queues import Queue
 from nurture.errors import (
     ConfigurationFault,
+    HandedBack,
     OptedOut,
     Paced,
     PermanentError,
@@ -143,6 +144,11 @@ def _generate(*, outreach: Outreach, budget: Budget) -> State | None:
         if outreach.lead.status in SUPPRESSED:
             raise OptedOut(f"lead {outreach.lead_id} {outreach.lead.status}: nothing is sent to it")
         subject, body = _write(outreach=outreach, facts=facts, budget=budget, usage=usage)
+    except HandedBack as exc:  # its worker is stopping: what the calls cost stays settled
+        work.job_settle(budget=budget, usage=usage)
+        with database_turn():
+            call_durations_record(usage.call_durations)
+        return _put_back(outreach=outreach, budget=budget, note=str(exc), reason="", from_=State.GENERATING)
     except OptedOut as exc:
         work.job_settle(budget=budget, usage=usage)
         with database_turn():
@@ -242,6 +248,8 @@ def _call(
     deployment = usage.route[step]
     use = usage.uses[deployment.label]
     estimate = llm.prompt_tokens_estimate(messages) + max_tokens
+    if shutdown.handing_back.is_set():
+        raise HandedBack()
     try:
         slot = work.call_slot(budget=budget, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S)
     except ValueError as exc:  # no window ever holds it: dead-lettered, not retried for ever

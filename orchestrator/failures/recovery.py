@@ -5,8 +5,13 @@ Two ways to be stuck:
   (SIGKILL, OOM, a lost machine; a threads-pool worker strands hundreds of jobs at once). Back
   as soon as the row is older than the lease TTL, seconds rather than minutes. A live job's
   lease is renewed however slow its LLM call, so a slow job is never taken away this way.
+- a DISPATCHED row a worker had received (its receipt mark is set) whose lease is gone: the
+  worker died holding the message, prefetched or not yet begun (leases from receipt,
+  orchestrator.failures.leases). Back within the lease TTL, no attempt charged: the job never
+  ran, so it cannot be the job that kills its worker. Its message, if the broker ever hands it
+  out again, finds the row moved and is dropped by the guarded first transition.
 - any in-flight row older than DISPATCH_STUCK_AFTER_S: the backstop for what has no lease (a
-  DISPATCHED message lost with Redis or with its worker's prefetch, SENDING) and for a job
+  DISPATCHED message lost with Redis before any worker received it, SENDING) and for a job
   wedged while its process lives.
 Each recovered row costs an attempt, so a job that kills its worker every time ends DEAD at
 the cap instead of looping. A SENDING row may have reached the mail server: it is resent at
@@ -28,7 +33,7 @@ from django.conf import settings
 from config.logging import outreach_log_context
 from config.redis_client import Client
 from orchestrator.failures.dead_letters import attempts_exhausted, dead_letter
-from orchestrator.failures.leases import lease_client, leases_alive
+from orchestrator.failures.leases import lease_client, leases_alive, receipts_clear, receipts_lost
 from outreach.models import ErrorClass, Outreach, State
 from outreach.transitions import IN_FLIGHT, TransitionLost, back_to_queue, transition
 
@@ -87,6 +92,9 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
     if len(stuck) < BATCH:
         orphans = _lease_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
         stuck += [(row, "GENERATING with no live worker (job lease gone)") for row in orphans]
+    unstarted: list[Outreach] = []
+    if len(stuck) < BATCH:
+        unstarted = _receipt_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
     recovered = 0
     for row, why in stuck:
         try:
@@ -96,6 +104,16 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
         if row.reservation_id:
             refund(row.reservation_id)
         recovered += 1
+    for row in unstarted:
+        try:
+            _requeue_unstarted(row)
+        except TransitionLost:
+            continue  # another worker took the message meanwhile
+        if row.reservation_id:
+            refund(row.reservation_id)
+        recovered += 1
+    if stuck or unstarted:
+        _receipts_forget([row.pk for row, _ in stuck] + [row.pk for row in unstarted], client=leases)
     return recovered
 
 
@@ -118,6 +136,52 @@ def _lease_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit
         log.warning("job leases unreadable, lease recovery skipped this cycle: %s", exc)
         return []
     return [row for row in rows if row.pk not in alive]
+
+
+def _receipt_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Outreach]:
+    """DISPATCHED rows older than the lease TTL that a worker received and no longer leases.
+    Redis unreachable: none (the timeout still covers them)."""
+    younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
+    rows = list(
+        Outreach.objects.filter(
+            state=State.DISPATCHED, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff
+        )
+        .order_by("state_changed_at")
+        .select_related("lead")[:limit]
+    )
+    if not rows:
+        return []
+    try:
+        lost = receipts_lost(client=client or lease_client(), outreach_ids=[row.pk for row in rows])
+    except redis.RedisError as exc:
+        log.warning("receipt leases unreadable, receipt recovery skipped this cycle: %s", exc)
+        return []
+    return [row for row in rows if row.pk in lost]
+
+
+def _requeue_unstarted(row: Outreach) -> None:
+    """Back where it waits (QUEUED, or APPROVED for a send), no attempt charged."""
+    to = back_to_queue(row)
+    transition(
+        outreach_id=row.pk,
+        from_=State.DISPATCHED,
+        to=to,
+        note="received by a worker that is gone (job lease gone) before it began: recovered",
+        error_class=ErrorClass.STUCK,
+        reservation_id="",
+    )
+    log.warning(
+        "outreach recovered from a lost worker's prefetch",
+        extra={**outreach_log_context(row), "state": str(to)},
+    )
+
+
+def _receipts_forget(outreach_ids: list[int], *, client: Client | None) -> None:
+    """The recovered rows' receipt marks go: their next dispatch is not received yet."""
+    try:
+        receipts_clear(client=client or lease_client(), outreach_ids=outreach_ids)
+    except redis.RedisError as exc:  # each mark expires by itself (DISPATCH_STUCK_AFTER_S)
+        log.warning("receipt marks not cleared: %s", exc)
 
 
 def _recover_one(row: Outreach, *, why: str) -> None:

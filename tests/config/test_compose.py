@@ -16,6 +16,7 @@ from django.conf import settings
 
 from config import gunicorn
 from config.queues import Queue
+from config.shutdown import HAND_BACK_MARGIN_S
 from config.workers import WORKERS, database_connections_peak
 from devtools.procfile import procfile_commands
 
@@ -34,6 +35,7 @@ SERVICE_KEYS = {
     "volumes",
     "healthcheck",
     "profiles",
+    "stop_grace_period",
 }
 HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period"}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
@@ -209,3 +211,20 @@ def test_generation_runs_many_calls_per_process() -> None:
     assert generation.pool == "threads"
     assert generation.concurrency >= 3000 / 60 * 3
     assert "--pool threads --concurrency 200" in procfile_commands()["generation"]
+
+
+def test_worker_services_stop_after_a_grace_their_soft_shutdown_fits_in() -> None:
+    # given the defaults: a stopping worker's jobs finish for WORKER_SHUTDOWN_GRACE_S, then a
+    # generation job hands back after the LLM call in progress (config/shutdown.py)
+    needed = settings.WORKER_SHUTDOWN_GRACE_S + settings.LLM_TIMEOUT_S + HAND_BACK_MARGIN_S
+    services = _services()
+    for recipe in WORKERS.values():
+        # then compose waits that long and more before SIGKILL (Docker's default is 10 s)
+        period = str(services[recipe.service].get("stop_grace_period", "10s"))
+        assert period.endswith("s"), f"{recipe.service}: stop_grace_period in seconds, got {period!r}"
+        assert int(period[:-1]) > needed, (
+            f"{recipe.service}: {period} leaves no time to exit after {needed} s"
+        )
+        # and SIGTERM starts the soft shutdown on the threads pools only (prefork: a warm one)
+        remapped = recipe.command().startswith("env REMAP_SIGTERM=SIGQUIT celery ")
+        assert remapped == (recipe.pool == "threads"), recipe.service

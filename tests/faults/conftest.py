@@ -19,7 +19,7 @@ import pytest
 from devtools.processes import ProcessGroup, RedisServer
 from devtools.smtp_sink import SMTPSink
 from tests.e2e.conftest import ARTIFACTS as E2E_ARTIFACTS
-from tests.e2e.conftest import stack_env_for_test
+from tests.e2e.conftest import purge_broker, stack_env_for_test
 from tests.faults.helpers import CHAOS, TimedLLMStub
 
 ARTIFACTS = E2E_ARTIFACTS.parent / "faults"
@@ -55,6 +55,7 @@ def make_stack(
     arguments in capitals are extra environment variables. Every group is stopped at teardown.
     """
     groups: list[ProcessGroup] = []
+    purge_broker()  # RabbitMQ keeps messages across tests (Redis's went with the flush)
 
     def build(*, redis_url: str | None = None, llm_base_url: str | None = None, **env: str) -> ProcessGroup:
         full_env = stack_env_for_test(

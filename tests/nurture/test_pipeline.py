@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from devtools.llm_stub import LLMStub, StubResponse
+from config import shutdown
+from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from devtools.smtp_sink import SMTPSink
 from nurture.mail.sending import outreach_send
 from nurture.review import draft_approve
@@ -250,3 +251,31 @@ def test_a_replys_email_is_sent_from_the_reply_lane_not_behind_intro_sends(
     assert (len(on_reply_lane), len(on_send_queue)) == (1, 1)
     assert f"[{reply.pk}]" in on_reply_lane[0]
     assert f"[{intro.pk}]" in on_send_queue[0]
+
+
+def test_a_job_whose_worker_stops_past_its_grace_hands_back_after_the_call_in_progress(
+    budget: Budget, llm_stub: LLMStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a dispatched intro, and its worker's grace running out during the first call
+    outreach = _dispatched(budget)
+    answer = llm_stub.next_response
+
+    def grace_over_during_the_call(request: StubRequest) -> StubResponse:
+        shutdown.handing_back.set()
+        return answer(request)
+
+    monkeypatch.setattr(llm_stub, "next_response", grace_over_during_the_call)
+    try:
+        # when the job runs
+        state = outreach_generate(outreach_id=outreach.pk, budget=budget)
+    finally:
+        shutdown.handing_back.clear()
+    # then it stopped after that call and went back to the queue, no attempt charged
+    assert state == State.QUEUED
+    assert len(llm_stub.requests) == 1
+    outreach.refresh_from_db()
+    assert (outreach.state, outreach.attempts, outreach.reservation_id) == (State.QUEUED, 0, "")
+    assert OutreachEvent.objects.filter(outreach=outreach, note__contains="handed back").exists()
+    # and its reservation is closed (the one call settled, the rest given back): none outstanding
+    snapshot = budget.snapshot()
+    assert (snapshot["in_flight"], snapshot["outstanding_requests"]) == (0, 0)

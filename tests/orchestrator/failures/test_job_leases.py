@@ -7,7 +7,14 @@ import time
 
 import redis
 
-from orchestrator.failures.leases import JobLeases, lease_key, leases_alive
+from orchestrator.failures.leases import (
+    JobLeases,
+    lease_key,
+    leases_alive,
+    receipts_clear,
+    receipts_lost,
+    received_key,
+)
 from tests.e2e.conftest import wait_until
 
 
@@ -95,4 +102,51 @@ def test_a_lease_not_taken_while_redis_is_down_does_not_fail_the_job() -> None:
     # when a job takes and drops its lease, then nothing is raised (the heartbeat retries)
     leases.take(outreach_id=1)
     leases.drop(outreach_id=1)
+    leases.stop()
+
+
+def test_a_received_job_is_leased_and_marked_until_its_message_is_settled(redis_client: redis.Redis) -> None:
+    # given a worker's main process receiving a job whose message is not acknowledged yet
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10, token="worker-a", received_ttl_s=600)
+    settled = False
+    leases.receive(outreach_id=9, unsettled=lambda: not settled)
+    # then it is leased and marked received at once, and a beat keeps both
+    assert redis_client.get(lease_key(9)) == redis_client.get(received_key(9)) == b"worker-a"
+    assert leases.renew() == 1
+    assert receipts_lost(client=redis_client, outreach_ids=[9]) == set()
+    # when the message is acknowledged, then the next beat drops lease and mark together
+    settled = True
+    assert leases.renew() == 0
+    assert redis_client.exists(lease_key(9), received_key(9)) == 0
+    leases.stop()
+
+
+def test_a_received_job_of_a_dead_worker_is_a_lost_receipt(redis_client: redis.Redis) -> None:
+    # given a job received by a worker that stops beating (SIGKILL), and one never received
+    leases = JobLeases(redis_client, ttl_s=0.3, renew_s=0.1, token="worker-a", received_ttl_s=600)
+    leases.receive(outreach_id=3, unsettled=lambda: True)
+    leases.stop()
+    # when its lease runs out
+    wait_until(lambda: redis_client.exists(lease_key(3)) == 0, timeout_s=30, what="the lease expired")
+    # then only the received one reads as lost; clearing forgets it
+    assert receipts_lost(client=redis_client, outreach_ids=[3, 4]) == {3}
+    receipts_clear(client=redis_client, outreach_ids=[3])
+    assert receipts_lost(client=redis_client, outreach_ids=[3, 4]) == set()
+
+
+def test_a_worker_stopping_cleanly_releases_what_it_received_but_keeps_running_leases(
+    redis_client: redis.Redis,
+) -> None:
+    # given a worker holding a received job not begun (6) and a running one (8), both unsettled
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10, token="worker-a", received_ttl_s=600)
+    leases.receive(outreach_id=6, unsettled=lambda: True)
+    leases.receive(outreach_id=8, unsettled=lambda: True)
+    leases.take(outreach_id=8)
+    # when it stops cleanly (its unsettled messages are back in the broker)
+    assert leases.release_received() == 2
+    # then the waiting job is neither marked nor leased (it waits in the broker, not for
+    # recovery), and the running job keeps its lease until it ends
+    assert redis_client.exists(lease_key(6), received_key(6), received_key(8)) == 0
+    assert receipts_lost(client=redis_client, outreach_ids=[6, 8]) == set()
+    assert leases_alive(client=redis_client, outreach_ids=[6, 8]) == {8}
     leases.stop()

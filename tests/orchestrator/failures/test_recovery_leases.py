@@ -11,7 +11,7 @@ import pytest
 import redis
 from django.utils import timezone
 
-from orchestrator.failures.leases import JobLeases
+from orchestrator.failures.leases import JobLeases, received_key
 from orchestrator.failures.recovery import recover_stuck
 from outreach.models import Outreach, OutreachEvent, State
 from tests.factories import make_outreach
@@ -104,3 +104,34 @@ def test_unreadable_leases_recover_nothing_early() -> None:
     assert _recover(down) == 0
     orphan.refresh_from_db()
     assert orphan.state == State.GENERATING
+
+
+@pytest.mark.parametrize("draft", ["", "Hello"])
+def test_a_dispatched_row_received_by_a_dead_worker_is_requeued_without_an_attempt(
+    redis_client: redis.Redis, draft: str
+) -> None:
+    # given a row DISPATCHED for 40 s whose message a worker received, then died (mark, no lease)
+    orphan = _aged(State.DISPATCHED, 40, reservation_id="res-2" if not draft else "", draft_body=draft)
+    redis_client.set(received_key(orphan.pk), "dead-worker")
+    refunded: list[str] = []
+    # when recovery runs
+    assert _recover(redis_client, refunded) == 1
+    # then it waits again where it came from (a send: APPROVED), no attempt charged, refunded
+    orphan.refresh_from_db()
+    assert orphan.state == (State.APPROVED if draft else State.QUEUED)
+    assert (orphan.attempts, orphan.reservation_id) == (0, "")
+    assert refunded == ([] if draft else ["res-2"])
+    # and its mark is gone: its next dispatch starts unreceived
+    assert redis_client.exists(received_key(orphan.pk)) == 0
+
+
+def test_a_dispatched_row_held_by_a_live_worker_is_left_alone(redis_client: redis.Redis) -> None:
+    # given a row DISPATCHED for 40 s, received by a worker that still beats
+    held = _aged(State.DISPATCHED, 40)
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10)
+    leases.receive(outreach_id=held.pk, unsettled=lambda: True)
+    # when recovery runs, then it stays
+    assert _recover(redis_client) == 0
+    held.refresh_from_db()
+    assert held.state == State.DISPATCHED
+    leases.stop()
