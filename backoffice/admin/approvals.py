@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from backoffice.actions import admin_user, reject_with_reason
+from backoffice.actions import ReclassifyAction, admin_user, reject_with_reason
 from backoffice.tenancy import APPROVE_PERMISSION, OrganizationScopedAdmin
 from nurture import review
 from nurture.mail.compliance import footer_block
@@ -43,7 +43,7 @@ class DraftForm(forms.ModelForm):
 
 
 @admin.register(DraftForApproval)
-class ApprovalQueueAdmin(OrganizationScopedAdmin):
+class ApprovalQueueAdmin(ReclassifyAction, OrganizationScopedAdmin):
     """Only users holding outreach.approve_outreach see this; everyone else gets 403. And only
     drafts of owners in their organizations (OrganizationScopedAdmin)."""
 
@@ -57,7 +57,7 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
     ordering = ("state_changed_at", "id")
     fields = ("lead_context", "owner", "kind", "draft_subject", "draft_body", "footer_at_send")
     readonly_fields = ("lead_context", "owner", "kind", "footer_at_send")
-    actions = ("approve_selected", "reject_selected")
+    actions = ("approve_selected", "reject_selected", "reclassify_selected")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
         return super().get_queryset(request).filter(state=State.AWAITING_APPROVAL)

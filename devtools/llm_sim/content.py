@@ -10,6 +10,7 @@ from typing import Any
 
 from devtools.llm_sim.config import MARKER_POLICY_FAIL
 from devtools.llm_sim.protocol import ChatRequest
+from devtools.llm_sim.triage import TASK_MARK, triage_answer
 
 # Everything below writes text our policy check accepts: no links, no addresses, no placeholders.
 # Lead data is untrusted, so only name-like values are echoed (letters, spaces, ' - &).
@@ -64,6 +65,8 @@ def completion_text(request: ChatRequest) -> str:
     facts = _facts(prompt)
     pick = _picker(json.dumps(request.texts))
     task = prompt.split("<<<DATA", 1)[0].lower()  # the instructions, not the (untrusted) data
+    if TASK_MARK in task:  # a reply's triage call (nurture.writing.triage)
+        return triage_answer(_data_block(prompt))
     # The message step asks for a "Subject:" line; the context step for facts; the plan step says plan.
     if "subject:" not in task and re.search(r"\b(context|facts|notes)\b", task):
         role = f" as {facts['title']}" if facts["title"] else ""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["reply_asks_to_stop"]
+__all__ = ["own_text", "reply_asks_to_stop"]
 
 # Where the reply's own text ends: the quoted thread or a signature below it.
 _QUOTE_START = re.compile(
@@ -122,7 +122,7 @@ _NEGATION_REACH = 60
 
 def reply_asks_to_stop(*, subject: str, body: str) -> bool:
     """True when the reply asks us to stop writing to the sender (see the module docstring)."""
-    if any(_asks(clause) for clause in _clauses(_own_text(body[:READ_CHARS]))):
+    if any(_asks(clause) for clause in _clauses(own_text(body[:READ_CHARS]))):
         return True
     subject = subject[:1000]
     topic = _REPLY_PREFIX.sub("", subject)
@@ -131,7 +131,7 @@ def reply_asks_to_stop(*, subject: str, body: str) -> bool:
     return any(_asks(clause) for clause in _clauses(subject))
 
 
-def _own_text(body: str) -> str:
+def own_text(body: str) -> str:
     """The reply without the thread it quotes or the signature below it."""
     lines = body.splitlines()
     for index, line in enumerate(lines):
