@@ -77,7 +77,10 @@ def triage_answer(data: dict[str, Any]) -> str:
         sentence for sentence in re.split(r"(?<=[.!?\n])\s+", text) if not _INJECTION.search(sentence)
     )
     lowered = kept.lower()
-    found = next((name for name, pattern in _RULES if pattern.search(lowered)), "other")
+    # A person's reply with none of the signals above engages (a small model reads "Yes, Tuesday
+    # works" as interest); nothing left once instructions to the classifier are skipped: other.
+    default = "interested" if re.search(r"[^\W\d_]{2,}", lowered) else "other"
+    found = next((name for name, pattern in _RULES if pattern.search(lowered)), default)
     answer: dict[str, Any] = {
         "class": found,
         "reason": f"keywords for {found}" if found != "other" else "no clear intent",
@@ -95,5 +98,5 @@ def _text(data: dict[str, Any]) -> str:
     parts = []
     for message in messages:
         if isinstance(message, dict):
-            parts += [str(message.get("subject") or ""), str(message.get("body") or "")]
+            parts.append(str(message.get("body") or ""))  # a reply's subject is mostly ours, echoed
     return "\n".join(parts)

@@ -138,7 +138,11 @@ def _reserve_on(
         # most a bucket can, and the settlement charges the rest.
         reservations, denied = budget.reserve_up_to(
             count=count,
-            requests_each=calls,
+            # A writing job's calls always fit (the cycle widened the bursts for them); a
+            # reply's triage call on top may not under a small cap: the settlement counts it.
+            requests_each=min(
+                calls, max(len(job_steps(reply=False)), budget.largest_requests(scopes=scopes))
+            ),
             tokens_each=min(
                 # Fractions: one deployment taking every call reserves exactly the estimate.
                 math.ceil(Fraction(tokens_each * calls, calls_per_job)),
