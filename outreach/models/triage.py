@@ -48,17 +48,17 @@ def validate_reply_autonomous_classes(value: Any) -> None:
     (admin input is checked like any other: the message says what is wrong and what to do)."""
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ValidationError(
-            'Give a list of reply classes, e.g. ["interested", "question"].', code="invalid"
+            'Give a list of reply classes, e.g. ["interested", "question"].', code="reply_classes"
         )
     unknown = sorted(set(value) - set(ReplyClass.values))
     if unknown:
         raise ValidationError(
             f"Unknown reply class(es): {', '.join(unknown)}. Use some of: {', '.join(ReplyClass.values)}.",
-            code="invalid",
+            code="reply_classes",
         )
     never = sorted(set(value) & NEVER_ALONE)
     if never:
         raise ValidationError(
             f"{', '.join(never)} can never be answered without a person: remove it from the list.",
-            code="invalid",
+            code="reply_classes",
         )
