@@ -16,6 +16,7 @@ is recovered within the lease TTL instead of DISPATCH_STUCK_AFTER_S.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -141,9 +142,10 @@ def _generate(*, outreach: Outreach, budget: Budget) -> State | None:
         if outreach.lead.status in SUPPRESSED:
             raise OptedOut(f"lead {outreach.lead_id} {outreach.lead.status}: nothing is sent to it")
         if outreach.kind == Outreach.Kind.REPLY and not outreach.reply_class:
-            triage = _triage(outreach=outreach, facts=facts, budget=budget, usage=usage)
-            if triage is not None:
-                raise NotAnswered(triage)
+            not_answered = _triage(outreach=outreach, facts=facts, budget=budget, usage=usage)
+            if not_answered is not None:
+                raise NotAnswered(not_answered)
+            facts = dataclasses.replace(facts, reply_class=outreach.reply_class)
         subject, body = _write(outreach=outreach, facts=facts, budget=budget, usage=usage)
     except NotAnswered as exc:
         # The triage call was made and is settled; not learned as a job (owner_tokens): no draft.
