@@ -22,7 +22,7 @@ from orchestrator.failures.dead_letters import ACTIONABLE
 from orchestrator.metrics.charts import budget_chart, latency_chart, owner_share_chart
 from orchestrator.metrics.depth import LIVE, TIER_NAMES
 from orchestrator.metrics.queue_health import QueueHealth
-from outreach.models import State
+from outreach.models import Outreach, State
 from outreach.transitions import IN_FLIGHT
 
 DASH = "\u2014"  # a figure with no data yet (no division by zero, no fake 0)
@@ -196,6 +196,22 @@ def _tables(h: QueueHealth) -> dict[str, Any]:
                 "state": "active" if m.active else f"paused {m.paused_reason}".strip(),
             }
             for m in h.mailboxes
+        ],
+        # Per triage class: received in the window, awaiting now (linked: the outreach list, which
+        # operators may open; the approval queue is the reviewers'), decided in the window and
+        # the approval rate of those decisions.
+        "reply_class_rows": [
+            {
+                **asdict(r),
+                "awaiting_url": changelist(
+                    OUTREACH_LIST,
+                    state__exact=State.AWAITING_APPROVAL,
+                    kind__exact=Outreach.Kind.REPLY,
+                    reply_class__exact=r.reply_class,
+                ),
+                "approval_rate": percent(r.approval_rate),
+            }
+            for r in h.replies
         ],
         "spend_rows": [
             *(

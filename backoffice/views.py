@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from backoffice.dashboard import dashboard_context
-from orchestrator.metrics.prometheus import metrics_registry
+from orchestrator.metrics.prometheus import metrics_registry, platform_exposition
 from orchestrator.metrics.queue_health import queue_health
 from outreach.models import Organization
 
@@ -64,7 +64,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     session allowed to see the dashboard): settings require the token outside debug, so only
     a debug process (the demo, development) with no token set answers anyone."""
     if _platform_scrape(request):
-        return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+        return HttpResponse(platform_exposition(registry=REGISTRY), content_type=CONTENT_TYPE_LATEST)
     if request.user.has_perm(VIEW_PERMISSION):  # a member's session: their organizations' figures
         scoped = metrics_registry(organization_ids=_organizations_of(request))
         return HttpResponse(generate_latest(scoped), content_type=CONTENT_TYPE_LATEST)

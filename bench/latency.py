@@ -23,7 +23,10 @@ concurrency, the outreach in DISPATCHED + GENERATING, the process trees of every
   the key, the foreign one included) / the limit; "own" is this product's share alone;
 - 429 share: refused / sent by this product, whole run;
 - in flight p50/p95: DISPATCHED + GENERATING, sampled each second in the steady window;
-- reply p50/p95: a reply's created -> sent;
+- reply p50/p95: a reply's created -> sent. Replies are answered at once (REPLY_QUIET_S=0, in
+  this process, which takes them, and in the workers) unless --set REPLY_QUIET_S=N: the bench
+  measures how fast the product answers, not the quiet period it is told to wait; with N > 0
+  the figure includes it (and a reply joined into a pending one is not a second reply);
 - RSS: the max over samples of each Procfile line's process tree (the prefork children included);
 - CPU ms per outreach: the workers' process-tree CPU in the steady window / outreach sent in it;
 - duplicates: Message-IDs the sink received more than once (and SENT rows not received).
@@ -525,6 +528,9 @@ def main() -> None:
 
 def runs_all(*, args: argparse.Namespace) -> list[Run]:
     runs = []
+    # Read by reply_arrive here (the intake runs in this process) and by the workers (their
+    # environment is this one's): the same quiet period on both sides, 0 unless --set.
+    os.environ["REPLY_QUIET_S"] = dict(s.split("=", 1) for s in args.set).get("REPLY_QUIET_S", "0")
     with private_redis_django(db_name=DB_NAME) as redis_url:
         import redis
 

@@ -13,13 +13,16 @@ import os
 from typing import Any, cast
 
 from celery import Celery
-from celery.signals import setup_logging, worker_init
+from celery.signals import beat_init, setup_logging, worker_init, worker_process_init, worker_process_shutdown
+
+from config.worker_presence import PresenceStep
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.steps["worker"].add(PresenceStep)  # each worker says which queues it consumes (/metrics)
 
 
 @setup_logging.connect
@@ -30,6 +33,47 @@ def _django_logging(**_: object) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+# Tracing (config.tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT is set) starts in the process
+# that runs the tasks, after it exists: its exporter's thread would not survive a fork.
+_tracing_process = "worker"  # named at worker_init, inherited by prefork children
+
+
+@worker_init.connect
+def _tracing_worker(sender: Any, **_: object) -> None:  # a celery.worker.WorkController
+    """A threads or solo worker runs its tasks in this process: traced from here. A prefork
+    parent runs none; its children set tracing up as they start (below)."""
+    from config.tracing import tracing_setup
+
+    global _tracing_process
+    queues = sorted(sender.app.amqp.queues.consume_from)
+    _tracing_process = "-".join(["worker", *queues])
+    if "prefork" not in str(getattr(sender.pool_cls, "__module__", sender.pool_cls)):
+        tracing_setup(process=_tracing_process)
+
+
+@worker_process_init.connect
+def _tracing_prefork_child(**_: object) -> None:
+    from config.tracing import tracing_setup
+
+    tracing_setup(process=_tracing_process)
+
+
+@worker_process_shutdown.connect
+def _tracing_prefork_child_flush(**_: object) -> None:
+    # A prefork child leaves without running atexit hooks: export its last spans first.
+    from config.tracing import tracing_shutdown
+
+    tracing_shutdown()
+
+
+@beat_init.connect
+def _tracing_beat(**_: object) -> None:
+    # Beat's publishes start the dispatch cycles' traces.
+    from config.tracing import tracing_setup
+
+    tracing_setup(process="beat")
 
 
 # Pooled connections unused this long are closed, one at a time (psycopg_pool's max_idle).

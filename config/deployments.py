@@ -1,8 +1,11 @@
 """LLM deployments, step models and fallbacks: the env contract (docs/architecture.md), parsed once.
 
   LLM_DEPLOYMENTS   JSON list, or `@path` to a JSON or YAML file, of
-                    {"name", "model", "rpm", "tpm"[, "base_url", "api_key"]}; deployments sharing
-                    a name are a pool (the dispatcher places each job on the one with most room).
+                    {"name", "model", "rpm", "tpm"[, "base_url", "api_key"]} and the provider's
+                    dialect (config/dialects.py: "dialect" preset openai_compatible, openai or
+                    azure; "token_param", "auth", "path", "extra_headers", "extra_query",
+                    "extra_body"); deployments sharing a name are a pool (the dispatcher places
+                    each job on the one with most room).
   LLM_STEP_MODELS   triage=<name>,plan=<name>,context=<name>,message=<name>; a step not named uses
                     the first name (triage: a reply's classification call, nurture.writing.triage).
   LLM_FALLBACKS     <name>=<name>,...: a name whose deployments are all failing (breaker open) or
@@ -20,12 +23,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 from django.core.exceptions import ImproperlyConfigured
+
+from config import dialects
+from config.dialects import Dialect
 
 # The generation's calls, in order; "triage" is made by replies only (the one classification call
 # of a reply its rules did not settle), so an intro's or a nudge's job draws on the other three.
@@ -40,7 +46,7 @@ def job_steps(*, reply: bool) -> tuple[str, ...]:
 
 NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.\-]{1,40}$")  # part of a budget scope: no ':', '@', ','
 PROVIDER_SCOPE: Final = "provider"  # the implicit deployment's scope (orchestrator.budget.PROVIDER)
-_FIELDS: Final = ("name", "model", "rpm", "tpm", "base_url", "api_key")
+_FIELDS: Final = ("name", "model", "rpm", "tpm", "base_url", "api_key", *dialects.FIELDS)
 _FIELD_LIKE: Final = re.compile(r"^[a-z_]{1,20}$")
 
 
@@ -48,7 +54,8 @@ _FIELD_LIKE: Final = re.compile(r"^[a-z_]{1,20}$")
 class Deployment:
     """One model endpoint with its own limits. `index` is its place in its pool (name): the
     label `name#index` names it in logs, blocked reasons and dashboards. `base_url`/`api_key`
-    None mean LLM_BASE_URL/LLM_API_KEY, read when the client is built."""
+    None mean LLM_BASE_URL/LLM_API_KEY, read when the client is built; `dialect` is how its
+    provider wants the request (config.dialects). The key is never in repr."""
 
     name: str
     model: str
@@ -56,7 +63,8 @@ class Deployment:
     tpm: int
     index: int = 0
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    dialect: Dialect = dialects.DEFAULT
     implicit: bool = False  # built from LLM_MODEL/LLM_RPM/LLM_TPM: the "provider" scope
 
     @property
@@ -169,16 +177,23 @@ def _deployment(entry: object, *, where: str, pools: Mapping[str, int]) -> Deplo
             f"{where} ({name}): model must be the provider's model name, got {model!r}."
         )
     limits = {f: entry[f] for f in ("rpm", "tpm")}
-    for field, value in limits.items():
+    for key, value in limits.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ImproperlyConfigured(
-                f"{where} ({name}): {field} must be a whole number of at least 1 "
+                f"{where} ({name}): {key} must be a whole number of at least 1 "
                 f"(the provider's limit per minute for this deployment), got {value!r}."
             )
     optional = {f: entry.get(f) for f in ("base_url", "api_key")}
-    for field, value in optional.items():
+    for key, value in optional.items():
         if value is not None and (not isinstance(value, str) or not value):
-            raise ImproperlyConfigured(f"{where} ({name}): {field} must be a non-empty string or left out.")
+            raise ImproperlyConfigured(f"{where} ({name}): {key} must be a non-empty string or left out.")
+    key_text = optional["api_key"] or ""
+    if not all("!" <= c <= "~" for c in key_text):  # it goes into a header, as it is
+        raise ImproperlyConfigured(
+            f"{where} ({name}): api_key (not shown) holds a space, a line break or a character that is "
+            "not printable ASCII: paste the key alone."
+        )
+    dialect = dialects.dialect_parse(entry, where=f"{where} ({name})", model=model)
     return Deployment(
         name=name,
         model=model,
@@ -187,6 +202,7 @@ def _deployment(entry: object, *, where: str, pools: Mapping[str, int]) -> Deplo
         index=pools.get(name, 0),
         base_url=optional["base_url"],
         api_key=optional["api_key"],
+        dialect=dialect,
     )
 
 

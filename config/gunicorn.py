@@ -21,7 +21,13 @@ bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 threads = int(os.environ.get("WEB_THREADS", "4"))
 worker_class = "gthread"
-# Longer than any admin page or webhook needs; a request stuck past it is killed, not queued on.
+# Under gthread this is not a request timeout: the worker's main thread reports to the arbiter
+# while requests run on the other threads, so a slow request is never killed by it. It only
+# restarts a worker process whose main loop has stopped for 30 s (a hang, a deadlock). What
+# bounds a request is what it waits on (Redis's socket timeouts; PostgreSQL's statement_timeout
+# if the deployment sets one, the product sets none) and the proxy in front, which answers 504
+# and drops the client: the thread stays busy until the call returns, so WEB_CONCURRENCY x
+# WEB_THREADS is the bound on requests stuck at once.
 timeout = 30
 graceful_timeout = 30
 # Recycle a process now and then so slow leaks in third-party code cannot grow for ever.

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 from dotenv import load_dotenv
-from kombu import Queue as KombuQueue
 
 from config.deployments import deployments_parse, fallbacks_parse, step_models_parse
 from config.env import (
@@ -34,13 +35,29 @@ from config.env import (
     env_url,
 )
 from config.logging import logging_config
-from config.queues import TASK_ROUTES, Queue
+from config.queues import TASK_ROUTES, Queue, task_queues
 from config.workers import WORKERS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # A `.env` file beside manage.py (or DJANGO_ENV_FILE) is read when present, for every process
 # (web, workers, beat, commands); variables already set in the environment win.
 load_dotenv(os.environ.get("DJANGO_ENV_FILE") or BASE_DIR / ".env", override=False)
+
+# `manage.py collectstatic` (run when the image is built, Dockerfile) reads no secret and needs
+# no service, so the build is given none: that command alone fills the required secrets it finds
+# unset with throwaway values (the secret key random on every run). Every other command and
+# every process (web, workers, beat) still refuses to start without them.
+if Path(sys.argv[0]).name == "manage.py" and sys.argv[1:2] == ["collectstatic"]:
+    for _name, _value in {
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "LLM_API_KEY": "unused-by-collectstatic",
+        "WEBHOOK_SECRET": "unused-by-collectstatic",
+        "FLOWER_BASIC_AUTH": "unused:unused-by-collectstatic",
+        "PUBLIC_BASE_URL": "https://collectstatic.invalid",
+        "DEFAULT_FROM_EMAIL": "collectstatic@collectstatic.invalid",
+        "METRICS_TOKEN": "unused-by-collectstatic",
+    }.items():
+        os.environ.setdefault(_name, _value)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 # Production secrets have no default: only a debug (demo/dev) process may run on a throwaway key.
@@ -109,7 +126,8 @@ DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'demo.sql
 # its LLM calls, and waits for one of GENERATION_DB_CONNECTIONS turns per process
 # (nurture.writing.generation). PostgreSQL's max_connections must cover web + beat + the prefork
 # workers' processes + GENERATION_DB_CONNECTIONS per generation process + the send and reply
-# workers' threads (a send holds its connection while it runs: 48, config.workers).
+# workers' threads (a send holds its connection while it runs: 48, config.workers): the sum is
+# config.workers.database_connections_peak (README "Deploy": how to size max_connections).
 DATABASES = {"default": database_from_url("DATABASE_URL", DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -125,8 +143,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("DJANGO_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
-# Outside debug the admin's files come from `collectstatic` (the Procfile's release line, the
-# image build) under content-hashed names; in debug Django serves them from the apps.
+# Outside debug the admin's files come from `collectstatic` (run when the image is built, with
+# no secret: see the top of this file) under content-hashed names; in debug Django serves them
+# from the apps. A platform that builds from the Procfile alone runs it in its build step.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -316,6 +335,10 @@ RETRY_MAX_RATE_LIMITED = env_int("RETRY_MAX_RATE_LIMITED", 100, minimum=1)
 
 # --- Inbound webhook ------------------------------------------------------------------------
 WEBHOOK_SECRET = env_str("WEBHOOK_SECRET", "demo-webhook-secret" if DEBUG else REQUIRED)
+# One answer per burst (nurture.quiet, docs/dispatch.md): a lead's reply is answered once they
+# have been quiet this many seconds since their last message; later messages join the pending
+# answer and push it out. 0 answers at once. An organization may set its own (reply_quiet_s).
+REPLY_QUIET_S = env_int("REPLY_QUIET_S", 60, minimum=0)
 # Request bodies Django reads into memory. The email providers post an inbound reply whole,
 # attachments base64-encoded inside (a reply with a PDF is several MB); Django's 2.5 MB default
 # answered them 400, and the reply was lost. 32 MB takes a reply with tens of MB of email
@@ -336,6 +359,9 @@ BOUNCE_MIN_SENDS = env_int("BOUNCE_MIN_SENDS", 20, minimum=1)
 # needs `Authorization: Bearer <METRICS_TOKEN>`. Debug (demo, development): empty = open.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "" if DEBUG else REQUIRED)
 METRICS_WINDOW_S = env_int("METRICS_WINDOW_S", 86_400, minimum=60)  # window of latency/rate figures
+# The platform scrape's text is kept this long in Redis, shared by every web process and replica
+# (orchestrator.metrics.prometheus.platform_exposition); 0 renders each scrape afresh.
+METRICS_CACHE_S = env_float("METRICS_CACHE_S", 5.0, minimum=0.0, maximum=60.0)
 BUDGET_SAMPLE_RETENTION_DAYS = env_int("BUDGET_SAMPLE_RETENTION_DAYS", 7, minimum=1)
 DASHBOARD_REFRESH_S = env_int(
     "DASHBOARD_REFRESH_S", 15, minimum=1
@@ -389,17 +415,13 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = Queue.ORCHESTRATOR
 # RabbitMQ only: "quorum" queues (replicated, the choice for a clustered broker) or "classic".
+# Choosing and migrating: README "Deploy"; what quorum changes: config.queues.task_queues.
 CELERY_QUEUE_TYPE = env_choice("CELERY_QUEUE_TYPE", ["classic", "quorum"], "classic")
-CELERY_TASK_QUEUES = [
-    KombuQueue(
-        q.value,
-        routing_key=q.value,
-        queue_arguments={"x-queue-type": "quorum"}
-        if CELERY_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith("amqp")
-        else None,
-    )
-    for q in Queue
-]
+CELERY_TASK_QUEUES = task_queues(
+    quorum=CELERY_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith("amqp")
+)
+# Native delayed delivery (quorum only): a countdown waits in the broker's own quorum queues.
+CELERY_BROKER_NATIVE_DELAYED_DELIVERY_QUEUE_TYPE = "quorum"
 CELERY_TASK_ROUTES = TASK_ROUTES
 CELERY_TASK_CREATE_MISSING_QUEUES = False
 # A message is acknowledged after the task returns, and re-delivered if the worker dies:

@@ -82,3 +82,32 @@ WORKERS: dict[Queue, WorkerRecipe] = {
     Queue.SEND: WorkerRecipe(Queue.SEND, pool="threads", concurrency=48),
     Queue.DEAD_LETTER: WorkerRecipe(Queue.DEAD_LETTER, pool="prefork", concurrency=1),
 }
+
+
+# Connections a process holds besides its pool's: beat's scheduler (django-celery-beat reads
+# and writes its tables), and room for one-off commands run beside the stack (migrate during a
+# deploy, createsuperuser, a shell, assign_leads).
+BEAT_CONNECTIONS = 1
+COMMAND_CONNECTIONS = 3
+
+
+def worker_connections(recipe: WorkerRecipe, *, generation_db_connections: int) -> int:
+    """The most PostgreSQL connections one process of this worker can hold at once
+    (config.celery): a threads pool keeps them in a pool of GENERATION_DB_CONNECTIONS for the
+    generation queue, its concurrency for any other (a send holds its connection for its whole
+    job); a prefork worker one per child, plus one for its parent process."""
+    if recipe.pool == "threads":
+        return generation_db_connections if recipe.queue is Queue.GENERATION else recipe.concurrency
+    return recipe.concurrency + 1
+
+
+def database_connections_peak(*, generation_db_connections: int, web_processes: int, web_threads: int) -> int:
+    """The most PostgreSQL connections the recipe can hold at once, one process of each worker:
+    every worker's, web's (a connection per gunicorn thread), beat's and a few one-off
+    commands'. PostgreSQL's max_connections needs this with a margin (README "Deploy"), and
+    as much again for each further worker process or web replica."""
+    workers = sum(
+        worker_connections(recipe, generation_db_connections=generation_db_connections)
+        for recipe in WORKERS.values()
+    )
+    return workers + web_processes * web_threads + BEAT_CONNECTIONS + COMMAND_CONNECTIONS

@@ -40,6 +40,9 @@ class DemoOptions:
     rpm: int = 300
     tpm: int = 300_000
     reply_every_s: float = 6.0
+    # One answer per burst, short enough to watch (docs/dispatch.md, "The quiet period"):
+    # production's 60 s would leave the demo's replies unanswered for a minute.
+    reply_quiet_s: int = 3
     auto_approve_after_s: float = 30.0
     report_dir: Path = Path("var/demo-report")
 
@@ -56,6 +59,7 @@ def child_env(opts: DemoOptions) -> dict[str, str]:
         LLM_RPM=str(opts.rpm),
         LLM_TPM=str(opts.tpm),
         PUBLIC_BASE_URL=f"http://127.0.0.1:{opts.web_port}",
+        REPLY_QUIET_S=str(opts.reply_quiet_s),
     )
 
 

@@ -90,19 +90,27 @@ class RateLimited(PipelineError):
 
 class ConfigurationFault(PermanentError):
     """The provider refused the deployment itself: 401 (key), 403 (permission), 404 (model not
-    found). Every call to it would fail alike, so it is not the job's fault: the job goes back
+    found), or 400 for a parameter its model does not take (`param`: max_tokens sent to a
+    reasoning model, the dialect in LLM_DEPLOYMENTS is wrong). Every call to it would fail alike, so it is not the job's fault: the job goes back
     to the queue uncharged and the deployment's breaker (orchestrator.deployments.breaker) stops
     work going there until a probe call succeeds. A PermanentError for any handler that does
     not know this class."""
 
     error_class = ""  # not a failure of the job: no dead letter, no attempt
-    suggested_action = "fix LLM_DEPLOYMENTS (model name, key, base_url); work resumes after a probe"
+    suggested_action = "fix LLM_DEPLOYMENTS (model name, key, base_url, dialect); work resumes after a probe"
 
     def __init__(
-        self, message: str, *, status: int | None, code: str | None, rate_limits: RateLimitInfo | None = None
+        self,
+        message: str,
+        *,
+        status: int | None,
+        code: str | None,
+        param: str | None = None,
+        rate_limits: RateLimitInfo | None = None,
     ) -> None:
         super().__init__(message, status=status, rate_limits=rate_limits)
         self.code = code
+        self.param = param
 
 
 class PolicyViolation(PermanentError):

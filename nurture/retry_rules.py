@@ -12,9 +12,10 @@ first row that matches decides, and anything no row matches is retried as transi
   with the same Message-ID, then a POSSIBLY_SENT dead letter (recovery.send_unconfirmed).
 - TransientError (5xx, timeouts, connection errors, anything unclassified): attempts + 1 and
   back to the queue with exponential backoff and jitter, until RETRY_MAX_ATTEMPTS; then DEAD.
-- ConfigurationFault (401/403/404: the deployment's key, permission or model): back to the queue
+- ConfigurationFault (401/403/404: the deployment's key, permission or model; 400
+  unsupported_parameter: its dialect, e.g. max_tokens sent to a reasoning model): back to the queue
   uncharged with a blocked reason; the deployment's breaker holds its work until a probe succeeds.
-- PermanentError (400/422, policy, other SMTP 5xx): DEAD at once.
+- PermanentError (other 400s, 422, policy, other SMTP 5xx): DEAD at once.
 "Back to the queue" is QUEUED for work without a draft and APPROVED for a written draft: a
 retry never pays the LLM twice for an email it already has.
 """

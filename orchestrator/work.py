@@ -238,9 +238,12 @@ def call_refused(
     budget.report_429(retry_after_s=retry_after_s, sent_at_ms=slot.at_ms or None, scope=deployment.scope)
 
 
-def deployment_fault(*, deployment: Deployment, status: int | None, code: str | None) -> str:
-    """A refusal for the deployment's configuration (401/403/404): its breaker opens; the reason."""
-    reason = fault_reason(deployment=deployment, status=status, code=code)
+def deployment_fault(
+    *, deployment: Deployment, status: int | None, code: str | None, param: str | None = None
+) -> str:
+    """A refusal for the deployment's configuration (401/403/404, or a 400 for a parameter its
+    model does not take): its breaker opens; the reason."""
+    reason = fault_reason(deployment=deployment, status=status, code=code, param=param)
     fault_record(deployment=deployment, reason=reason)
     return reason
 

@@ -85,6 +85,27 @@ ensure_rabbitmq() {
   return 1
 }
 
+ensure_rabbitmq_vhost() {
+  # A RabbitMQ virtual host of its own (the quorum pass: its queues cannot share names with the
+  # classic ones), guest allowed in it: by rabbitmqctl (root or the rabbitmq user), else by the
+  # management HTTP API when that plugin is on. Returns 1 if neither can make it.
+  local vhost="$1"
+  local vhosts
+  if command -v rabbitmqctl >/dev/null && vhosts="$(rabbitmqctl -q list_vhosts 2>/dev/null)"; then
+    grep -qxF "$vhost" <<<"$vhosts" || rabbitmqctl -q add_vhost "$vhost" >/dev/null || return 1
+    rabbitmqctl -q set_permissions -p "$vhost" guest ".*" ".*" ".*" >/dev/null || return 1
+    return 0
+  fi
+  local api="http://127.0.0.1:15672/api"
+  if command -v curl >/dev/null && curl -fsS -u guest:guest "$api/overview" >/dev/null 2>&1; then
+    curl -fsS -u guest:guest -X PUT "$api/vhosts/$vhost" >/dev/null || return 1
+    curl -fsS -u guest:guest -X PUT -H "content-type: application/json" \
+      -d '{"configure":".*","write":".*","read":".*"}' "$api/permissions/$vhost/guest" >/dev/null || return 1
+    return 0
+  fi
+  return 1
+}
+
 use_test_clock() {
   # TEST_CLOCK="2026-12-31 23:59:30": run the tests, and every Python process they start
   # (workers, beat), with the wall clock moved to that UTC time and ticking on from there

@@ -7,7 +7,11 @@ import hypothesis
 import pytest
 import redis
 from django.conf import settings
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from config import tracing
 from devtools.llm_stub import LLMStub
 from devtools.smtp_sink import SMTPSink
 from orchestrator.budget import Budget, Limits
@@ -71,3 +75,15 @@ def llm_stub(settings: Any) -> Iterator[LLMStub]:
     settings.LLM_MODEL, settings.LLM_TIMEOUT_S = "stub-1", 5.0
     yield stub
     stub.stop()
+
+
+@pytest.fixture
+def traced(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """config.tracing's own spans (the LLM calls, each dispatched outreach's trace) kept in
+    memory, as if OTEL_EXPORTER_OTLP_ENDPOINT were set; the libraries are not instrumented in
+    this process (that is process-wide and for good: tests/e2e/test_tracing.py covers it)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("tests"))
+    return exporter

@@ -7,13 +7,17 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, Left
 from django.http import HttpRequest
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html
 
 from backoffice.actions import ReclassifyAction, admin_user, reject_with_reason
 from backoffice.tenancy import APPROVE_PERMISSION, OrganizationScopedAdmin
 from nurture import review
+from nurture.intake.thread import EXCERPT_CHARS, excerpt, lead_thread
 from nurture.mail.compliance import footer_block
 from nurture.writing.draft_policy import check_draft
 from outreach.models import DraftForApproval, Outreach, State
@@ -50,17 +54,44 @@ class ApprovalQueueAdmin(ReclassifyAction, OrganizationScopedAdmin):
     organization_path = "owner__organization"
     form = DraftForm
 
-    list_display = ("subject_line", "preview", "lead_who", "company", "owner", "kind", "waiting_for")
-    list_filter = ("owner", "kind")
+    list_display = (
+        "subject_line",
+        "prospect_wrote",
+        "preview",
+        "triage",
+        "lead_who",
+        "company",
+        "owner",
+        "kind",
+        "waiting_for",
+    )
+    list_filter = ("owner", "kind", "reply_class")
     search_fields = ("lead__email", "draft_subject", "lead__company")
     list_select_related = ("owner", "lead")
     ordering = ("state_changed_at", "id")
-    fields = ("lead_context", "owner", "kind", "draft_subject", "draft_body", "footer_at_send")
-    readonly_fields = ("lead_context", "owner", "kind", "footer_at_send")
+    fields = (
+        "lead_context",
+        "owner",
+        "kind",
+        "triage",
+        "conversation",
+        "draft_subject",
+        "draft_body",
+        "footer_at_send",
+    )
+    readonly_fields = ("lead_context", "owner", "kind", "triage", "conversation", "footer_at_send")
     actions = ("approve_selected", "reject_selected", "reclassify_selected")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
-        return super().get_queryset(request).filter(state=State.AWAITING_APPROVAL)
+        # The list's excerpt reads the prospect's latest message (the last one joined, else the
+        # first), its head only: a context can hold a 30 MB body, and a page lists 100 rows.
+        latest = Coalesce(KT("context__joined__-1__body"), KT("context__inbound__body"))
+        return (
+            super()
+            .get_queryset(request)
+            .filter(state=State.AWAITING_APPROVAL)
+            .annotate(latest_inbound=Left(latest, EXCERPT_CHARS * 40))
+        )
 
     def _elsewhere(self, request: HttpRequest, object_id: str) -> bool:
         # Only a waiting draft is "elsewhere"; one someone just approved keeps the redirect.
@@ -95,6 +126,32 @@ class ApprovalQueueAdmin(ReclassifyAction, OrganizationScopedAdmin):
         text = text if len(text) <= 120 else text[:119].rstrip() + "\u2026"
         # A readable column width: without it the table squeezes the preview to a word per line.
         return format_html('<span style="display:inline-block;min-width:14em;max-width:24em">{}</span>', text)
+
+    @admin.display(description="Prospect wrote")
+    def prospect_wrote(self, obj: Outreach) -> str:
+        # A reply's: what it answers, in a word. Intros and nudges answer nothing.
+        if obj.kind != Outreach.Kind.REPLY:
+            return ""
+        text = excerpt(getattr(obj, "latest_inbound", None) or "") or "(no text)"
+        return format_html('<span style="display:inline-block;min-width:12em;max-width:22em">{}</span>', text)
+
+    @admin.display(description="Class", ordering="reply_class")
+    def triage(self, obj: Outreach) -> str:
+        # The triage's class and why (nurture.intake.triage); the reason may quote the email.
+        if not obj.reply_class:
+            return "" if obj.kind != Outreach.Kind.REPLY else "(not triaged)"
+        return format_html(
+            "{}<br><small>{}</small>", obj.get_reply_class_display(), obj.reply_class_reason or "(no reason)"
+        )
+
+    @admin.display(description="Conversation")
+    def conversation(self, obj: Outreach) -> str:
+        # Our emails as sent and the prospect's messages, oldest first, quotes folded; the
+        # template escapes every text (inbound email is hostile: its HTML shows as text).
+        return render_to_string(
+            "admin/outreach/draftforapproval/thread.html",
+            {"thread": lead_thread(outreach=obj), "this": obj.pk},
+        )
 
     @admin.display(description="Lead", ordering="lead__email")
     def lead_who(self, obj: Outreach) -> str:

@@ -75,8 +75,8 @@ class OrganizationAdmin(PauseActions, OrganizationScopedAdmin):
     # Members are the reviewers who may approve this organization's drafts.
     filter_horizontal = ("members",)
     # The budget's share, the daily LLM spend cap, what links drafts may carry, who mail claims
-    # to be from, the legal text below every email and how long a draft may wait for approval:
-    # changed only with
+    # to be from, the legal text below every email, how long a draft may wait for approval and
+    # how long a lead must be quiet before their messages are answered: changed only with
     # outreach.change_organization_settings (superusers have it), read-only otherwise.
     settings_fields = (
         "llm_rpm",
@@ -89,6 +89,7 @@ class OrganizationAdmin(PauseActions, OrganizationScopedAdmin):
         "business_hours_start",
         "business_hours_end",
         "recipient_domain_daily_cap",
+        "reply_quiet_s",
         # Reply triage (docs/email.md, "Reply triage"): what an autonomous owner answers alone.
         "reply_autonomous_classes",
         "reply_objection_close",

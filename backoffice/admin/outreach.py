@@ -61,8 +61,9 @@ class OutreachAdmin(CsvExportAdmin, OutreachActions, OrganizationScopedAdmin):
         "not_before",
         "attempts",
         "waiting_because",
+        "reply_class",
     )
-    list_filter = ("state", "tier", "kind", "owner", "error_class")
+    list_filter = ("state", "tier", "kind", "owner", "error_class", "reply_class")
     search_fields = ("lead__email", "idempotency_key", "message_id", "esp_message_id")
     list_select_related = ("owner", "lead")
     # The state machine owns state and everything it writes: read-only here.

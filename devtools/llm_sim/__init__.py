@@ -9,6 +9,10 @@ spread. Mode "bucket" is a continuously refilled token bucket (capacity L, refil
 window), which is laxer: it admits up to 2L in some windows. Admission counts prompt tokens +
 max_tokens, as OpenAI does; `usage` then reports what was really generated.
 
+`dialect` "reasoning" refuses `max_tokens` as OpenAI's reasoning models do, "azure" answers
+classic Azure OpenAI's deployments URL with an `api-key` header and `api-version` only: the
+deployment dialects (config/dialects.py) are tested against them.
+
 Imports nothing from Django, so benchmarks and tests can start it in-process. See docs/llm_sim.md.
 
 The package: config (SimConfig, markers), limits (window and bucket), protocol (requests and
@@ -16,6 +20,7 @@ replies), content (the email text) and server (LLMSim).
 """
 
 from devtools.llm_sim.config import (
+    DIALECTS,
     MARKER_FAIL_400,
     MARKER_FAIL_429,
     MARKER_FAIL_500,
@@ -30,6 +35,7 @@ from devtools.llm_sim.limits import Limiter, format_duration
 from devtools.llm_sim.server import LLMSim
 
 __all__ = [
+    "DIALECTS",
     "MARKERS",
     "MARKER_FAIL_400",
     "MARKER_FAIL_429",

@@ -8,6 +8,12 @@ from typing import Literal
 
 Mode = Literal["window", "bucket"]
 MODES: tuple[Mode, ...] = ("window", "bucket")
+# The provider's request dialect: "openai" takes max_tokens or max_completion_tokens with a
+# bearer key on /v1/chat/completions; "reasoning" is an OpenAI reasoning model, refusing
+# max_tokens with OpenAI's 400 unsupported_parameter; "azure" is classic Azure OpenAI:
+# /openai/deployments/<name>/chat/completions with an `api-key` header and `api-version`.
+Dialect = Literal["openai", "reasoning", "azure"]
+DIALECTS: tuple[Dialect, ...] = ("openai", "reasoning", "azure")
 
 # Test hooks: put one in the last user message (a lead's name will do: prompts quote lead data there).
 MARKER_POLICY_FAIL = "SIM:POLICY_FAIL"  # 200 with an unfilled {{first_name}}: the policy check must reject it
@@ -53,6 +59,7 @@ class SimConfig:
     # Several models, each with limits of its own: (name, rpm, tpm). Empty: one limit (rpm, tpm)
     # for any model named. Given: a model not listed answers 404 model_not_found, as providers do.
     models: tuple[tuple[str, int, int], ...] = ()
+    dialect: Dialect = "openai"
     host: str = "127.0.0.1"
     port: int = 0  # 0 = any free port
 
@@ -64,6 +71,7 @@ class SimConfig:
             ("jitter_ms", None if self.jitter_ms is None else _number(self.jitter_ms, low=0)),
             ("fail_rate", _number(self.fail_rate, low=0, high=1)),
             ("mode", None if self.mode in MODES else f"must be one of {', '.join(MODES)}"),
+            ("dialect", None if self.dialect in DIALECTS else f"must be one of {', '.join(DIALECTS)}"),
             ("window_s", _number(self.window_s, low=0.001)),
             ("shared_rps", _number(self.shared_rps, low=0, high=10_000)),
             ("shared_tokens", _whole(self.shared_tokens, low=0, high=self.tpm)),

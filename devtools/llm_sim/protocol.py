@@ -24,6 +24,7 @@ class ChatRequest:
     texts: tuple[tuple[str, str], ...]  # (role, text) per message
     max_tokens: int
     prompt_tokens: int
+    token_param: str | None = None  # the name the limit came under: max_tokens, max_completion_tokens
 
     @property
     def cost(self) -> int:
@@ -34,14 +35,15 @@ class ChatRequest:
         return next((text for role, text in reversed(self.texts) if role == "user"), "")
 
     @classmethod
-    def parse(cls, body: bytes) -> ChatRequest:
+    def parse(cls, body: bytes, *, model: str | None = None) -> ChatRequest:
+        """`model`: the model the URL names (Azure's deployment), over the body's, which may be absent."""
         try:
             data = json.loads(body or b"null")
         except ValueError:
             raise BadRequest("the body is not valid JSON") from None
         if not isinstance(data, dict):
             raise BadRequest("the body must be a JSON object")
-        model, messages = data.get("model"), data.get("messages")
+        model, messages = model or data.get("model"), data.get("messages")
         if not isinstance(model, str) or not model:
             raise BadRequest("you must provide a model parameter", param="model")
         if data.get("stream"):
@@ -50,7 +52,9 @@ class ChatRequest:
             raise BadRequest("messages must be a non-empty array", param="messages")
         texts = tuple(_message_text(m, index) for index, m in enumerate(messages))
         chars = sum(len(text) for _, text in texts)
-        return cls(model, texts, _max_tokens(data), max(math.ceil(chars / CHARS_PER_TOKEN), 1))
+        token_param = next((p for p in ("max_tokens", "max_completion_tokens") if p in data), None)
+        prompt_tokens = max(math.ceil(chars / CHARS_PER_TOKEN), 1)
+        return cls(model, texts, _max_tokens(data), prompt_tokens, token_param)
 
 
 def _message_text(message: object, index: int) -> tuple[str, str]:
@@ -79,6 +83,26 @@ class Reply:
     payload: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+
+
+# The providers' own words, so a client is tested against what it will really read.
+UNSUPPORTED_MAX_TOKENS = (
+    "Unsupported parameter: 'max_tokens' is not supported with this model. "
+    "Use 'max_completion_tokens' instead."
+)
+AZURE_401 = (
+    "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a "
+    "valid key for an active subscription and use a correct regional API endpoint for your resource."
+)
+AZURE_DEPLOYMENT_NOT_FOUND = (
+    "The API deployment for this resource does not exist. If you created the deployment within "
+    "the last 5 minutes, please wait a moment and try again."
+)
+
+
+def azure_error(status: int, code: str, message: str) -> Reply:
+    """Azure OpenAI's error shape: `{"error": {"code", "message"}}`, no type or param."""
+    return Reply(status, {"error": {"code": code, "message": message}})
 
 
 def error_reply(status: int, message: str, *, kind: str, code: str | None, param: str | None = None) -> Reply:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import threading
 import time
 import uuid
@@ -25,7 +26,17 @@ from devtools.llm_sim.config import (
 from devtools.llm_sim.content import completion_text
 from devtools.llm_sim.latency import latency_model
 from devtools.llm_sim.limits import Decision, Limiter, limit_headers
-from devtools.llm_sim.protocol import BadRequest, ChatRequest, Reply, completion_payload, error_reply
+from devtools.llm_sim.protocol import (
+    AZURE_401,
+    AZURE_DEPLOYMENT_NOT_FOUND,
+    UNSUPPORTED_MAX_TOKENS,
+    BadRequest,
+    ChatRequest,
+    Reply,
+    azure_error,
+    completion_payload,
+    error_reply,
+)
 
 _COUNTERS = (
     "requests",  # every POST to chat completions
@@ -35,7 +46,9 @@ _COUNTERS = (
     "marker_errors",  # SIM:FAIL_500 / SIM:FAIL_400
     "bad_requests",  # unreadable requests (never counted against the window)
     "unauthorized",
-    "unknown_model",  # 404 model_not_found (only when --model lists the models served)
+    "unknown_model",  # 404 model_not_found / DeploymentNotFound (only when --model lists the models served)
+    "unsupported_parameter",  # dialect reasoning: 400 for max_tokens
+    "not_found",  # dialect azure: 404 for a chat request without api-version, or on /v1/...
     "completed",  # 200 answers
     "tokens",  # counted at admission: prompt + max_tokens
     "prompt_tokens",  # usage of the 200 answers
@@ -91,7 +104,10 @@ class LLMSim:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.config.host}:{self.port}/v1"
+        """The LLM_BASE_URL (or a deployment's base_url) of this simulator: Azure's is the
+        resource endpoint, the path is the client's (/openai/deployments/<name>/...)."""
+        root = f"http://{self.config.host}:{self.port}"
+        return root if self.config.dialect == "azure" else f"{root}/v1"
 
     def _spawn(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name=f"llm-sim-{target.__name__}")
@@ -100,25 +116,52 @@ class LLMSim:
 
     # chat completions
 
-    def handle_chat(self, *, authorization: str | None, body: bytes) -> Reply:
-        """One POST /v1/chat/completions: auth, parse, admit at arrival, then answer or fail."""
-        key = _bearer(authorization)
+    def handle_chat(
+        self,
+        *,
+        authorization: str | None,
+        body: bytes,
+        api_key: str | None = None,
+        deployment: str | None = None,
+        query: str = "",
+    ) -> Reply:
+        """One chat completion: auth and route in the configured dialect, parse, admit at
+        arrival, then answer or fail. `api_key`, `deployment` and `query` are Azure's: its key
+        header, the deployment named in the path, and the query string (api-version)."""
+        azure = self.config.dialect == "azure"
+        key = ((api_key or "").strip() or None) if azure else _bearer(authorization)
         with self._lock:
             self._counts["requests"] += 1
             if key is not None:
                 self._keys.add(hashlib.sha256(key.encode()).hexdigest())  # never keep the keys themselves
         if key is None:
             self._count("unauthorized")
+            if azure:
+                return azure_error(401, "401", AZURE_401)
             message = "You didn't provide an API key (Authorization: Bearer KEY)."
             return error_reply(401, message, kind="invalid_request_error", code="invalid_api_key")
+        if azure and not parse_qs(query).get("api-version", [""])[0].strip():
+            self._count("not_found")  # Azure's answer to a request without api-version
+            return azure_error(404, "404", "Resource not found")
         try:
-            request = ChatRequest.parse(body)
+            request = ChatRequest.parse(body, model=deployment)
         except BadRequest as exc:
             self._count("bad_requests")
             return error_reply(400, str(exc), kind="invalid_request_error", code=None, param=exc.param)
+        if self.config.dialect == "reasoning" and request.token_param == "max_tokens":
+            self._count("unsupported_parameter")
+            return error_reply(
+                400,
+                UNSUPPORTED_MAX_TOKENS,
+                kind="invalid_request_error",
+                code="unsupported_parameter",
+                param="max_tokens",
+            )
         limiter = self.limiter_for(request.model)
         if limiter is None:
             self._count("unknown_model")
+            if azure:
+                return azure_error(404, "DeploymentNotFound", AZURE_DEPLOYMENT_NOT_FOUND)
             message = f"The model `{request.model}` does not exist or you do not have access to it."
             return error_reply(404, message, kind="invalid_request_error", code="model_not_found")
         refusal, headers, delay, status = self._admit(request, limiter)
@@ -289,6 +332,12 @@ class LLMSim:
             self._in_flight += delta
             self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
 
+    def count_request(self, name: str) -> None:
+        """A chat request refused before it reached handle_chat (a route the dialect lacks)."""
+        with self._lock:
+            self._counts["requests"] += 1
+            self._counts[name] += 1
+
     def _count(self, name: str) -> None:
         with self._lock:
             self._counts[name] += 1
@@ -325,6 +374,9 @@ _5XX = {
 }
 
 
+_CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_AZURE_CHAT = re.compile(r"^/openai/deployments/([A-Za-z0-9_.\-]{1,64})/chat/completions$")
+
 _GET_ROUTES: dict[str, Any] = {
     "/health": lambda sim: {"status": "ok"},
     "/stats": lambda sim: sim.stats(),
@@ -360,10 +412,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         url = urlsplit(self.path)
         path, sim = url.path.rstrip("/"), self.server.sim
-        if method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
+        azure = _AZURE_CHAT.match(path) if sim.config.dialect == "azure" else None
+        if method == "POST" and (azure or path in _CHAT_PATHS):
             sim.in_flight_change(+1)
             try:
-                self._send(sim.handle_chat(authorization=self.headers.get("Authorization"), body=body))
+                self._send(self._chat(sim, body=body, query=url.query, deployment=azure and azure[1]))
             finally:
                 sim.in_flight_change(-1)
         elif method == "POST" and path == "/stats/reset":
@@ -376,6 +429,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(
                 error_reply(404, f"no route {method} {path}", kind="invalid_request_error", code="not_found")
             )
+
+    def _chat(self, sim: LLMSim, *, body: bytes, query: str, deployment: str | None) -> Reply:
+        if sim.config.dialect == "azure" and deployment is None:  # /v1/chat/completions on Azure
+            sim.count_request("not_found")
+            return azure_error(404, "404", "Resource not found")
+        return sim.handle_chat(
+            authorization=self.headers.get("Authorization"),
+            api_key=self.headers.get("api-key"),
+            body=body,
+            deployment=deployment,
+            query=query,
+        )
 
     def _body(self) -> bytes | None:
         # Always read the whole body: on a keep-alive connection unread bytes would be taken

@@ -27,25 +27,12 @@ from __future__ import annotations
 
 import re
 
+from nurture.intake.quoting import quote_starts
+
 __all__ = ["own_text", "reply_asks_to_stop"]
 
-# Where the reply's own text ends: the quoted thread or a signature below it.
-_QUOTE_START = re.compile(
-    r"""^\s*(?:
-        >                                   # a quoted line
-      | on\s.{1,300}\swrote:                # Gmail, Apple Mail, Thunderbird: "On ..., ... wrote:"
-      | -{2,}\s*original\s+message\s*-{2,}  # Outlook
-      | _{10,}                              # Outlook's rule above its header block
-      | --\s*$                              # "-- ", the signature separator (RFC 3676 4.3)
-    )""",
-    re.IGNORECASE | re.VERBOSE,
-)
-# "On Mon, 23 Nov 2026 at 10:00, Sam <sam@x.example>" wrapped before "wrote:" (a long line).
-_ON_LINE = re.compile(r"^\s*on\s.{1,300}$", re.IGNORECASE)
-_WROTE_LINE = re.compile(r"^.{0,200}\bwrote:\s*$", re.IGNORECASE)
-# Outlook's header block of the message replied to: "From: ..." then "Sent:" or "Date:".
-_FROM_LINE = re.compile(r"^\s*from:\s", re.IGNORECASE)
-_SENT_LINE = re.compile(r"^\s*(?:sent|date):\s", re.IGNORECASE)
+# Where the reply's own text ends: the quoted thread (nurture.intake.quoting) or a signature below it.
+_SIGNATURE = re.compile(r"^\s*--\s*$")  # "-- ", the signature separator (RFC 3676 4.3)
 
 _REPLY_PREFIX = re.compile(r"^\s*(?:(?:re|fw|fwd|aw|wg|sv|tr|rv)\s*(?:\[\d+\])?\s*:\s*)+", re.IGNORECASE)
 _CLAUSE_BREAK = re.compile(r"[.,;:!?\n()\"]+")
@@ -135,12 +122,7 @@ def own_text(body: str) -> str:
     """The reply without the thread it quotes or the signature below it."""
     lines = body.splitlines()
     for index, line in enumerate(lines):
-        following = lines[index + 1] if index + 1 < len(lines) else ""
-        if (
-            _QUOTE_START.match(line)
-            or (_ON_LINE.match(line) and _WROTE_LINE.match(following))
-            or (_FROM_LINE.match(line) and _SENT_LINE.match(following))
-        ):
+        if quote_starts(lines, index) or _SIGNATURE.match(line):
             return "\n".join(lines[:index])
     return body
 

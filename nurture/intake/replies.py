@@ -21,6 +21,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -35,10 +36,11 @@ from nurture.intake.triage.rules import triage_rules
 from nurture.intake.unverified import unverified_keep
 from nurture.intake.verdicts import Verdict
 from nurture.mail.transport import message_id_normalised, message_ids
+from nurture.quiet import reply_due, reply_quiet_s
 from nurture.reply_actions import ReplyTriage
 from nurture.sequence import sequence_stop
 from outreach.idempotency import reply_key
-from outreach.models import SUPPRESSED, Lead, Outreach, ReplyClass, State, UnverifiedInbound
+from outreach.models import SUPPRESSED, Lead, Organization, Outreach, ReplyClass, State, UnverifiedInbound
 from outreach.services.operations import NotActionable
 from outreach.services.queue import outreach_enqueue
 from outreach.transitions import REPLY_JOINABLE, transition
@@ -207,8 +209,10 @@ def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyRece
     The answer threads under the prospect's message: its in_reply_to is their Message-ID, its
     references the thread above (`_thread`). One answer per turn: a message that arrives while
     our answer to the lead is not written yet joins that answer (`_reply_join`) instead of
-    queueing a second one. Intake for one lead runs one at a time (the lead's row is locked), so
-    two messages arriving together cannot both find no pending answer. Duplicate deliveries
+    queueing a second one. One answer per burst: the answer is due a quiet period after the
+    lead's last message (nurture.quiet): queued `quiet` seconds out, and each message that joins
+    it while queued pushes it out again. Intake for one lead runs one at a time (the lead's row
+    is locked), so two messages arriving together cannot both find no pending answer. Duplicate deliveries
     (retries, concurrent ones) find the message already recorded, as a reply's key or among its
     joined messages: nothing changes twice. Raises UnknownLead, NotBelieved.
     """
@@ -220,15 +224,24 @@ def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyRece
     their_id = _threadable(reply.message_id)
     with transaction.atomic():
         Lead.objects.select_for_update().filter(id=lead.pk).values_list("id", flat=True).get()
+        # Read under the lead's lock, with the message's arrival: the clock of its quiet period.
+        arrived, quiet_s = timezone.now(), _quiet_s(lead=lead)
         key = reply_key(message_id=reply.message_id)
         if (seen := _received(lead_id=lead.pk, key=key, message_id=reply.message_id)) is not None:
             return ReplyReceived(outreach_id=seen, created=False, lead_id=lead.pk)
-        if settled is None and (pending := _reply_join(lead_id=lead.pk, inbound=inbound)) is not None:
+        # What the rules settle (an auto-reply, a bounce, an opt-out) joins no answer: it is
+        # recorded on its own and acted on below.
+        if (
+            settled is None
+            and (pending := _reply_join(lead_id=lead.pk, inbound=inbound, arrived=arrived, quiet_s=quiet_s))
+            is not None
+        ):
             return ReplyReceived(outreach_id=pending, created=False, lead_id=lead.pk, joined=True)
         outreach, created = outreach_enqueue(
             lead=lead,
             kind=Outreach.Kind.REPLY,
             idempotency_key=key,
+            not_before=reply_due(last_message_at=arrived, quiet_s=quiet_s),
             context={"inbound": inbound},
             in_reply_to=their_id or "",
             references=" ".join(_thread(reply=reply, lead_id=lead.pk)) if their_id else "",
@@ -290,8 +303,17 @@ def _held_reply(*, held: UnverifiedInbound, lead: Lead) -> InboundReply:
 # on their way to SMTP, hence the empty-draft condition too.
 
 
-def _reply_join(*, lead_id: int, inbound: dict[str, str]) -> int | None:
+def _quiet_s(*, lead: Lead) -> int:
+    organization = Organization.objects.only("reply_quiet_s").get(pk=lead.organization_id)
+    return reply_quiet_s(organization=organization)
+
+
+def _reply_join(*, lead_id: int, inbound: dict[str, str], arrived: datetime, quiet_s: int) -> int | None:
     """Add `inbound` to the lead's reply whose draft is not written yet; its id, or None.
+
+    A reply still QUEUED waits again: due `quiet_s` after this message (never earlier than it
+    was). One already taken by the dispatcher is being written: its due time, what its latency
+    counts from, stays; a draft discarded for this message waits anew (nurture.writing.generation).
 
     The row lock orders this against the generation worker recording a draft (a guarded
     transition on `inbound_joined`, nurture.writing.generation): either the join lands first and that
@@ -308,9 +330,15 @@ def _reply_join(*, lead_id: int, inbound: dict[str, str]) -> int | None:
         return None
     context = pending.context if isinstance(pending.context, dict) else {}
     joined = [*context.get("joined", []), inbound]
-    Outreach.objects.filter(id=pending.pk).update(
-        context={**context, "joined": joined}, inbound_joined=F("inbound_joined") + 1
-    )
+    fields: dict[str, Any] = {
+        "context": {**context, "joined": joined},
+        "inbound_joined": F("inbound_joined") + 1,
+    }
+    if pending.state == State.QUEUED:  # locked above: the dispatcher cannot claim it meanwhile
+        fields["not_before"] = reply_due(
+            last_message_at=arrived, quiet_s=quiet_s, not_before=pending.not_before
+        )
+    Outreach.objects.filter(id=pending.pk).update(**fields)
     log.info(
         "reply %s: a later message from lead %s joined it (%d joined)",
         pending.pk,

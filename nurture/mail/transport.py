@@ -20,12 +20,14 @@ import logging
 import re
 import secrets
 import smtplib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formataddr
 from typing import Any
 
 import requests
+from anymail.backends.base import BasePayload
 from anymail.exceptions import (
     AnymailError,
     AnymailInvalidAddress,
@@ -303,6 +305,7 @@ def _deliver(message: EmailMessage, *, before_send: Callable[[], None]) -> str:
     try:
         connection.open()
         _pass_idempotency_key(connection, message)
+        _tracking_off(connection, message)
         data_sent = _watch_data(connection)
         before_send()
         sent = connection.send_messages([message])
@@ -321,6 +324,35 @@ def _deliver(message: EmailMessage, *, before_send: Callable[[], None]) -> str:
     if sent != 1:
         raise TransientError("mail server did not accept the message")
     return _esp_message_id(message)
+
+
+def _tracking_off(connection: BaseEmailBackend, message: EmailMessage) -> None:
+    """Ask the provider for no open pixel and no rewritten links (anymail's `track_opens` and
+    `track_clicks`, which each backend turns into its API's fields: Postmark's TrackOpens and
+    TrackLinks, Mailgun's o:tracking-*, SendGrid's tracking_settings, ...). Cold email with
+    them reads as bulk mail to spam filters and shares the tracking domain's reputation, and
+    nothing here reads opens or clicks. A provider whose API has no per-message switch (Amazon
+    SES, Brevo, ...) would refuse the send if given one: it tracks as its account or
+    configuration set says (docs/email.md)."""
+    if esp_takes_tracking_flags(type(connection)):
+        message.track_clicks = False  # type: ignore[attr-defined]  # read by anymail's payloads
+        message.track_opens = False  # type: ignore[attr-defined]
+
+
+def esp_takes_tracking_flags(backend: type) -> bool:
+    """Whether an email backend's API takes per-message tracking flags: an anymail backend
+    whose payload class implements both setters (anymail's base refuses them as unsupported).
+    Cheap enough per send: a look through the backend module's names."""
+    module = sys.modules.get(backend.__module__)
+    payloads = [
+        cls
+        for cls in (vars(module).values() if module else ())
+        if isinstance(cls, type) and issubclass(cls, BasePayload) and cls.__module__ == backend.__module__
+    ]
+    setters = ("set_track_clicks", "set_track_opens")
+    return any(
+        all(getattr(cls, name) is not getattr(BasePayload, name) for name in setters) for cls in payloads
+    )
 
 
 def _esp_message_id(message: EmailMessage) -> str:

@@ -32,6 +32,8 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
 from django.utils import timezone
 
+from config import tracing
+from config.deployments import Deployment
 from config.logging import outreach_log_context
 from config.queues import Queue
 from nurture.errors import (
@@ -43,6 +45,7 @@ from nurture.errors import (
     RateLimited,
     TransientError,
 )
+from nurture.quiet import reply_due, reply_quiet_s
 from nurture.reply_actions import reply_answered, reply_class_act, reply_class_record, reply_needs_person
 from nurture.retry_rules import fail
 from nurture.sequence import Gate, sequence_gate
@@ -309,7 +312,7 @@ def _call(
         raise Paced(wait_s=slot.wait_s, cause=slot.cause)
     started = time.monotonic()
     try:
-        result = llm.chat(messages=messages, max_tokens=max_tokens, deployment=deployment)
+        result = _chat_traced(messages=messages, max_tokens=max_tokens, deployment=deployment, step=step)
     except RateLimited as exc:
         work.call_refused(
             budget=budget,
@@ -321,8 +324,10 @@ def _call(
         )
         raise
     except ConfigurationFault as exc:
-        reason = work.deployment_fault(deployment=deployment, status=exc.status, code=exc.code)
-        raise ConfigurationFault(reason, status=exc.status, code=exc.code) from exc
+        reason = work.deployment_fault(
+            deployment=deployment, status=exc.status, code=exc.code, param=exc.param
+        )
+        raise ConfigurationFault(reason, status=exc.status, code=exc.code, param=exc.param) from exc
     except TransientError as exc:  # down (unreachable, 5xx): its pool or fallback takes over
         work.deployment_down(deployment=deployment, status=exc.status)
         raise
@@ -346,6 +351,34 @@ def _call(
     return result.text
 
 
+def _chat_traced(
+    *, messages: list[llm.ChatMessage], max_tokens: int, deployment: Deployment, step: str
+) -> llm.LLMResult:
+    """llm.chat in a span (config.tracing; a no-op when tracing is off) named and described as
+    OpenTelemetry's GenAI conventions say, with the deployment and the step; never the prompt
+    or the draft. A failure leaves it as an error span with the exception's class."""
+    model = deployment.model or settings.LLM_MODEL
+    attributes: tracing.Attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "gen_ai.request.max_tokens": max_tokens,
+        "outreach.llm.deployment": deployment.label,
+        "outreach.llm.step": step,
+    }
+    with tracing.span(f"chat {model}", attributes) as notes:
+        result = llm.chat(messages=messages, max_tokens=max_tokens, deployment=deployment)
+        notes.set(
+            {
+                "gen_ai.usage.input_tokens": result.prompt_tokens,
+                "gen_ai.usage.output_tokens": result.completion_tokens,
+                "gen_ai.response.finish_reasons": [result.finish_reason] if result.finish_reason else None,
+                "gen_ai.response.id": result.request_id,
+                "outreach.llm.usage_estimated": result.usage_estimated,
+            }
+        )
+    return result
+
+
 def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: JobBudget) -> State | None:
     """Keep the paid-for draft: durably, so a connection that died during the LLM calls does
     not send the row back through recovery to be written (and paid for) again.
@@ -360,9 +393,12 @@ def _record_draft(*, outreach: Outreach, subject: str, body: str, usage: JobBudg
 
 
 def _rewrite_joined(*, outreach: Outreach) -> State | None:
-    """A later message joined while the draft was written: back to the queue at once, no
-    attempt charged, to be written again (through the dispatcher and the budget) with every
-    message. One email still leaves: this draft never does. None: the row is not ours."""
+    """A later message joined while the draft was written: back to the queue, no attempt
+    charged, to be written again (through the dispatcher and the budget) with every message.
+    One email still leaves: this draft never does. None: the row is not ours.
+
+    The lead just wrote: the answer waits a quiet period again (nurture.quiet), counted from
+    now, a moment after that message arrived (at once when the period is 0)."""
     try:
         transition(
             outreach_id=outreach.pk,
@@ -372,7 +408,9 @@ def _rewrite_joined(*, outreach: Outreach) -> State | None:
             note="a later message from the lead joined: draft discarded, written again with it",
             reservation_id="",
             blocked_reason="",
-            not_before=timezone.now(),
+            not_before=reply_due(
+                last_message_at=timezone.now(), quiet_s=reply_quiet_s(organization=outreach.lead.organization)
+            ),
         )
     except TransitionLost:
         log.info("draft not recorded: not generating any more", extra=outreach_log_context(outreach))

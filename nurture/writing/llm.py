@@ -1,6 +1,8 @@
 """The LLM client: the only module that talks to the provider (any OpenAI-compatible endpoint).
 
-One call = one HTTP request (`POST {base_url}/chat/completions`), never retried here: retrying
+One call = one HTTP request (`POST {base_url}/chat/completions`, or the path, query, auth
+header, token parameter and extra fields of the deployment's dialect: config.dialects), never
+retried here: retrying
 is a decision for the pipeline (backoff, attempt caps, dead letters) and every retry must pass
 the budget again, so a hidden retry would both double-spend and hide 429s from the limiter.
 The request is plain JSON over a pooled httpx2 client, not the openai SDK: the SDK's request
@@ -23,11 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypedDict
+from urllib.parse import quote
 
 import httpx2
 from django.conf import settings
 
+from config import dialects
 from config.deployments import Deployment
+from config.dialects import Dialect
 from nurture.errors import (
     ConfigurationFault,
     PermanentError,
@@ -78,48 +83,101 @@ def chat(
     """One chat completion on `deployment` (its base_url, key and model; default: LLM_BASE_URL,
     LLM_API_KEY, LLM_MODEL). Raises RateLimited, TransientError or PermanentError (of which
     ConfigurationFault), nothing else."""
-    base_url = (deployment and deployment.base_url) or settings.LLM_BASE_URL
     api_key = (deployment and deployment.api_key) or settings.LLM_API_KEY
     if not api_key:  # configuration, not luck
         raise PermanentError("LLM client misconfigured: LLM_API_KEY is not set")
-    body: dict[str, Any] = {
-        "model": model or (deployment and deployment.model) or settings.LLM_MODEL,
-        "messages": list(messages),
-        "max_tokens": max_tokens,
-    }
-    if temperature is not None:
-        body["temperature"] = temperature
+    request = provider_request(
+        dialect=deployment.dialect if deployment else dialects.DEFAULT,
+        base_url=(deployment and deployment.base_url) or settings.LLM_BASE_URL,
+        api_key=api_key,
+        model=model or (deployment and deployment.model) or settings.LLM_MODEL,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
     try:
         response = _client_for_settings().post(
-            base_url.rstrip("/") + "/chat/completions",
-            content=json.dumps(body),
-            headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+            request.url, params=request.params, content=request.content, headers=request.headers
         )
     except httpx2.TimeoutException as exc:
         raise TransientError(f"LLM provider unreachable: request timed out ({exc})") from exc
     except httpx2.HTTPError as exc:  # connection refused or reset, protocol errors
         raise TransientError(f"LLM provider unreachable: {exc}") from exc
     if response.status_code >= 400:
-        code, message = _error_detail(response.content)
+        code, message, param = _error_detail(response.content)
         raise classify_status(
-            status=response.status_code, headers=response.headers, code=code, message=message
+            status=response.status_code, headers=response.headers, code=code, message=message, param=param
         )
     return _result(content=response.content, headers=response.headers, messages=messages)
 
 
-def _error_detail(content: bytes) -> tuple[str | None, str]:
-    """(code, message) of an OpenAI-style error body `{"error": {"code", "message"}}`; the raw
-    text when it is not one (a proxy's HTML page)."""
+@dataclass(frozen=True)
+class ProviderRequest:
+    url: str
+    params: dict[str, str]
+    headers: dict[str, str]  # holds the key: never logged
+    content: bytes
+
+
+def provider_request(
+    *,
+    dialect: Dialect,
+    base_url: str,
+    api_key: str,
+    model: str,
+    messages: Sequence[ChatMessage],
+    max_tokens: int,
+    temperature: float | None,
+) -> ProviderRequest:
+    """The HTTP request of one chat completion in the provider's dialect (pure): its path,
+    query, auth header, extra headers, the token limit under the name the provider takes, and
+    the extra body fields (which cannot replace model, messages or the token limit: the
+    dialect's parser refuses them)."""
+    body: dict[str, Any] = {
+        **dialect.body_fields(),
+        "model": model,
+        "messages": list(messages),
+        dialect.token_param: max_tokens,
+    }
+    if temperature is not None:
+        body["temperature"] = temperature
+    auth = {"Authorization": f"Bearer {api_key}"} if dialect.auth == "bearer" else {"api-key": api_key}
+    return ProviderRequest(
+        url=base_url.rstrip("/") + dialect.path.replace("{model}", quote(model, safe="")),
+        params=dict(dialect.extra_query),
+        headers={**dict(dialect.extra_headers), **auth, "Content-Type": "application/json"},
+        content=json.dumps(body).encode(),
+    )
+
+
+def _error_detail(content: bytes) -> tuple[str | None, str, str | None]:
+    """(code, message, param) of an OpenAI-style error body `{"error": {"code", "message",
+    "param"}}`; the raw text when it is not one (a proxy's HTML page)."""
     try:
         error = json.loads(content)["error"]
-        code = error.get("code")
-        return (str(code) if code is not None else None), str(error.get("message") or "")
+        code, param = error.get("code"), error.get("param")
+        return (
+            (str(code) if code is not None else None),
+            str(error.get("message") or ""),
+            (str(param) if param is not None else None),
+        )
     except (ValueError, TypeError, KeyError, AttributeError):
-        return None, content.decode("utf-8", "replace")
+        return None, content.decode("utf-8", "replace"), None
+
+
+# A 400 about the request's shape rather than its content: the deployment's dialect is wrong
+# for its model (max_tokens sent to a reasoning model, a field it does not take). Every call to
+# it would be refused alike, so it is the deployment's fault, not the job's.
+_UNSUPPORTED_CODES = frozenset({"unsupported_parameter", "unsupported_value"})
 
 
 def classify_status(
-    *, status: int, headers: Mapping[str, str], code: str | None = None, message: str = ""
+    *,
+    status: int,
+    headers: Mapping[str, str],
+    code: str | None = None,
+    message: str = "",
+    param: str | None = None,
 ) -> PipelineError:
     """Map an HTTP error status to the taxonomy. Public so the simulator and tests share it."""
     info = rate_limit_info(headers)
@@ -133,6 +191,8 @@ def classify_status(
         return TransientError(text, status=status, rate_limits=info)
     if status in _CONFIGURATION:
         return ConfigurationFault(text, status=status, code=code, rate_limits=info)
+    if status == 400 and (code in _UNSUPPORTED_CODES or message.startswith("Unsupported parameter")):
+        return ConfigurationFault(text, status=status, code=code, param=param, rate_limits=info)
     if 400 <= status < 500:
         return PermanentError(text, status=status, rate_limits=info)
     return TransientError(text, status=status, rate_limits=info)

@@ -31,6 +31,9 @@ from orchestrator.budget.sends import DAY_MS, SendDenied, _domain_key, until_nex
 
 TWO_DAYS_MS: Final = 2 * DAY_MS
 
+# Why a send, or an owner's LLM work, waits when none of its mailboxes may send (a person resumes one).
+MAILBOXES_PAUSED = "every mailbox of this owner is paused"
+
 
 def ramp_cap(*, daily_cap: int, ramp_start: int, ramp_step: int, ramp_from: date, today: date) -> int:
     """A mailbox's cap on `today`: `ramp_start` on its first day, `ramp_step` more each day after,

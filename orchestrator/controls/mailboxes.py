@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 from django.db.models import Q
 
 from orchestrator.budget import Budget, MailboxGrant, MailboxTerms, SendDenied, ramp_cap, spacing_draw
+from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.controls.deliverability import mailbox_rates
 from orchestrator.models import Pause
 from outreach.models import Mailbox, Outreach
@@ -115,7 +116,7 @@ def mailbox_take(*, outreach: Outreach, budget: Budget) -> MailboxGrant | SendDe
         if not boxes:
             return SendDenied(PAUSED_WAIT_MS, f"mailbox {outreach.mailbox} is paused")
     elif every and not boxes:
-        return SendDenied(PAUSED_WAIT_MS, "every mailbox of this owner is paused")
+        return SendDenied(PAUSED_WAIT_MS, MAILBOXES_PAUSED)
     return budget.mailbox_reserve(
         owner_id=outreach.owner_id,
         organization_id=organization.pk,
@@ -125,23 +126,25 @@ def mailbox_take(*, outreach: Outreach, budget: Budget) -> MailboxGrant | SendDe
     )
 
 
-def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[int, int | None]:
-    """THE per-owner mailbox room for today, for the LLM admission check: for each owner, the sum
-    over its active mailboxes of min(cap, warm-up step) minus what each sent today (never below
-    0); None for an owner with no mailbox (it sends from the organization's sender address:
-    only the sender domain's day bounds it). An owner whose mailboxes are all paused has 0."""
+def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[int, dict[str, int] | None]:
+    """THE per-owner mailbox room for today, for the LLM admission check: for each owner, per
+    sender domain of its usable mailboxes (active, domain not paused), the sum over those
+    mailboxes of min(cap, warm-up step) minus what each sent today (never below 0); None for an
+    owner with no mailbox (it sends from the organization's sender address: only that sender
+    domain's day bounds it). An owner whose mailboxes are all paused has {} (no room)."""
     today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
     boxes = {owner: mailboxes_usable(every) for owner, every in mailboxes_of(owner_ids=owner_ids).items()}
     usage = budget.mailbox_usage(mailbox_ids=sorted({b.pk for per in boxes.values() for b in per}))
-    room: dict[int, int | None] = {}
+    room: dict[int, dict[str, int] | None] = {}
     for owner_id in owner_ids:
         if owner_id not in boxes:
             room[owner_id] = None
             continue
-        room[owner_id] = sum(
-            max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today)
-            for b in boxes[owner_id]
-        )
+        by_domain: dict[str, int] = {}
+        for b in boxes[owner_id]:
+            left = max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today)
+            by_domain[b.domain] = by_domain.get(b.domain, 0) + left
+        room[owner_id] = by_domain
     return room
 
 

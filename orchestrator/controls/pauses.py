@@ -14,7 +14,7 @@ and complaint rates). `pause` is idempotent: the same scope paused twice is one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,7 @@ from django.db import connection
 from django.utils import timezone
 
 from orchestrator.models import Pause
-from outreach.models import Organization, Outreach, Owner
+from outreach.models import Mailbox, Organization, Outreach, Owner
 from outreach.tiers import Tier
 
 
@@ -99,9 +99,11 @@ def active() -> list[Pause]:
     )
 
 
-def blocking(*, owner_ids: Iterable[int]) -> Blocking:
+def blocking(*, owner_ids: Iterable[int], mailbox_owners: Collection[int] = ()) -> Blocking:
     """What the active pauses stop among these owners. One query, plus one for the owners'
-    organizations when anything is paused: O(pauses + owners)."""
+    organizations when anything is paused: O(pauses + owners). `mailbox_owners` send from
+    mailboxes of their own: a sender-domain pause is judged per mailbox for them
+    (orchestrator.controls.mailboxes), not by their organization's sender domain."""
     pauses = active()
     if not pauses:
         return Blocking()
@@ -110,6 +112,8 @@ def blocking(*, owner_ids: Iterable[int]) -> Blocking:
     for owner in rows:
         for p in pauses:  # oldest first: the first pause that applies names the reason
             scope = (p.organization_id, p.owner_id, None, p.sender_domain)  # some tier of the owner's work
+            if p.sender_domain and owner.pk in mailbox_owners:
+                continue
             if not _covers(scope, owner_id=owner.pk, organization=owner.organization, tier=None):
                 continue
             if p.tier is None:
@@ -132,9 +136,15 @@ def job_pause(*, outreach: Outreach) -> Pause | None:
     for pause_id, *scope in scopes:  # oldest first
         if _covers(
             tuple(scope), owner_id=outreach.owner_id, organization=organization, tier=int(outreach.tier)
-        ):
+        ) and not (scope[3] and _sends_from_mailboxes(owner_id=outreach.owner_id)):
             return Pause.objects.select_related("organization", "owner", "created_by").get(pk=pause_id)
     return None
+
+
+def _sends_from_mailboxes(*, owner_id: int) -> bool:
+    """An owner with mailboxes of its own: a sender-domain pause is judged per mailbox for it
+    (orchestrator.controls.mailboxes). Asked only when such a pause matches (rare)."""
+    return Mailbox.owners.through.objects.filter(owner_id=owner_id).exists()
 
 
 _ACTIVE_SCOPES = (

@@ -4,8 +4,8 @@ Prices come from LLM_PRICES (dollars per 1,000 input and per 1,000 output tokens
 a model without a price costs 0 (spend is then simply not tracked for it). The day is UTC's:
 organizations have no time zone, and one boundary for all keeps the cap's reason exact
 ("resumes 00:00 UTC"). Pure functions; the worker stores the cost (nurture.writing.generation) and the
-dispatcher sums it, with its work in flight at `job_cost_estimate` (orchestrator.dispatch.reads.
-organization_spend, the admission's rule 7).
+dispatcher sums it, with its work in flight each at `job_cost_estimate` of its owner's learned
+tokens (orchestrator.dispatch.reads.organization_spend, the admission's rule 7).
 """
 
 from __future__ import annotations

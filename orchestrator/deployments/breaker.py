@@ -3,7 +3,7 @@ agree on it (a per-process breaker would let each worker burn its own few calls,
 dispatcher could not see it).
 
 A deployment whose calls keep failing with 401/403/404 (bad key, no permission, unknown
-model) is misconfigured: after LLM_FAULT_THRESHOLD such answers in a row its breaker opens.
+model) or 400 unsupported_parameter (a dialect its model does not speak) is misconfigured: after LLM_FAULT_THRESHOLD such answers in a row its breaker opens.
 A deployment that is down (unreachable, timing out, answering 5xx) opens it the same way when
 its work has somewhere else to go (a pool-mate or a fallback); its failed jobs stay ordinary
 transient failures, retried with backoff. A lone deployment that is down keeps today's retries.
@@ -19,6 +19,7 @@ Times are Redis's clock (TIME), shared by all processes.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -80,10 +81,21 @@ def health_of(fields: Mapping[bytes, bytes], *, now_ms: int, probe_after_ms: int
     return Health("half_open", reason, faults)
 
 
-def fault_reason(*, deployment: Deployment, status: int | None, code: str | None) -> str:
-    """The blocked reason work shows while this deployment is misconfigured."""
-    what = " ".join(str(part) for part in (status, code) if part)
-    return f"deployment '{deployment.label}' misconfigured: {what or 'refused'}; check LLM_DEPLOYMENTS"
+# A provider's `param` is shown only when it looks like a parameter's name (it is provider text).
+_PARAM = re.compile(r"^[A-Za-z0-9_.\[\]\-]{1,64}$")
+
+
+def fault_reason(
+    *, deployment: Deployment, status: int | None, code: str | None, param: str | None = None
+) -> str:
+    """The blocked reason work shows while this deployment is misconfigured. Azure repeats the
+    status as its code ("401"): said once."""
+    parts = [str(status) if status else "", code if code and code != str(status) else ""]
+    if param and _PARAM.match(param):
+        parts.append(f"'{param}'")
+    what = " ".join(part for part in parts if part)
+    hint = " (its dialect/token_param)" if param else ""
+    return f"deployment '{deployment.label}' misconfigured: {what or 'refused'}; check LLM_DEPLOYMENTS{hint}"
 
 
 def down_reason(*, deployment: Deployment, status: int | None) -> str:

@@ -11,6 +11,7 @@ back every cycle, so running at the limit is not starving.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -79,8 +80,9 @@ def routing_plan(*, budget: Budget, client: Client, count: int, per_call: int | 
     )
 
 
-def deployments_rate(*, budget: Budget, client: Client) -> float:
-    """Jobs/s the scarcest pool admits now (the dispatcher's in-flight sizing), read only: for
+def deployments_rate(*, budget: Budget, client: Client, per_call: int | None = None) -> float:
+    """Jobs/s the scarcest pool admits now (the dispatcher's in-flight sizing), each call
+    `per_call` tokens (`per_call_tokens`; None: the configured estimate), read only: for
     dashboards."""
     deps = deployments()
     health = healths(client=client, deployments=deps)
@@ -92,8 +94,18 @@ def deployments_rate(*, budget: Budget, client: Client) -> float:
         headroom=headroom,
         health=health,
         fallbacks=settings.LLM_FALLBACKS,
-        per_call=settings.LLM_EST_TOKENS_PER_CALL,
+        per_call=per_call or settings.LLM_EST_TOKENS_PER_CALL,
     )
+
+
+def per_call_tokens(*, budget: Budget, job_tokens: int) -> int | None:
+    """Tokens a call is counted in the cycle's slot count: the job's share, a job at most what
+    one reservation can hold (a larger one is reserved at that: reservation._reserve_on). None
+    without owners (the configured estimate)."""
+    if not job_tokens:
+        return None
+    most = min(budget.largest_tokens(scopes=(d.scope,)) for d in deployments())
+    return max(1, math.ceil(min(job_tokens, most) / settings.LLM_CALLS_PER_OUTREACH))
 
 
 def probes_mark(*, client: Client, routing: Routing, labels_used: set[str]) -> None:

@@ -82,9 +82,17 @@ class JobCosts:
     owners: Mapping[int, JobTokens]
     steps: Mapping[tuple[int, str], JobTokens]
 
-    def of(self, owner_id: int, kind: str) -> JobTokens:
-        """A job of this owner and step: the step's figure, else the owner's."""
-        return self.steps.get((owner_id, kind)) or self.owners[owner_id]
+    def of(self, owner_id: int, kind: str | None = None) -> JobTokens:
+        """A job of this owner and step: the step's figure, else (or with no step) the owner's."""
+        return (self.steps.get((owner_id, kind)) if kind else None) or self.owners[owner_id]
+
+    def among(self, owner_ids: Collection[int]) -> JobCosts:
+        """These owners' costs only."""
+        keep = set(owner_ids)
+        return JobCosts(
+            owners={o: t for o, t in self.owners.items() if o in keep},
+            steps={(o, k): t for (o, k), t in self.steps.items() if o in keep},
+        )
 
     def smallest_counted(self) -> int:
         """The cheapest job the provider's limit may count among these owners' (0: no owners):

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Q, Sum
 
-from config.deployments import deployments
 from orchestrator.budget import (
     PROVIDER,
     Budget,
@@ -35,8 +33,7 @@ from orchestrator.budget import (
     organization_scope,
     reservation_scopes,
 )
-from orchestrator.controls.spend import job_cost_estimate, spend_day
-from orchestrator.dispatch.inflight import outreach_cost
+from orchestrator.controls.spend import spend_day
 from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
 from orchestrator.dispatch.selection import Candidate
 from orchestrator.dispatch.selection.admission import SpendFacts
@@ -81,6 +78,11 @@ def active_owners() -> list[ActiveOwner]:
     return [
         ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[7]], row[8], row[9]) for row in rows
     ]
+
+
+def active_owner_ids() -> list[int]:
+    """The active owners' ids (one indexed read)."""
+    return list(Owner.objects.filter(active=True).values_list("id", flat=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,24 +176,20 @@ def capped_owner_scopes(*, caps: Mapping[str, Limits], owner_ids: Iterable[int])
     return {owner: scope for owner, scope in scopes.items() if scope in caps}
 
 
-def organization_spend(*, owner_ids: Iterable[int], now: datetime) -> dict[int, SpendFacts]:
+def organization_spend(
+    *, owner_ids: Iterable[int], now: datetime, job_cost: Callable[[int, str | None], Decimal]
+) -> dict[int, SpendFacts]:
     """Per organization with a daily spend cap (Organization.daily_spend_cap) among these
-    owners': the cap, what it spent in the UTC day of `now`, its LLM jobs in flight (not yet
-    costed) and what one such job is counted at (`job_cost_estimate`). One query for the capped
+    owners': the cap, what it spent in the UTC day of `now`, and what its LLM jobs in flight
+    (not yet costed) reserve, each at `job_cost(owner id, kind)`. One query for the capped
     organizations, then per such organization one sum (index outreach_spend_by_owner: its
-    owners' drafts written today) and one count (the partial in-flight index); no cap, no
-    second query."""
+    owners' drafts written today) and one count per owner and kind (the partial in-flight
+    index); no cap, no second query."""
     start, _ = spend_day(now)
     caps: dict[int, Decimal | None] = dict(
         Organization.objects.filter(owners__id__in=list(owner_ids), daily_spend_cap__isnull=False)
         .distinct()
         .values_list("id", "daily_spend_cap")
-    )
-    if not caps:
-        return {}
-    _, tokens = outreach_cost()
-    job_cost = job_cost_estimate(
-        prices=settings.LLM_PRICES, models=[d.model for d in deployments()], tokens=tokens
     )
     found: dict[int, SpendFacts] = {}
     for org_id, cap in caps.items():
@@ -200,10 +198,13 @@ def organization_spend(*, owner_ids: Iterable[int], now: datetime) -> dict[int, 
         spent = Outreach.objects.filter(
             owner__organization_id=org_id, generated_at__gte=start, llm_cost__gt=0
         ).aggregate(total=Sum("llm_cost"))["total"]
-        in_flight = Outreach.objects.filter(
-            owner__organization_id=org_id, state__in=LLM_IN_FLIGHT, draft_body=""
-        ).count()
-        found[org_id] = SpendFacts(cap=cap, spent=spent or Decimal(0), in_flight=in_flight, job_cost=job_cost)
+        in_flight = (
+            Outreach.objects.filter(owner__organization_id=org_id, state__in=LLM_IN_FLIGHT, draft_body="")
+            .values_list("owner_id", "kind")
+            .annotate(jobs=Count("id"))
+        )
+        reserved = sum((jobs * job_cost(owner, kind) for owner, kind, jobs in in_flight), Decimal(0))
+        found[org_id] = SpendFacts(cap=cap, spent=spent or Decimal(0), in_flight=reserved)
     return found
 
 

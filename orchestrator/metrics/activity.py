@@ -6,7 +6,9 @@ costs the window's events, and each joins its outreach by primary key. Definitio
   reaching AWAITING_APPROVAL (the person's wait after that is approval time, not latency);
 - latency: from when the work fell due to completion. Due is created_at, or not_before when
   later (nudges are created at assignment, days before they are due; a retried row counts
-  from its last backoff), never after the completion itself;
+  from its last backoff; a reply is due at the end of its quiet period, the lead's last
+  message + REPLY_QUIET_S, nurture.quiet: the wait we chose is policy, not latency, and the
+  lead's own burst is theirs), never after the completion itself;
 - retries: transient failures sent back to the queue with backoff (events with error_class
   TRANSIENT); budget waits (paced, 429) are not retries (figures.retry_rate);
 - generated: a draft written (GENERATING -> AWAITING_APPROVAL or -> DISPATCHED for sending);

@@ -5,16 +5,22 @@ facts and raises what is due through orchestrator.notify (once per condition per
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Min, Sum
 from django.utils import timezone
 
+from config.celery import app as celery_app
+from config.queues import Queue
+from config.redis_client import shared as shared_redis
+from config.worker_presence import presence_last_heard
 from orchestrator.failures.dead_letters import ACTIONABLE
 from orchestrator.figures import ratio
 from orchestrator.metrics.activity import window_events
+from orchestrator.metrics.broker import broker_queues_now
 from orchestrator.metrics.budget_use import budget_now
 from orchestrator.metrics.dead_letter_classes import oldest_open_age_s
 from orchestrator.models import BudgetSample, DeadLetter
@@ -32,6 +38,11 @@ class AlertFacts:
     last_429_age_s: float | None  # the budget's memory of the provider's last 429
     ready_waiting_s: float | None  # how long the oldest ready, undeferred queued row has waited
     budget_used: float | None  # requests / effective limit over the idle window (None: no samples)
+    # Per Celery queue: (ready messages, consumers) from the broker; empty if it did not answer.
+    queues: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Per queue of the recipe: seconds since one of its workers last said it runs (None: never,
+    # or the last one stopped).
+    workers_unheard_s: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class AlertRules:
     dead_letter_age_s: float
     window_s: float  # the recent window for 429s, and the idle window
     idle_below: float  # a share of the limit, 0..1
+    worker_absent_s: float = 60.0  # a worker kind unheard of this long is absent
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,24 @@ def alerts_due(facts: AlertFacts, rules: AlertRules) -> list[Alert]:
                 "is the dispatcher or the generation worker stopped?",
             )
         )
+    for queue, (ready, consumers) in facts.queues.items():
+        if ready > 0 and consumers == 0:
+            due.append(
+                Alert(
+                    f"queue-unconsumed-{queue}",
+                    f"The {queue} queue holds {ready} messages and no worker consumes it: "
+                    f"start the {queue} worker of the Procfile.",
+                )
+            )
+    for queue, unheard in facts.workers_unheard_s.items():
+        if unheard is None or unheard > rules.worker_absent_s:
+            since = "never" if unheard is None else f"for {unheard / 60:.0f} min"
+            due.append(
+                Alert(
+                    f"worker-absent-{queue}",
+                    f"No {queue} worker has reported ({since}): its queue waits until one runs.",
+                )
+            )
     return due
 
 
@@ -113,7 +143,24 @@ def alert_facts(*, now: datetime, window_s: float) -> AlertFacts:
         last_429_age_s=budget_now().last_429_age_s,
         ready_waiting_s=None if oldest_ready is None else (now - oldest_ready).total_seconds(),
         budget_used=ratio(samples["requests"] or 0, samples["limit"] or 0),
+        **_queue_facts(now=now),
     )
+
+
+def _queue_facts(*, now: datetime) -> dict[str, Any]:
+    """The broker's queues and the workers' presence (Redis); a store that does not answer
+    gives no facts (its own alerts, and Prometheus' OutreachBrokerDown, cover it)."""
+    queues = [q.value for q in Queue]
+    broker = broker_queues_now(app=celery_app, queues=queues, presence=shared_redis())
+    try:
+        heard = presence_last_heard(client=shared_redis(), queues=queues)
+    except Exception as exc:
+        log.warning("worker presence unreadable: %s", exc)
+        return {"queues": {q.queue: (q.ready, q.consumers) for q in broker.queues}}
+    return {
+        "queues": {q.queue: (q.ready, q.consumers) for q in broker.queues},
+        "workers_unheard_s": {q: None if t is None else now.timestamp() - t for q, t in heard.items()},
+    }
 
 
 def alerts_check(*, now: datetime | None = None) -> list[str]:

@@ -9,7 +9,8 @@ import redis
 
 from orchestrator.budget import Budget, get_budget
 from orchestrator.deployments.breaker import health_client
-from orchestrator.dispatch.reads import llm_in_flight, organization_caps_load
+from orchestrator.dispatch.owner_tokens import job_costs_load
+from orchestrator.dispatch.reads import active_owner_ids, llm_in_flight, organization_caps_load
 from orchestrator.figures import Quantiles
 
 
@@ -27,14 +28,17 @@ class InFlightNow:
 def in_flight_now(*, budget: Budget | None = None) -> InFlightNow:
     # Imported here: dispatch.inflight takes its percentiles from this package (metrics.sql), so
     # importing it while this package initialises would be circular.
-    from orchestrator.dispatch.deployment_plan import deployments_rate
+    from orchestrator.dispatch.deployment_plan import deployments_rate, per_call_tokens
     from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
 
     budget = budget or get_budget()
     requests, tokens = outreach_cost()
     organization_caps_load(budget=budget)  # the deployments' scopes
+    # Each call at the active owners' cheapest learned job, as the dispatcher counts it.
+    costs = job_costs_load(owner_ids=active_owner_ids(), default=tokens)
+    per_call = per_call_tokens(budget=budget, job_tokens=costs.smallest_counted())
     try:  # what the deployments' scarcest pool admits, as the dispatcher sizes on it
-        rate: float | None = deployments_rate(budget=budget, client=health_client())
+        rate: float | None = deployments_rate(budget=budget, client=health_client(), per_call=per_call)
     except redis.RedisError:
         rate = None
     sizing = in_flight_sizing(

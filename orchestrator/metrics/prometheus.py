@@ -1,17 +1,32 @@
-"""Prometheus exposition of the queue-health figures: a custom Collector that computes
-`queue_health()` once per scrape, so /metrics, the dashboard and `queue_stats` agree.
+"""Prometheus exposition of the queue-health figures: a custom Collector built on the same
+selectors as the dashboard and `queue_stats` (orchestrator.metrics.queue_health), so they agree.
 
-Gauges describe "now" or the recent window (its length in outreach_window_seconds). Counters
-and histograms (`_total`, `_bucket`/`_sum`/`_count`) come from outreach.counters: counted in
-the transaction of each state change, in PostgreSQL, so they never decrease (not on a restart,
-not when retention prunes history) and every process on every host adds to the same totals.
+Gauges describe "now" (and the day so far, for owners' daily limits and spend caps). Rates and
+windows are PromQL's: `rate()`/`increase()` over the counters and histograms (`_total`,
+`_bucket`/`_sum`/`_count`) from outreach.counters, counted in the transaction of each state
+change, in PostgreSQL, so they never decrease (not on a restart, not when retention prunes
+history) and every process on every host adds to the same totals. A scrape computes no
+24-hour window of activity (the dashboard's window figures, queue_health's `activity`, are not
+exposed); the replies per triage class are the one window left (Scrape.replies).
+
+Cheap scrapes: the platform's exposition is rendered at most once per METRICS_CACHE_S and kept
+in Redis (`metrics:exposition`), shared by every thread and process of every web replica, so
+N replicas x M processes scraped every 15 s cost one computation per METRICS_CACHE_S. With Redis
+away each scrape renders its own (and llm_budget_up says 0).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+import redis
+from django.conf import settings
+from django.utils import timezone
+from prometheus_client import generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -21,11 +36,66 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from config.celery import app as celery_app
+from config.queues import Queue
+from config.redis_client import shared as shared_redis
 from orchestrator.dispatch.inflight import STEPS
-from orchestrator.metrics.depth import DEFERRED_REASON_CODES, deferred_reason_code
-from orchestrator.metrics.queue_health import QueueHealth, queue_health
+from orchestrator.failures.dead_letters import replay_success_rate
+from orchestrator.metrics.activity import OwnerShare, owner_share
+from orchestrator.metrics.broker import BrokerNow, broker_queues_now
+from orchestrator.metrics.budget_use import BudgetNow, budget_now
+from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes, oldest_open_age_s
+from orchestrator.metrics.deployments import DeploymentNow, deployments_now
+from orchestrator.metrics.depth import (
+    DEFERRED_REASON_CODES,
+    Deferred,
+    Depth,
+    deferred_reason_code,
+    deferred_work,
+    queue_depth,
+)
+from orchestrator.metrics.in_flight import InFlightNow, in_flight_now
+from orchestrator.metrics.replies import ReplyClassFigures, reply_classes
+from orchestrator.metrics.spend import Spend, spend_today
 from outreach import counters as c
 from outreach.counters import Labels
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """What one scrape reads: the figures of now, and no window but the replies per class."""
+
+    depth: Depth
+    deferred: Deferred
+    owners: list[OwnerShare]
+    failures: list[FailureClass]
+    oldest_open_dead_letter_age_s: float | None
+    replay_success_rate: float | None
+    budget: BudgetNow
+    in_flight: InFlightNow
+    deployments: list[DeploymentNow]
+    spend: Spend
+    # Per triage class, over METRICS_WINDOW_S: the one window still computed (no counter per
+    # class yet); the cache bounds it to once per METRICS_CACHE_S.
+    replies: list[ReplyClassFigures]
+
+
+def scrape_read(*, now: datetime, organization_ids: Collection[int] | None) -> Scrape:
+    return Scrape(
+        depth=queue_depth(now=now, organization_ids=organization_ids),
+        deferred=deferred_work(organization_ids=organization_ids),
+        owners=owner_share(now=now, organization_ids=organization_ids),
+        failures=dead_letter_classes(organization_ids=organization_ids),
+        oldest_open_dead_letter_age_s=oldest_open_age_s(now=now, organization_ids=organization_ids),
+        replay_success_rate=replay_success_rate(),
+        budget=budget_now(),
+        in_flight=in_flight_now(),
+        deployments=deployments_now(),
+        spend=spend_today(now=now, organization_ids=organization_ids),
+        replies=reply_classes(
+            since=now - timedelta(seconds=settings.METRICS_WINDOW_S), organization_ids=organization_ids
+        ),
+    )
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: dict[tuple[str, ...], float | None]) -> Metric:
@@ -40,7 +110,7 @@ def _one(name: str, doc: str, value: float | None) -> Metric:
     return _gauge(name, doc, [], {(): value})
 
 
-def _depth(h: QueueHealth) -> Iterator[Metric]:
+def _depth(h: Scrape) -> Iterator[Metric]:
     d = h.depth
     yield _gauge(
         "outreach_state_rows",
@@ -77,58 +147,7 @@ def _depth(h: QueueHealth) -> Iterator[Metric]:
     )
 
 
-def _window(h: QueueHealth) -> Iterator[Metric]:
-    a = h.activity
-    yield _one(
-        "outreach_window_seconds",
-        "Length of the recent window the outreach_window_* figures cover.",
-        h.window_s,
-    )
-    for field in (
-        "completed",
-        "sent",
-        "dead",
-        "retries",
-        "provider_429s",
-        "generated",
-        "llm_requests",
-        "tokens",
-        "approved",
-        "rejected",
-    ):
-        yield _one(
-            f"outreach_window_{field}", f"{field.replace('_', ' ')} in the recent window.", getattr(a, field)
-        )
-    yield _gauge(
-        "outreach_latency_seconds",
-        "Due-to-completed latency in the window, per tier.",
-        ["tier", "quantile"],
-        {(t, q): v for t, qs in a.latency.items() for q, v in (("0.5", qs.p50_s), ("0.95", qs.p95_s))},
-    )
-    yield _gauge(
-        "outreach_time_to_approval_seconds",
-        "Awaiting approval to approved, in the window.",
-        ["quantile"],
-        {("0.5",): a.time_to_approval.p50_s, ("0.95",): a.time_to_approval.p95_s},
-    )
-    yield _gauge(
-        "outreach_success_ratio",
-        "Completed / (completed + dead) in the window, per kind.",
-        ["kind"],
-        {(k,): o.rate for k, o in a.success_by_kind.items()},
-    )
-    yield _one("outreach_retry_ratio", "Transient retries per completed outreach.", h.retry_rate)
-    yield _one("outreach_dead_letter_ratio", "Dead / (completed + dead) in the window.", h.dead_letter_rate)
-    yield _one("outreach_approval_ratio", "Approved / (approved + rejected) in the window.", h.approval_rate)
-    yield _one("outreach_tokens_per_completed", "LLM tokens per generated draft.", h.tokens_per_completed)
-    yield _one(
-        "outreach_cost_per_completed",
-        "LLM cost per generated draft, in dollars at LLM_PRICES.",
-        h.cost_per_completed,
-    )
-
-
-def _owners(h: QueueHealth) -> Iterator[Metric]:
+def _owners(h: Scrape) -> Iterator[Metric]:
     for field, doc in (("sent", "Emails sent"), ("dispatched", "Outreach dispatched")):
         yield _gauge(
             f"outreach_owner_{field}",
@@ -142,7 +161,7 @@ def _owners(h: QueueHealth) -> Iterator[Metric]:
         )
 
 
-def _failures(h: QueueHealth) -> Iterator[Metric]:
+def _failures(h: Scrape) -> Iterator[Metric]:
     yield _gauge(
         "outreach_dead_letters_open",
         "Open or escalated dead letters per failure class.",
@@ -159,7 +178,7 @@ def _failures(h: QueueHealth) -> Iterator[Metric]:
     )
 
 
-def _budget(h: QueueHealth) -> Iterator[Metric]:
+def _budget(h: Scrape) -> Iterator[Metric]:
     b = h.budget
     yield _one(
         "llm_budget_up", "1 when the budget's Redis answered the snapshot.", 1 if b.redis == "ok" else 0
@@ -179,7 +198,7 @@ def _budget(h: QueueHealth) -> Iterator[Metric]:
         yield _one(f"llm_budget_{name}", doc, value)
 
 
-def _in_flight(h: QueueHealth) -> Iterator[Metric]:
+def _in_flight(h: Scrape) -> Iterator[Metric]:
     f = h.in_flight
     yield _one("outreach_llm_in_flight", "Outreach holding an LLM reservation now.", f.in_flight)
     yield _one(
@@ -244,7 +263,7 @@ def _histograms(stored: dict[str, dict[Labels, int]]) -> Iterator[Metric]:
         yield family
 
 
-def _deployments(h: QueueHealth) -> Iterator[Metric]:
+def _deployments(h: Scrape) -> Iterator[Metric]:
     """Per LLM deployment (label name#index): limits, last-window use, headroom, breaker."""
     for name, doc, field in (
         ("limit_rpm", "Configured requests/min of the deployment.", "limit_rpm"),
@@ -268,7 +287,7 @@ def _deployments(h: QueueHealth) -> Iterator[Metric]:
     )
 
 
-def _spend(h: QueueHealth) -> Iterator[Metric]:
+def _spend(h: Scrape) -> Iterator[Metric]:
     yield _gauge(
         "outreach_llm_spend_today_dollars",
         "LLM spend of the drafts written today (UTC day, LLM_PRICES), per owner.",
@@ -289,15 +308,57 @@ def _spend(h: QueueHealth) -> Iterator[Metric]:
     )
 
 
-SECTIONS: tuple[Callable[[QueueHealth], Iterator[Metric]], ...] = (
+def _broker(b: BrokerNow) -> Iterator[Metric]:
+    yield _one("outreach_celery_broker_up", "1 when the Celery broker answered the queue check.", int(b.up))
+    for name, doc, field in (
+        ("ready_messages", "Messages waiting on the Celery queue for a consumer.", "ready"),
+        (
+            "consumers",
+            "Consumers of the queue: the broker's count on RabbitMQ; on Redis, the workers heard from.",
+            "consumers",
+        ),
+    ):
+        yield _gauge(
+            f"outreach_celery_queue_{name}", doc, ["queue"], {(q.queue,): getattr(q, field) for q in b.queues}
+        )
+    yield _gauge(
+        "outreach_celery_workers",
+        "Workers of each queue (worker kind of the Procfile) heard from in the last 30 s.",
+        ["queue"],
+        {(q.queue,): q.workers for q in b.queues},
+    )
+
+
+def _replies(h: Scrape) -> Iterator[Metric]:
+    """Per triage class; the label is the class code (a fixed set), never text."""
+    for name, doc, field in (
+        (
+            "outreach_window_replies",
+            "Inbound replies (a prospect's turns) received in the window, per class.",
+            "received",
+        ),
+        ("outreach_replies_awaiting_approval", "Reply drafts awaiting approval now, per class.", "awaiting"),
+        ("outreach_window_reply_approved", "Reply drafts approved in the window, per class.", "approved"),
+        ("outreach_window_reply_rejected", "Reply drafts rejected in the window, per class.", "rejected"),
+    ):
+        yield _gauge(name, doc, ["reply_class"], {(r.reply_class,): getattr(r, field) for r in h.replies})
+    yield _gauge(
+        "outreach_reply_approval_ratio",
+        "Approved / (approved + rejected) reply drafts decided in the window, per class.",
+        ["reply_class"],
+        {(r.reply_class,): r.approval_rate for r in h.replies},
+    )
+
+
+SECTIONS: tuple[Callable[[Scrape], Iterator[Metric]], ...] = (
     _depth,
-    _window,
     _owners,
     _failures,
     _budget,
     _in_flight,
     _deployments,
     _spend,
+    _replies,
 )
 
 
@@ -310,13 +371,16 @@ class QueueHealthCollector(Collector):
         self.organization_ids = organization_ids
 
     def collect(self) -> Iterator[Metric]:
-        health = queue_health(organization_ids=self.organization_ids)
+        scrape = scrape_read(now=timezone.now(), organization_ids=self.organization_ids)
         for section in SECTIONS:
-            yield from section(health)
-        if self.organization_ids is None:
+            yield from section(scrape)
+        if self.organization_ids is None:  # the platform's plumbing: no organization's own
             stored = c.counters_read()
             yield from _counters(stored)
             yield from _histograms(stored)
+            yield from _broker(
+                broker_queues_now(app=celery_app, queues=[q.value for q in Queue], presence=shared_redis())
+            )
 
 
 def metrics_registry(*, organization_ids: Collection[int] | None = None) -> CollectorRegistry:
@@ -324,3 +388,26 @@ def metrics_registry(*, organization_ids: Collection[int] | None = None) -> Coll
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueHealthCollector(organization_ids=organization_ids))
     return registry
+
+
+CACHE_KEY = "metrics:exposition"
+
+
+def platform_exposition(*, registry: CollectorRegistry) -> bytes:
+    """The platform scrape's text, from the shared cache when younger than METRICS_CACHE_S
+    (0: no cache). Two processes missing at once both render (no lock): at most one render
+    per process per METRICS_CACHE_S, which is the cost bound that matters."""
+    ttl_ms = int(settings.METRICS_CACHE_S * 1000)
+    if ttl_ms <= 0:
+        return generate_latest(registry)
+    client = shared_redis()
+    try:
+        cached = client.get(CACHE_KEY)
+    except redis.RedisError:
+        return generate_latest(registry)
+    if isinstance(cached, bytes):
+        return cached
+    body = generate_latest(registry)
+    with contextlib.suppress(redis.RedisError):
+        client.set(CACHE_KEY, body, px=ttl_ms)
+    return body

@@ -28,6 +28,7 @@ from orchestrator.metrics.deployments import DeploymentNow, deployments_now
 from orchestrator.metrics.depth import Deferred, Depth, deferred_work, queue_depth
 from orchestrator.metrics.holds import ActivePause, RejectionReason, active_pauses, rejections_by_reason
 from orchestrator.metrics.in_flight import InFlightNow, in_flight_now
+from orchestrator.metrics.replies import ReplyClassFigures, reply_classes
 from orchestrator.metrics.spend import Spend, spend_today
 from orchestrator.metrics.sql import for_organizations
 from orchestrator.models import DeadLetter
@@ -56,6 +57,7 @@ class QueueHealth:
     deliverability: Deliverability  # bounce and complaint rates per owner and sender domain
     spend: Spend
     mailboxes: list[MailboxStatus]  # each mailbox's day, cap, warm-up step, next send, rates
+    replies: list[ReplyClassFigures]  # per triage class: received, awaiting, approved, rejected
 
     @property
     def retry_rate(self) -> float | None:
@@ -127,6 +129,9 @@ class QueueHealth:
                 "deliverability": _deliverability_json(self.deliverability),
                 "spend": asdict(self.spend),
                 "mailboxes": [asdict(m) for m in self.mailboxes],
+                "reply_classes": {
+                    r.reply_class: {**asdict(r), "approval_rate": r.approval_rate} for r in self.replies
+                },
             }
         )
 
@@ -169,6 +174,7 @@ def queue_health(
         deliverability=deliverability(organization_ids=organization_ids),
         spend=spend_today(now=now, organization_ids=organization_ids),
         mailboxes=mailbox_status(budget=budget or get_budget(), organization_ids=organization_ids),
+        replies=reply_classes(since=since, organization_ids=organization_ids),
     )
 
 

@@ -7,13 +7,16 @@ specification allows for what this file uses, then the properties a deployment r
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
+from django.conf import settings
 
+from config import gunicorn
 from config.queues import Queue
-from config.workers import WORKERS
+from config.workers import WORKERS, database_connections_peak
 from devtools.procfile import procfile_commands
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,8 +132,45 @@ def test_django_processes_share_one_service_definition_and_optional_dotenv() -> 
     assert "FROM product AS sim" in dockerfile
 
 
-def test_flower_is_published_on_loopback_only() -> None:
+def test_flower_and_web_are_published_on_loopback_only() -> None:
+    # the TLS proxy on the host reaches web there; nothing reaches either from outside
     assert _services()["flower"]["ports"] == ["127.0.0.1:5555:5555"]
+    assert _services()["web"]["ports"] == ["127.0.0.1:8000:8000"]
+
+
+def test_release_only_migrates() -> None:
+    # static files are collected when the image is built: a release container's files vanish
+    # with it, so collectstatic there was work thrown away
+    assert procfile_commands()["release"] == "python manage.py migrate --noinput"
+
+
+def test_database_url_comes_from_dotenv_with_the_bundled_default() -> None:
+    # `environment:` wins over env_file: a fixed value there would hide the one in .env
+    environment = _compose()["x-django"]["environment"]
+    assert (
+        environment["DATABASE_URL"] == "${DATABASE_URL:-postgres://outreach:outreach@postgres:5432/outreach}"
+    )
+
+
+def test_postgres_max_connections_covers_the_recipes_peak_with_margin() -> None:
+    # given the most connections the recipe's processes can hold at once (README "Deploy")
+    peak = database_connections_peak(
+        generation_db_connections=settings.GENERATION_DB_CONNECTIONS,
+        web_processes=gunicorn.workers,
+        web_threads=gunicorn.threads,
+    )
+    # then compose's PostgreSQL allows half as many again, plus its superuser reserve (3)
+    command = " ".join(_services()["postgres"]["command"])
+    found = re.search(r"max_connections=(\d+)", command)
+    assert found, f"postgres command sets no max_connections: {command}"
+    assert int(found[1]) >= peak * 1.5 + 3, (int(found[1]), peak)
+
+
+def test_redis_never_evicts_keys() -> None:
+    # the budget's counters, leases and locks (and Celery's queue on a Redis broker) must not be
+    # dropped under memory pressure: noeviction makes a full Redis refuse writes instead
+    command = _services()["redis"]["command"]
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
 
 
 def test_image_leaves_secrets_and_local_state_out() -> None:

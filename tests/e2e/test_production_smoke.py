@@ -1,8 +1,8 @@
-"""The production recipe, run as written: the Procfile's release step, web (gunicorn), workers and
-beat with DJANGO_DEBUG=0 and production-style settings, behind a TLS-terminating proxy (here:
-the browser sends the X-Forwarded-Proto header such a proxy adds). The health probes answer,
-the admin's login page loads its stylesheet in a real browser, a signed reply arrives over
-plain HTTP and the workers answer it.
+"""The production recipe, run as written: the image build's collectstatic, the Procfile's release
+step, web (gunicorn), workers and beat with DJANGO_DEBUG=0 and production-style settings,
+behind a TLS-terminating proxy (here: the browser sends the X-Forwarded-Proto header such a
+proxy adds). The health probes answer, the admin's login page loads its stylesheet in a real
+browser, a signed reply arrives over plain HTTP and the workers answer it.
 """
 
 from __future__ import annotations
@@ -93,17 +93,27 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def test_procfile_stack_with_production_settings_serves_admin_probes_and_webhook(
     tmp_path: Path, browser: BrowserContext, llm_stub: LLMStub, smtp_sink: SMTPSink, redis_client: Any
 ) -> None:
-    # given the release step (migrations are already applied to the test database; static
-    # files are collected under hashed names), with production settings
+    # given the image build's step (static files collected under hashed names, the Dockerfile's
+    # `manage.py collectstatic`) and the release step (migrations, already applied to the test
+    # database), with production settings
     port = free_port()
     env = _production_env(
         port=port, static_root=tmp_path / "static", llm=llm_stub, smtp=smtp_sink, tmp=tmp_path
     )
+    build = subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    assert (tmp_path / "static" / "staticfiles.json").exists()  # the manifest whitenoise serves from
     release = subprocess.run(
         procfile_argv("release"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
     )
     assert release.returncode == 0, release.stdout[-2000:] + release.stderr[-2000:]
-    assert (tmp_path / "static" / "staticfiles.json").exists()  # the manifest whitenoise serves from
     # and a lead who will write to us
     lead = make_lead(owner=make_owner(), email="pat@prospect.example")
     # when the Procfile's web, beat and workers start as written

@@ -94,6 +94,34 @@ def test_with_the_settings_permission_a_member_changes_the_caps(settings: Any) -
     assert (org.llm_rpm, org.llm_tpm) == (30, 30_000)
 
 
+def test_the_reply_quiet_period_is_an_organization_setting() -> None:
+    # given a member who may change their organization but not its settings, and one who may
+    org = make_org(name="Acme")
+    url = _org_url(org)
+    _, plain = _tenant(org, "view_organization", "change_organization")
+    # when the first posts a quiet period of their own
+    assert "reply_quiet_s" not in plain.get(url).context["adminform"].form.fields
+    response = plain.post(url, form_values(plain, url) | {"reply_quiet_s": 5})
+    # then it is not theirs to set: the organization keeps REPLY_QUIET_S
+    assert response.status_code == 302
+    org.refresh_from_db()
+    assert org.reply_quiet_s is None
+    # when a member with the settings permission sets one out of range, then a good one
+    user = make_user(
+        "settings",
+        permissions=["view_organization", "change_organization", "change_organization_settings"],
+        organizations=[org],
+    )
+    client = logged_in(user)
+    refused = client.post(url, form_values(client, url) | {"reply_quiet_s": 3601})
+    assert "reply_quiet_s" in form_errors(refused), form_errors(refused)
+    saved = client.post(url, form_values(client, url) | {"reply_quiet_s": 5})
+    # then only the good one is kept
+    assert saved.status_code == 302
+    org.refresh_from_db()
+    assert org.reply_quiet_s == 5
+
+
 def test_without_the_settings_permission_an_owners_weight_is_read_only() -> None:
     # given an owner and a member who may change owners but not organization settings
     owner = make_owner(weight=1)

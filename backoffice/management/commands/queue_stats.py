@@ -21,7 +21,7 @@ class Command(BaseCommand):
     help = (
         "Queue health: rows per state and tier, oldest ready age, latency, retries, provider 429s, "
         "LLM requests, dead letters, approvals, share per owner, deferred work, the LLM budget, "
-        "active pauses and drafts rejected by reason. "
+        "active pauses, drafts rejected by reason and replies per triage class. "
         "--json prints one object (the keys of docs/architecture.md first, then the rest)."
     )
 
@@ -61,6 +61,7 @@ def _tables(h: QueueHealth) -> list[Table]:
         _owners(h),
         _failures(h),
         _held(h),
+        _replies(h),
         _deliverability(h),
         _mailboxes(h),
     ]
@@ -109,6 +110,21 @@ def _deliverability(h: QueueHealth) -> Table:
             percent(r.bounce_rate),
             str(r.complained),
             percent(r.complaint_rate),
+        )
+    return table
+
+
+def _replies(h: QueueHealth) -> Table:
+    table = Table(title=f"Replies by class, last {h.window_s / 3600:g} h", title_justify="left")
+    for column in ("class", "received", "awaiting", "approved / rejected", "approval rate"):
+        table.add_column(column, justify="left" if column == "class" else "right")
+    for r in h.replies:
+        table.add_row(
+            r.reply_class,
+            str(r.received),
+            str(r.awaiting),
+            f"{r.approved} / {r.rejected}",
+            percent(r.approval_rate),
         )
     return table
 

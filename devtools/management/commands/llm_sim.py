@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from devtools.llm_sim import MODES, LLMSim, SimConfig, SimConfigError
-from devtools.llm_sim.config import DEFAULT_SIGMA, model_spec_parse
+from devtools.llm_sim.config import DEFAULT_SIGMA, DIALECTS, model_spec_parse
 from devtools.llm_sim.latency import latency_histogram_read
 
 
@@ -81,6 +81,13 @@ class Command(BaseCommand):
             help="Serve this model with limits of its own (repeat for several); others answer 404.",
         )
         parser.add_argument(
+            "--dialect",
+            choices=DIALECTS,
+            default="openai",
+            help="Request dialect: openai; reasoning (refuses max_tokens, takes max_completion_tokens); "
+            "azure (/openai/deployments/<name>/chat/completions, api-key header, api-version).",
+        )
+        parser.add_argument(
             "--seed", type=int, default=0, help="Seed for latency and failure draws (a run repeats)."
         )
         parser.add_argument(
@@ -100,7 +107,7 @@ class Command(BaseCommand):
         self._say(
             f"llm_sim listening on {sim.base_url} ({c.mode}: {c.rpm} requests and {c.tpm} tokens per "
             f"{c.window_s:g} s; latency {sim.latency.describe()}; fail rate {c.fail_rate:g}; "
-            f"shared client {c.shared_rps:g}/s). Stats: http://{c.host}:{sim.port}/stats. Ctrl-C stops."
+            f"shared client {c.shared_rps:g}/s; dialect {c.dialect}). Stats: http://{c.host}:{sim.port}/stats. Ctrl-C stops."
         )
         try:
             self._wait(sim, stop, opts["log_every"])

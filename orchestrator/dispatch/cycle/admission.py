@@ -12,13 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from functools import cache
 
+from django.conf import settings
 from django.db import transaction
 
+from config.deployments import deployments
 from orchestrator.budget import Budget
 from orchestrator.controls import pauses
 from orchestrator.controls.mailboxes import mailbox_room_today
+from orchestrator.controls.spend import job_cost_estimate
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.owner_tokens import JobCosts
 from orchestrator.dispatch.selection import Candidates, Selection
 from orchestrator.dispatch.selection.admission import (
     OwnerFacts,
@@ -47,15 +53,32 @@ class Admitted:
     shared: Shared
 
 
-def owners_admit(*, owners: Sequence[reads.ActiveOwner], now: datetime, budget: Budget) -> Admitted:
-    """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains."""
+def job_pricing(costs: JobCosts) -> Callable[[int, str | None], Decimal]:
+    """(owner id, kind or None for any) -> what such a job reserves against a spend cap: its learned counted
+    tokens (owner_tokens; the configured estimate until learned) at the dearest configured
+    price of the models its steps may use (0 when none is priced)."""
+    prices, models = settings.LLM_PRICES, [d.model for d in deployments()]
+
+    @cache
+    def cost(owner_id: int, kind: str | None) -> Decimal:
+        return job_cost_estimate(prices=prices, models=models, tokens=costs.of(owner_id, kind).counted)
+
+    return cost
+
+
+def owners_admit(
+    *, owners: Sequence[reads.ActiveOwner], now: datetime, budget: Budget, costs: JobCosts
+) -> Admitted:
+    """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains.
+    `costs`: the owners' learned job costs, what their work reserves against a spend cap."""
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now)
     ids = [o.rules.owner_id for o in owners]
-    paused = pauses.blocking(owner_ids=ids)
-    # Rule 4: what the owners' mailboxes may still send today (None: no mailbox of its own).
+    # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
+    # its own). An owner with mailboxes sends from their domains: a pause of its organization's
+    # sender domain does not stop it (a paused domain's mailboxes are left out of its room).
     mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget)
-    domains = budget.domain_days(
-        domains=sorted({o.sender_domain for o in owners}), now_ms=int(now.timestamp() * 1000)
+    paused = pauses.blocking(
+        owner_ids=ids, mailbox_owners={o for o, room in mailbox_room.items() if room is not None}
     )
     facts = [
         OwnerFacts(
@@ -72,8 +95,18 @@ def owners_admit(*, owners: Sequence[reads.ActiveOwner], now: datetime, budget: 
         )
         for o in owners
     ]
+    domains = budget.domain_days(
+        domains=sorted({d for f in facts for d in f.sender_domains}), now_ms=int(now.timestamp() * 1000)
+    )
+    price = job_pricing(costs)
+    spend = reads.organization_spend(owner_ids=ids, now=now, job_cost=price)
+    capped = {o.rules.owner_id for o in owners if o.organization_id in spend}
     decisions, shared = owner_admission(
-        owners=facts, now=now, domains=domains, spend=reads.organization_spend(owner_ids=ids, now=now)
+        owners=facts,
+        now=now,
+        domains=domains,
+        spend=spend,
+        job_cost={owner: price(owner, None) for owner in capped},
     )
     return Admitted(
         send_room={o: d.send for o, d in decisions.items() if d.send > 0},
@@ -101,17 +134,23 @@ def unsendable_drop(candidates: Candidates, *, now: datetime) -> Candidates:
 
 
 def picks_admit(
-    *, candidates: Candidates, shared: Shared, select: Callable[[Candidates], Selection]
+    *,
+    candidates: Candidates,
+    shared: Shared,
+    select: Callable[[Candidates], Selection],
+    price: Callable[[int, str | None], Decimal] | None = None,
 ) -> tuple[Candidates, Selection]:
     """Rules 6 and 7 on the picks: `select` runs the batch; picks past a sender domain's or an
     organization's shared room are refused and say why, their owners keep only the rows that
-    were admitted, and the batch runs again so the refused slots go to other owners. Returns
-    the candidates the final selection was made from, and that selection (all admitted)."""
+    were admitted, and the batch runs again so the refused slots go to other owners. `price`
+    (owner id, kind) -> what a capped organization's row reserves of its spend. Returns the
+    candidates the final selection was made from, and that selection (all admitted)."""
     refused_all: dict[int, str] = {}
+    row_cost = _row_costs(candidates, shared=shared, price=price)
     selection = select(candidates)
     for round_ in range(RESELECT_ROUNDS + 1):
         picks = [(p.outreach_id, p.owner_id) for p in selection.picks]
-        verdicts = picks_admission(picks=picks, shared=shared)
+        verdicts = picks_admission(picks=picks, shared=shared, row_cost=row_cost)
         if not verdicts.refused:
             break
         refused_all |= verdicts.refused
@@ -123,6 +162,22 @@ def picks_admit(
         selection = select(candidates)
     _say(refused_all)
     return candidates, selection
+
+
+def _row_costs(
+    candidates: Candidates, *, shared: Shared, price: Callable[[int, str | None], Decimal] | None
+) -> dict[int, Decimal]:
+    """Row id -> its reserved cost, for the rows of owners in capped organizations (the rest
+    reserve no spend)."""
+    if price is None or not shared.spend_left:
+        return {}
+    return {
+        row.outreach_id: price(owner, tier.name.lower())
+        for tier, by_owner in candidates.items()
+        for owner, rows in by_owner.items()
+        if shared.org_of.get(owner) in shared.spend_left
+        for row in rows
+    }
 
 
 def _say(refused: Mapping[int, str]) -> None:

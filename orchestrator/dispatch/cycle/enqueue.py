@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from config import tracing
 from config.celery import app
 
 GENERATE_TASK = "nurture.generate"
@@ -21,7 +22,10 @@ def tasks_enqueue_on_commit(task_name: str, ids: list[int]) -> None:
     """Enqueue one task per id after the claim commits (a worker never finds a row not yet
     DISPATCHED). Ids only in the message: no lead data in the broker or Flower. One producer
     (one broker connection) publishes the whole batch; batches publish in the order enqueued
-    (replies first)."""
+    (replies first).
+
+    Traced (config.tracing), each outreach starts a trace of its own, linked to the cycle's:
+    its generation, LLM calls and send follow in it."""
     if ids:
         transaction.on_commit(lambda: _publish(task_name, ids))
 
@@ -29,4 +33,7 @@ def tasks_enqueue_on_commit(task_name: str, ids: list[int]) -> None:
 def _publish(task_name: str, ids: list[int]) -> None:
     with app.producer_or_acquire() as producer:
         for outreach_id in ids:
-            app.send_task(task_name, args=[outreach_id], producer=producer)
+            with tracing.trace_start(
+                "outreach.dispatch", {"outreach.id": outreach_id, "celery.task_name": task_name}
+            ):
+                app.send_task(task_name, args=[outreach_id], producer=producer)

@@ -8,24 +8,23 @@ cursor that carries the schedule to the next cycle.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
-from config.deployments import deployments
 from config.redis_client import Client
 from orchestrator.budget import PROVIDER, Budget, Limits
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
-from orchestrator.dispatch.deployment_plan import routing_plan
+from orchestrator.dispatch.deployment_plan import per_call_tokens, routing_plan
 from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
-from orchestrator.dispatch.owner_tokens import job_costs_load
+from orchestrator.dispatch.owner_tokens import JobCosts
 from orchestrator.dispatch.selection import (
     Candidates,
     Cursor,
@@ -59,27 +58,30 @@ def generation_dispatch(
     weights: Mapping[int, int],
     paused_tiers: Mapping[int, frozenset[Tier]],
     shared: Shared,
+    job_costs: JobCosts,
+    price: Callable[[int, str | None], Decimal],
     now: datetime,
     budget: Budget,
 ) -> Generation:
     """Select, reserve and claim this cycle's LLM jobs among the owners with `room` (admitted:
     cycle.admission), held to the admission's shared rooms (`shared`); persist the cursor while
     the lease is held."""
-    # What each owner's next job of each step is expected to cost (owner_tokens: learned from
-    # its finished jobs): with fairness in tokens, what it uses moves the owner's place in the
-    # round; what the provider's limit will count sizes the cycle (slots, in-flight target),
-    # the buckets' burst (the costliest must fit at once) and each pick's reservation.
-    expected = job_costs_load(owner_ids=room, default=outreach_cost()[1])
-    if expected.owners:
-        budget.hold_job(tokens=expected.largest_counted())
-    per_call = _per_call(budget=budget, job_tokens=expected.smallest_counted())
+    # What each owner's next job of each step is expected to cost (`job_costs`, owner_tokens:
+    # learned from its finished jobs): with fairness in tokens, what it uses moves the owner's
+    # place in the round; what the provider's limit will count sizes the cycle (slots, in-flight
+    # target), the buckets' burst (the costliest must fit at once) and each pick's reservation.
+    if job_costs.owners:
+        budget.hold_job(tokens=job_costs.largest_counted())
+    per_call = per_call_tokens(budget=budget, job_tokens=job_costs.smallest_counted())
     slots = _llm_slots(budget=budget, client=client, per_call=per_call)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
     groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
     group_slots = _group_slots(groups=groups, budget=budget, per_call=per_call)
     cursor = Cursor.from_json(client.get(CURSOR_KEY)).keeping_groups(caps)
     costs = (
-        {o: t.settled for o, t in expected.owners.items()} if settings.DISPATCH_FAIRNESS == "tokens" else None
+        {o: t.settled for o, t in job_costs.owners.items()}
+        if settings.DISPATCH_FAIRNESS == "tokens"
+        else None
     )
     candidates = _candidates(
         room=room,
@@ -102,14 +104,17 @@ def generation_dispatch(
     # Admission's row rules: no suppressed lead's row, no pick past a shared room (cycle.admission).
     candidates = unsendable_drop(candidates, now=now)
     candidates, selection = picks_admit(
-        candidates=candidates, shared=shared, select=lambda c: select_batch(c, slots=slots, **policy)
+        candidates=candidates,
+        shared=shared,
+        select=lambda c: select_batch(c, slots=slots, **policy),
+        price=price,
     )
     picks = list(selection.picks)
     claimed = picks_reserve_and_claim(
         picks=picks,
         budget=budget,
         groups=groups,
-        tokens=lambda pick: expected.of(pick.owner_id, pick.tier.name.lower()).counted,
+        tokens=lambda pick: job_costs.of(pick.owner_id, pick.tier.name.lower()).counted,
         per_call=per_call,
         now=now,
     )
@@ -158,16 +163,6 @@ def _llm_slots(*, budget: Budget, client: Client, per_call: int | None) -> int:
     )
     in_flight_room = max(0, sizing.target - reads.llm_in_flight())
     return min(in_flight_room, len(routing.placement.routes))
-
-
-def _per_call(*, budget: Budget, job_tokens: int) -> int | None:
-    """Tokens a call is counted in the cycle's slot count: the job's share, a job at most what
-    one reservation can hold (a larger one is reserved at that: reservation._reserve_on). None
-    without owners (the configured estimate)."""
-    if not job_tokens:
-        return None
-    most = min(budget.largest_tokens(scopes=(d.scope,)) for d in deployments())
-    return max(1, math.ceil(min(job_tokens, most) / settings.LLM_CALLS_PER_OUTREACH))
 
 
 def _group_slots(*, groups: Mapping[int, str], budget: Budget, per_call: int | None) -> dict[str, int]:

@@ -15,10 +15,12 @@ from config import redis_client
 from config.redis_client import Client
 from orchestrator.budget import Budget, get_budget, reservation_ids
 from orchestrator.dispatch import reads
-from orchestrator.dispatch.cycle.admission import owners_admit
+from orchestrator.dispatch.cycle.admission import job_pricing, owners_admit
 from orchestrator.dispatch.cycle.generation import generation_dispatch
 from orchestrator.dispatch.cycle.notes import deferrals_note
 from orchestrator.dispatch.cycle.sends import approved_dispatch
+from orchestrator.dispatch.inflight import outreach_cost
+from orchestrator.dispatch.owner_tokens import job_costs_load
 from orchestrator.dispatch.selection import Pick
 from orchestrator.dispatch.singleton import Lease, dispatch_lease
 from orchestrator.failures.recovery import recover_stuck
@@ -74,9 +76,13 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         )
     )
     owners = reads.active_owners()
+    # What each owner's next job of each step is expected to cost (owner_tokens: learned from
+    # its finished jobs), read once: what work reserves of a spend cap (admission), and the
+    # cycle's sizing and each pick's reservation (generation_dispatch).
+    costs = job_costs_load(owner_ids=[o.rules.owner_id for o in owners], default=outreach_cost()[1])
     # One admission (selection.admission's rules, in order) before any LLM work: what each owner
     # may send now, what LLM work it may start, and why not.
-    admitted = owners_admit(owners=owners, now=now, budget=budget)
+    admitted = owners_admit(owners=owners, now=now, budget=budget, costs=costs)
     report.deferred = admitted.deferred
     deferrals_note(client=client, deferred=report.deferred, paused_tiers=admitted.paused_tiers)
     paused_tiers = {owner_id: frozenset(tiers) for owner_id, tiers in admitted.paused_tiers.items()}
@@ -98,6 +104,8 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         weights=weights,
         paused_tiers=paused_tiers,
         shared=admitted.shared,
+        job_costs=costs.among(admitted.llm_room),
+        price=job_pricing(costs),
         now=now,
         budget=budget,
     )

@@ -13,7 +13,8 @@ first that refuses names the reason:
   5. the owner's committed drafts: what it has committed (sent today + in flight + awaiting
      approval + approved and unsent) stays within its day, plus `draft_ahead_days` days for an
      owner whose drafts wait for review
-  6. the sender domain's day and warm-up step (sent today on it, and what its owners committed)
+  6. the sender domain's day and warm-up step (sent today on it, and what its owners committed):
+     the domains of the owner's mailboxes, else its organization's sender domain
   7. the organization's daily spend cap, counting work in flight at its reserved cost
   8. the lead still sendable (a row whose lead opted out, bounced or complained meanwhile)
 Rules 1-7 are per owner (`owner_admission`): a refused owner gets no LLM room, so the batch
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.budget.sends import DomainDay, day_cap_reason
 from orchestrator.controls.spend import spend_cap_reason
 from orchestrator.dispatch.owner_limits import OwnerRules, owner_capacity
@@ -47,40 +49,40 @@ class OwnerFacts:
 
     rules: OwnerRules
     organization_id: int
-    sender_domain: str
+    sender_domain: str  # its organization's sender: where its mail leaves from without a mailbox
     sent_today: int = 0
     in_flight: int = 0  # DISPATCHED, GENERATING, SENDING
     drafts: int = 0  # AWAITING_APPROVAL and APPROVED: written, not sent
     review_required: bool = False
     draft_ahead_days: int = 0
     paused: str = ""  # the reason of the pause that stops all its work ("" = none)
-    # Rule 4: the emails its mailboxes may still send today (cap and warm-up step, less what
-    # they sent); None: no mailbox of its own, no mailbox limit applies.
-    mailbox_room: int | None = None
+    # Rule 4: per sender domain of its usable mailboxes (active, domain not paused), the emails
+    # they may still send today (cap and warm-up step, less what they sent); None: no mailbox
+    # of its own, no mailbox limit applies; {}: every mailbox paused.
+    mailbox_room: Mapping[str, int] | None = None
 
     @property
     def committed(self) -> int:
         return self.sent_today + self.in_flight + self.drafts
 
+    @property
+    def sender_domains(self) -> tuple[str, ...]:
+        """The domains its mail leaves from (rule 6): its usable mailboxes', else its organization's."""
+        return (self.sender_domain,) if self.mailbox_room is None else tuple(sorted(self.mailbox_room))
+
 
 @dataclass(frozen=True, slots=True)
 class SpendFacts:
-    """An organization's daily spend cap, what it spent today, its jobs in flight and what one
-    job reserves (dollars: estimated tokens at the dearest configured price; 0 unpriced)."""
+    """An organization's daily spend cap, what it spent today and what its jobs in flight
+    reserve (dollars: each job's learned counted tokens at the dearest configured price)."""
 
     cap: Decimal
     spent: Decimal
-    in_flight: int
-    job_cost: Decimal
+    in_flight: Decimal
 
-    def room(self) -> int | None:
-        """Jobs it may still start: while spent + in flight + them, each at job_cost, is under the cap."""
-        left = self.cap - self.spent
-        if left <= 0:
-            return 0
-        if self.job_cost <= 0:
-            return None
-        return max(0, math.ceil(left / self.job_cost) - self.in_flight)
+    def left(self) -> Decimal:
+        """What new jobs may still reserve: they start while this is above 0."""
+        return self.cap - self.spent - self.in_flight
 
     def reason(self) -> str:
         return spend_cap_reason(self.cap)
@@ -100,12 +102,13 @@ class OwnerAdmission:
 class Shared:
     """The rooms several owners share (rules 6, 7) and the rows refused one by one (rule 8)."""
 
-    domain_of: Mapping[int, str]  # owner id -> sender domain
+    domain_of: Mapping[int, tuple[str, ...]]  # owner id -> the sender domains its mail leaves from
     domain_room: Mapping[str, int]  # only domains with a cap
     domain_reason: Mapping[str, str]
     org_of: Mapping[int, int]  # owner id -> organization id
-    spend_room: Mapping[int, int]  # only organizations with a cap and a finite room
+    spend_left: Mapping[int, Decimal]  # only organizations with a cap: dollars new jobs may reserve
     spend_reason: Mapping[int, str]
+    job_cost: Mapping[int, Decimal]  # owner id -> its next job's reserved cost (dollars; 0 unpriced)
 
 
 def owner_admission(
@@ -114,9 +117,11 @@ def owner_admission(
     now: datetime,
     domains: Mapping[str, DomainDay],
     spend: Mapping[int, SpendFacts],
+    job_cost: Mapping[int, Decimal] | None = None,
 ) -> tuple[dict[int, OwnerAdmission], Shared]:
-    """Rules 1-7 for each owner, and the shared rooms `picks_admission` holds the picks to."""
-    shared = _shared(owners=owners, domains=domains, spend=spend)
+    """Rules 1-7 for each owner, and the shared rooms `picks_admission` holds the picks to.
+    `job_cost`: what each owner's next job reserves against a spend cap (absent: unpriced)."""
+    shared = _shared(owners=owners, domains=domains, spend=spend, job_cost=job_cost or {})
     return {o.rules.owner_id: _one_owner(o, now=now, shared=shared) for o in owners}, shared
 
 
@@ -132,20 +137,37 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
         return OwnerAdmission(0, 0, day.blocked_reason)
     rooms: list[tuple[int, str]] = []
     if o.mailbox_room is not None:  # rule 4: what is in flight or drafted leaves from them too
-        pending = o.in_flight + o.drafts
-        rooms.append((o.mailbox_room - pending, _mailbox_reason(o.mailbox_room, pending)))
+        pending, left = o.in_flight + o.drafts, sum(o.mailbox_room.values())
+        reason = _mailbox_reason(left, pending) if o.mailbox_room else MAILBOXES_PAUSED
+        rooms.append((left - pending, reason))
     # Rule 5: within one day it also keeps rule 3 (committed includes sent and in flight).
     rooms.append((o.rules.daily_limit * days - o.committed, _committed_reason(o, days)))
-    domain = o.sender_domain  # rule 6
-    if domain in shared.domain_room:
-        rooms.append((shared.domain_room[domain], shared.domain_reason[domain]))
-    if o.organization_id in shared.spend_room:  # rule 7
-        rooms.append((shared.spend_room[o.organization_id], shared.spend_reason[o.organization_id]))
+    capped = _all_capped(o.sender_domains, shared.domain_room)  # rule 6
+    if capped:
+        rooms.append((sum(max(0, shared.domain_room[d]) for d in capped), shared.domain_reason[capped[0]]))
+    if o.organization_id in shared.spend_left:  # rule 7
+        room = _spend_room(shared.spend_left[o.organization_id], shared.job_cost.get(o.rules.owner_id))
+        if room is not None:
+            rooms.append((room, shared.spend_reason[o.organization_id]))
     send = max(0, day.remaining)
     for room, reason in rooms:
         if room <= 0:
             return OwnerAdmission(send, 0, reason)
     return OwnerAdmission(send, min(room for room, _ in rooms))
+
+
+def _all_capped(domains: Sequence[str], room: Mapping[str, int]) -> list[str]:
+    """The domains, when each of them has a day cap (`room`); [] when one has none (mail can
+    leave from that one whatever the others' days)."""
+    return list(domains) if domains and all(d in room for d in domains) else []
+
+
+def _spend_room(left: Decimal, job_cost: Decimal | None) -> int | None:
+    """Jobs at `job_cost` that fit in what is left (the last may pass by less than one); None:
+    unpriced, no limit."""
+    if left <= 0:
+        return 0
+    return math.ceil(left / job_cost) if job_cost else None
 
 
 def _mailbox_reason(room: int, pending: int) -> str:
@@ -165,29 +187,30 @@ def _committed_reason(o: OwnerFacts, days: int) -> str:
 
 
 def _shared(
-    *, owners: Sequence[OwnerFacts], domains: Mapping[str, DomainDay], spend: Mapping[int, SpendFacts]
+    *,
+    owners: Sequence[OwnerFacts],
+    domains: Mapping[str, DomainDay],
+    spend: Mapping[int, SpendFacts],
+    job_cost: Mapping[int, Decimal],
 ) -> Shared:
     # A domain's day counts what left today (Redis) and what its owners committed and did not
     # send yet: in flight and drafts, all of which will leave from it.
     pending: Counter[str] = Counter()
-    for o in owners:
-        pending[o.sender_domain] += o.in_flight + o.drafts
+    for o in owners:  # an owner on several domains: counted on each (it may leave from any)
+        for domain in o.sender_domains:
+            pending[domain] += o.in_flight + o.drafts
     capped = {d: f for d, f in domains.items() if f.cap is not None}
     domain_room = {d: (f.cap or 0) - f.sent - pending[d] for d, f in capped.items()}
-    spend_room: dict[int, int] = {}
-    for org_id, facts in spend.items():
-        room = facts.room()
-        if room is not None:
-            spend_room[org_id] = room
     return Shared(
-        domain_of={o.rules.owner_id: o.sender_domain for o in owners},
+        domain_of={o.rules.owner_id: o.sender_domains for o in owners},
         domain_room=domain_room,
         domain_reason={
             d: day_cap_reason(domain=d, cap=f.cap or 0, warmup_day=f.warmup_day) for d, f in capped.items()
         },
         org_of={o.rules.owner_id: o.organization_id for o in owners},
-        spend_room=spend_room,
+        spend_left={org_id: facts.left() for org_id, facts in spend.items()},
         spend_reason={org_id: facts.reason() for org_id, facts in spend.items()},
+        job_cost=job_cost,
     )
 
 
@@ -205,24 +228,30 @@ def unsendable_rows(*, lead_status: Mapping[int, str]) -> dict[int, str]:
     return {row: SENDABLE_REFUSED.format(status=status) for row, status in lead_status.items()}
 
 
-def picks_admission(*, picks: Sequence[tuple[int, int]], shared: Shared) -> RowVerdicts:
+def picks_admission(
+    *, picks: Sequence[tuple[int, int]], shared: Shared, row_cost: Mapping[int, Decimal] | None = None
+) -> RowVerdicts:
     """Rules 6 and 7 over the picks (row id, owner id) in order: each takes one of its sender
-    domain's and its organization's shared room; one past either is refused with its reason."""
+    domain's room and reserves its cost (`row_cost`, else its owner's job cost) of its
+    organization's spend; one past either is refused with its reason."""
     domain_left = dict(shared.domain_room)
-    spend_left = dict(shared.spend_room)
+    spend_left = dict(shared.spend_left)
+    costs = row_cost or {}
     admitted: list[int] = []
     refused: dict[int, str] = {}
     for row, owner in picks:
-        domain, org = shared.domain_of.get(owner, ""), shared.org_of.get(owner)
-        if domain in domain_left and domain_left[domain] <= 0:
-            refused[row] = shared.domain_reason[domain]
+        org = shared.org_of.get(owner)
+        capped = _all_capped(shared.domain_of.get(owner, ()), domain_left)
+        domain = max(capped, key=lambda d: domain_left[d]) if capped else None  # the roomiest
+        if domain is not None and domain_left[domain] <= 0:
+            refused[row] = shared.domain_reason[capped[0]]
             continue
         if org is not None and org in spend_left and spend_left[org] <= 0:
             refused[row] = shared.spend_reason[org]
             continue
-        if domain in domain_left:
+        if domain is not None:
             domain_left[domain] -= 1
         if org is not None and org in spend_left:
-            spend_left[org] -= 1
+            spend_left[org] -= costs.get(row, shared.job_cost.get(owner, Decimal(0)))
         admitted.append(row)
     return RowVerdicts(admitted=tuple(admitted), refused=refused)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from threading import Barrier
 from typing import Any
 
@@ -21,13 +22,15 @@ from devtools.llm_stub import LLMStub, StubResponse
 from devtools.smtp_sink import SMTPSink
 from nurture.intake.replies import InboundReply, reply_receive, signature_header
 from nurture.mail.sending import outreach_send
-from nurture.writing.generation import outreach_generate
+from nurture.writing.generation import _rewrite_joined, outreach_generate
 from nurture.writing.prompts import plan_prompt, prompt_facts
 from orchestrator.budget import Budget, Reservation
+from orchestrator.dispatch.reads import ready_candidates
 from outreach.models import Lead, Outreach, State
+from outreach.tiers import Tier
 from outreach.transitions import TransitionLost, transition
 from tests.conftest import WEBHOOK_SECRET
-from tests.factories import make_draft, make_lead, make_outreach
+from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.usefixtures("webhook_secret")
 
@@ -238,3 +241,110 @@ def test_two_messages_arriving_at_once_make_one_answer() -> None:
     assert sorted((r["created"], r["joined"]) for r in results) == [(False, True), (True, False)]
     reply = Outreach.objects.get(lead=lead, kind=Outreach.Kind.REPLY)
     assert reply.inbound_joined == 1
+
+
+# --- The quiet period (nurture.quiet): one answer per burst --------------------------------
+
+
+def _due(reply_id: int) -> datetime:
+    return Outreach.objects.values_list("not_before", flat=True).get(pk=reply_id)
+
+
+@pytest.mark.django_db
+def test_a_message_queues_its_answer_a_quiet_period_later(settings: Any) -> None:
+    # given REPLY_QUIET_S=10
+    settings.REPLY_QUIET_S = 10
+    lead = make_lead()
+    # when the lead writes
+    before = timezone.now()
+    reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
+    after = timezone.now()
+    # then the answer is queued, due 10 s after the message, and the dispatcher does not see it
+    # before then (the reply tier's ready rows), only after
+    due = _due(reply_id)
+    assert before + timedelta(seconds=10) <= due <= after + timedelta(seconds=10)
+    assert ready_candidates(tier=Tier.REPLY, k_by_owner={lead.owner_id: 5}, now=after) == {}
+    later = ready_candidates(tier=Tier.REPLY, k_by_owner={lead.owner_id: 5}, now=due)
+    assert [c.outreach_id for c in later[lead.owner_id]] == [reply_id]
+
+
+@pytest.mark.django_db
+def test_a_message_that_joins_the_pending_answer_pushes_it_out(settings: Any) -> None:
+    # given a lead's answer queued by a first message, REPLY_QUIET_S=10
+    settings.REPLY_QUIET_S = 10
+    lead = make_lead()
+    reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
+    first_due = _due(reply_id)
+    Outreach.objects.filter(pk=reply_id).update(not_before=first_due - timedelta(seconds=3))  # 3 s ago
+    # when a second message arrives
+    before = timezone.now()
+    joined = _receive(lead, n=2, body="And is there a trial?")
+    after = timezone.now()
+    # then it joined the answer, now due 10 s after the second message
+    assert (joined.outreach_id, joined.joined) == (reply_id, True)
+    assert before + timedelta(seconds=10) <= _due(reply_id) <= after + timedelta(seconds=10)
+
+
+@pytest.mark.django_db
+def test_a_joining_message_never_pulls_a_backoff_in(settings: Any) -> None:
+    # given a queued answer waiting out a backoff an hour long
+    settings.REPLY_QUIET_S = 10
+    lead = make_lead()
+    reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
+    backoff = timezone.now() + timedelta(hours=1)
+    Outreach.objects.filter(pk=reply_id).update(not_before=backoff)
+    # when a message joins it
+    assert _receive(lead, n=2, body="And is there a trial?").joined is True
+    # then it still waits for its backoff
+    assert _due(reply_id) == backoff
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("own_s", "expected_s"), [(3, 3), (0, 0), (None, 10)])
+def test_the_organizations_quiet_period_wins_over_reply_quiet_s(
+    settings: Any, own_s: int | None, expected_s: int
+) -> None:
+    # given REPLY_QUIET_S=10 and an organization with its own setting (or none)
+    settings.REPLY_QUIET_S = 10
+    lead = make_lead(owner=make_owner(organization=make_org(reply_quiet_s=own_s)))
+    # when its lead writes
+    before = timezone.now()
+    reply_id = _receive(lead, n=1, body="Hello?").outreach_id
+    after = timezone.now()
+    # then the answer is due after the organization's quiet period
+    due = _due(reply_id)
+    assert before + timedelta(seconds=expected_s) <= due <= after + timedelta(seconds=expected_s)
+
+
+@pytest.mark.django_db
+def test_a_message_joining_an_answer_being_written_leaves_its_due_time_alone(settings: Any) -> None:
+    # given an answer dispatched (its quiet period over) and a worker about to write it
+    settings.REPLY_QUIET_S = 10
+    lead = make_lead()
+    reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
+    Outreach.objects.filter(pk=reply_id).update(
+        state=State.GENERATING, not_before=timezone.now() - timedelta(seconds=1)
+    )
+    was = _due(reply_id)
+    # when a message joins it
+    assert _receive(lead, n=2, body="And is there a trial?").joined is True
+    # then the row's due time (what its latency counts from) is not moved while in flight
+    assert _due(reply_id) == was
+
+
+@pytest.mark.django_db
+def test_a_draft_discarded_for_a_joined_message_waits_a_quiet_period_again(settings: Any) -> None:
+    # given an answer being written by a job that read it before a message joined it
+    settings.REPLY_QUIET_S = 10
+    lead = make_lead()
+    reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
+    Outreach.objects.filter(pk=reply_id).update(state=State.GENERATING)
+    read_by_the_job = Outreach.objects.select_related("lead__organization").get(pk=reply_id)
+    assert _receive(lead, n=2, body="And is there a trial?").joined is True
+    # when the job's draft is discarded
+    before = timezone.now()
+    assert _rewrite_joined(outreach=read_by_the_job) == State.QUEUED
+    after = timezone.now()
+    # then the answer goes back to the queue, due a quiet period later (the lead just wrote)
+    assert Outreach.objects.get(pk=reply_id).state == State.QUEUED
+    assert before + timedelta(seconds=10) <= _due(reply_id) <= after + timedelta(seconds=10)

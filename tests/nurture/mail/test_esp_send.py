@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import requests
+from anymail.backends.brevo import EmailBackend as BrevoBackend
+from anymail.backends.postmark import EmailBackend as PostmarkBackend
 from anymail.backends.test import EmailBackend as AnymailTestBackend
 from anymail.exceptions import (
     AnymailError,
@@ -18,12 +20,18 @@ from anymail.exceptions import (
     AnymailRequestsAPIError,
 )
 from django.core import mail
+from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
 from urllib3.exceptions import MaxRetryError, NameResolutionError, NewConnectionError, ProtocolError
 
 from devtools.processes import free_port
 from nurture.errors import PermanentError, PossiblySent, RecipientRefused, TransientError
 from nurture.mail.sending import outreach_send
-from nurture.mail.transport import classify_esp_error, esp_idempotency_key, send_outreach_email
+from nurture.mail.transport import (
+    classify_esp_error,
+    esp_idempotency_key,
+    esp_takes_tracking_flags,
+    send_outreach_email,
+)
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Lead, Outreach, State
 from tests.factories import DRAFT_BODY, DRAFT_SUBJECT, make_lead, make_org, make_outreach, make_owner
@@ -60,6 +68,24 @@ def test_provider_message_id_is_stored_beside_ours(outreach: Outreach) -> None:
     assert outreach.message_id  # recorded by the claim, before the provider call
     assert outreach.reply_token
     assert sent.reply_to == [f"reply+{outreach.reply_token}@reply.localhost"]
+
+
+def test_cold_email_asks_the_provider_for_no_open_or_click_tracking(outreach: Outreach) -> None:
+    # An open pixel and rewritten links mark cold email as bulk mail to spam filters, and the
+    # tracking domain's reputation is shared: the provider's tracking is off for every send.
+    outreach_send(outreach_id=outreach.pk)
+    params: Any = mail.outbox[0].anymail_test_params  # type: ignore[union-attr]  # anymail's test backend
+    assert params["track_clicks"] is False
+    assert params["track_opens"] is False
+
+
+def test_only_providers_whose_api_takes_tracking_flags_are_given_them() -> None:
+    # Brevo (like Amazon SES) has no per-message switch: anymail would refuse the send; its
+    # tracking is the account's setting (docs/email.md). SMTP has none to give.
+    assert esp_takes_tracking_flags(PostmarkBackend)
+    assert esp_takes_tracking_flags(AnymailTestBackend)
+    assert not esp_takes_tracking_flags(BrevoBackend)
+    assert not esp_takes_tracking_flags(SMTPBackend)
 
 
 def test_provider_gets_our_headers_and_the_footer_the_model_never_wrote(outreach: Outreach) -> None:
@@ -213,6 +239,9 @@ def test_the_provider_accepting_the_email_records_its_id(outreach: Outreach, pos
     [received] = postmark.requests()
     assert received.message_id == outreach.message_id
     assert received.headers["X-Postmark-Server-Token"] == "server-token"
+    # tracking off, in Postmark's documented fields (TrackOpens, TrackLinks)
+    assert received.body["TrackOpens"] is False
+    assert received.body["TrackLinks"] == "None"
     assert outreach.esp_message_id  # Postmark's MessageID
 
 

@@ -118,7 +118,7 @@ def test_a_mailbox_sends_its_warm_up_step_of_the_day_then_waits(
     # given a mailbox capped at 40 a day, warming up from 5 on day 1 by 2 a day (day 1: 5; day 10: 23)
     owner = make_owner(organization=_org())
     _mailbox(owner, "new@corp.example", ramp_from=ramp_from, ramp_start=5, ramp_step=2)
-    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: cap_today}
+    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: {"corp.example": cap_today}}
     rows = [_ready(owner) for _ in range(cap_today + 1)]
     # when one more than the day's step is sent
     states = [outreach_send(outreach_id=r.pk, budget=fixed) for r in rows]
@@ -129,7 +129,7 @@ def test_a_mailbox_sends_its_warm_up_step_of_the_day_then_waits(
         last.blocked_reason == f"mailboxes' day reached (new@corp.example {cap_today}/day), resumes 00:00 UTC"
     )
     assert (last.send_attempts, last.mailbox_id) == (0, None)
-    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: 0}
+    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: {"corp.example": 0}}
 
 
 def test_a_send_inside_the_mailbox_spacing_waits_approved_until_it_has_passed(
@@ -216,14 +216,17 @@ def test_a_paused_mailbox_is_skipped_and_room_counts_active_mailboxes(
     _mailbox(owner, "on@corp.example", daily_cap=30)
     _mailbox(owner, "off@corp.example", daily_cap=30, active=False)
     alone = make_owner(organization=owner.organization)
-    assert mailbox_room_today(owner_ids=[owner.pk, alone.pk], budget=fixed) == {owner.pk: 30, alone.pk: None}
+    assert mailbox_room_today(owner_ids=[owner.pk, alone.pk], budget=fixed) == {
+        owner.pk: {"corp.example": 30},
+        alone.pk: None,
+    }
     for _ in range(3):
         assert outreach_send(outreach_id=_ready(owner).pk, budget=fixed) == State.SENT
     smtp_sink.wait_for(3)
     assert set(_from(smtp_sink)) == {"on@corp.example"}
-    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: 27}
+    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: {"corp.example": 27}}
     Mailbox.objects.filter(address="on@corp.example").update(active=False)
-    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: 0}
+    assert mailbox_room_today(owner_ids=[owner.pk], budget=fixed) == {owner.pk: {}}
     row = _ready(owner)
     assert outreach_send(outreach_id=row.pk, budget=fixed) == State.APPROVED
     assert Outreach.objects.get(pk=row.pk).blocked_reason == "every mailbox of this owner is paused"

@@ -16,7 +16,8 @@ from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, SendGrant, SendRules
 from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import CycleReport, dispatch_cycle
-from outreach.models import Lead, Mailbox, Outreach, Owner, State
+from orchestrator.dispatch.owner_tokens import owner_tokens_record
+from outreach.models import Lead, Mailbox, Outreach, Owner, State, VerifiedDomain
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db
@@ -222,3 +223,73 @@ def test_an_owner_whose_mailboxes_have_no_room_left_today_starts_no_more_llm_wor
     waiting = Outreach.objects.filter(owner=owner, state=State.QUEUED)
     assert waiting.count() == 2
     assert all("mailboxes' day reached" in row.blocked_reason for row in waiting)
+
+
+def _mailbox_on(owner: Owner, address: str, *, cap: int = 50) -> Mailbox:
+    """A warmed-up mailbox of `owner` on the address's domain (verified for its organization)."""
+    VerifiedDomain.objects.get_or_create(organization=owner.organization, domain=address.rpartition("@")[2])
+    box = Mailbox.objects.create(
+        organization=owner.organization,
+        address=address,
+        daily_cap=cap,
+        ramp_from=date(2026, 1, 1),
+        min_spacing_s=0,
+        max_spacing_s=0,
+    )
+    box.owners.add(owner)
+    return box
+
+
+def test_an_owner_sending_from_mailboxes_is_held_to_their_domains_day_not_its_organizations(
+    budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an organization whose default sender is on acme.example (plenty of room), and an
+    # owner who sends from a mailbox on mail.acme.example, whose day (3) is used up
+    budget.send_rules = SendRules(domain_daily=3)
+    for _ in range(3):
+        assert isinstance(budget.reserve_send(domain="mail.acme.example"), SendGrant)
+    owner = _sender_org()
+    _mailbox_on(owner, "ann@mail.acme.example")
+    _queue(owner, 4)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then nothing is written: the mail could not leave today, and the rows say which domain
+    _assert_held(owner, report, llm_stub, "sender domain mail.acme.example: 3/day reached")
+
+
+def test_a_pause_of_the_organizations_sender_domain_leaves_owners_on_other_mailbox_domains_working(
+    budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given the organization's default sender domain paused, and one of its owners sending from
+    # a mailbox on another domain
+    owner = _sender_org()
+    _mailbox_on(owner, "ann@mail.acme.example")
+    pauses.pause(sender_domain="acme.example", reason="blocklisted")
+    queued = _queue(owner, 2)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then its work goes on: its mail does not leave from the paused domain
+    assert sorted(report.generation) == sorted(queued)
+    assert Outreach.objects.filter(id__in=queued, state=State.QUEUED).count() == 0
+
+
+def test_a_spend_cap_counts_work_in_flight_at_its_learned_cost_not_the_configured_estimate(
+    budget: Budget, settings: Any, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given $1 per 1,000 tokens, a configured estimate of 3 x 500 tokens a job ($1.50), and an
+    # owner whose reply jobs are learned to count 6,000 tokens ($6) against a $5 cap
+    settings.LLM_PRICES = {settings.LLM_MODEL: (Decimal("1"), Decimal("1"))}
+    settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL = 3, 500
+    owner = make_owner(organization=make_org(daily_spend_cap=Decimal("5")), daily_limit=100)
+    owner_tokens_record(owner_id=owner.pk, settled=4_000, counted=6_000, kind="reply")
+    # and one of its replies in flight, three intros queued (intros: the owner's $6 average)
+    make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY, state=State.DISPATCHED)
+    queued = _queue(owner, 3)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then the reply in flight ($6 reserved) has met the cap: nothing starts, each row says why
+    # (at the configured $1.50 a job, all three would have started)
+    assert report.generation == []
+    assert llm_stub.requests == []
+    rows = Outreach.objects.filter(id__in=queued)
+    assert all("daily spend cap $5.00 reached" in row.blocked_reason for row in rows)

@@ -62,9 +62,16 @@ def _one(facts: OwnerFacts, **kwargs: Any) -> OwnerAdmission:
         # ... and means nothing for an autonomous one
         (_owner(drafts=20, draft_ahead_days=1), 20, 0, "daily limit 20 committed"),
         # the owner's mailboxes' room, less what is in flight or drafted (it leaves from them)
-        (_owner(mailbox_room=0), 20, 0, "mailboxes' day reached: 0 more may leave today"),
-        (_owner(mailbox_room=3), 20, 3, ""),
-        (_owner(mailbox_room=5, in_flight=2, drafts=3, review_required=True), 18, 0, "mailboxes' day"),
+        (_owner(mailbox_room={"a.example": 0}), 20, 0, "mailboxes' day reached: 0 more may leave today"),
+        (_owner(mailbox_room={"a.example": 1, "b.example": 2}), 20, 3, ""),
+        (
+            _owner(mailbox_room={"a.example": 5}, in_flight=2, drafts=3, review_required=True),
+            18,
+            0,
+            "mailboxes' day",
+        ),
+        # every mailbox paused: no domain to send from
+        (_owner(mailbox_room={}), 20, 0, "every mailbox of this owner is paused"),
     ],
 )
 def test_owner_rules_in_order(facts: OwnerFacts, send: int, llm: int, reason: str) -> None:
@@ -101,21 +108,56 @@ def test_a_used_up_domain_day_refuses_its_owners_llm_work_but_not_their_sends() 
 
 
 @pytest.mark.parametrize(
-    ("spend", "room"),
+    ("spend", "job_cost", "room"),
     [
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=0, job_cost=Decimal("0.30")), 4),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.40"), in_flight=1, job_cost=Decimal("0.30")), 1),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=4, job_cost=Decimal("0.30")), 0),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("1"), in_flight=0, job_cost=Decimal("0")), 0),
-        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.5"), in_flight=9, job_cost=Decimal("0")), None),
+        # nothing spent or reserved: $1 holds 4 jobs at $0.30 (the last passes by less than one)
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=Decimal("0")), Decimal("0.30"), 4),
+        # spent and in flight at what each job reserved: $0.25 left, one more job
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.40"), in_flight=Decimal("0.35")), Decimal("0.30"), 1),
+        # one dear job in flight met the cap
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=Decimal("1.20")), Decimal("0.30"), 0),
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("1"), in_flight=Decimal("0")), Decimal("0"), 0),
+        # unpriced jobs: no limit while the cap is not met
+        (SpendFacts(cap=Decimal("1"), spent=Decimal("0.5"), in_flight=Decimal("0")), Decimal("0"), None),
     ],
 )
-def test_spend_room_counts_work_in_flight_at_its_reserved_cost(spend: SpendFacts, room: int | None) -> None:
-    assert spend.room() == room
-    decision = _one(_owner(), spend={1: spend})
+def test_spend_room_counts_work_in_flight_at_its_reserved_cost(
+    spend: SpendFacts, job_cost: Decimal, room: int | None
+) -> None:
+    decisions, _ = owner_admission(
+        owners=[_owner()], now=NOW, domains={}, spend={1: spend}, job_cost={1: job_cost}
+    )
+    decision = decisions[1]
     assert decision.llm == (20 if room is None else min(20, room))
     if room == 0:
         assert decision.reason == "daily spend cap $1.00 reached, resumes 00:00 UTC"
+
+
+def test_each_pick_reserves_its_own_cost_of_the_spend_cap() -> None:
+    # given $1 left to an organization, owner 1's replies reserving $0.60 and its intros $0.30
+    spend = {1: SpendFacts(cap=Decimal("1"), spent=Decimal("0"), in_flight=Decimal("0"))}
+    _, shared = owner_admission(
+        owners=[_owner()], now=NOW, domains={}, spend=spend, job_cost={1: Decimal("0.30")}
+    )
+    picks = [(10, 1), (11, 1), (12, 1)]
+    costs = {10: Decimal("0.60"), 11: Decimal("0.30"), 12: Decimal("0.30")}
+    # then the reply and one intro fit ($0.90); the third pick finds $0.10 left and is admitted
+    # (the last passes by less than one job); a fourth would be refused
+    verdicts = picks_admission(picks=[*picks, (13, 1)], shared=shared, row_cost=costs)
+    assert verdicts.admitted == (10, 11, 12)
+    assert verdicts.refused == {13: "daily spend cap $1.00 reached, resumes 00:00 UTC"}
+
+
+def test_an_owner_on_two_mailbox_domains_is_held_only_when_both_days_are_used_up() -> None:
+    # given an owner with mailboxes on a.example (day used up) and b.example (2 left)
+    days = {d: DomainDay(sent=s, cap=5, warmup_day=0) for d, s in (("a.example", 5), ("b.example", 3))}
+    owner = _owner(mailbox_room={"a.example": 10, "b.example": 10})
+    decisions, shared = owner_admission(owners=[owner], now=NOW, domains=days, spend={})
+    # then it may start what b.example can still send, and its picks are charged there
+    assert decisions[1].llm == 2
+    verdicts = picks_admission(picks=[(10, 1), (11, 1), (12, 1)], shared=shared)
+    assert verdicts.admitted == (10, 11)
+    assert verdicts.refused == {12: "sender domain a.example: 5/day reached, resumes 00:00 UTC"}
 
 
 def test_rows_of_suppressed_leads_are_refused_saying_why() -> None:

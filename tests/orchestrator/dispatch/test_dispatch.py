@@ -81,13 +81,14 @@ def test_owner_over_daily_limit_is_deferred_with_reason_and_takes_no_slot(
         organization=org, daily_limit=2, timezone="Europe/Berlin", hours_start=time(0), hours_end=time(23, 59)
     )
     other = make_owner(organization=org)
-    now = timezone.now()
+    # at a fixed time: "a minute ago" on the real clock is yesterday in Berlin at 23:00 UTC
+    now = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
     for _ in range(2):
         make_outreach(lead=make_lead(owner=full), state=State.SENT, sent_at=now - timedelta(minutes=1))
-    waiting = make_outreach(lead=make_lead(owner=full))
-    ready = make_outreach(lead=make_lead(owner=other))
+    waiting = make_outreach(lead=make_lead(owner=full), not_before=now - timedelta(hours=1))
+    ready = make_outreach(lead=make_lead(owner=other), not_before=now - timedelta(hours=1))
     # when a cycle runs
-    report = _cycle(budget, django_capture_on_commit_callbacks)
+    report = _cycle(budget, django_capture_on_commit_callbacks, now=now)
     # then the full owner is deferred, never failed, and says why and when it resumes
     assert report.generation == [ready.pk]
     waiting.refresh_from_db()

@@ -18,6 +18,8 @@ from orchestrator.dispatch.inflight import (
     job_latency,
     latency_observed,
 )
+from orchestrator.dispatch.owner_tokens import owner_tokens_record
+from orchestrator.metrics.in_flight import in_flight_now
 from orchestrator.metrics.sql import Quantiles
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -166,3 +168,22 @@ def test_an_unreachable_redis_never_fails_the_call_and_sizes_cold(settings: Any)
         "context": 0,
         "message": 0,
     }
+
+
+@pytest.mark.django_db
+def test_the_dashboards_rate_counts_calls_at_the_learned_job_cost_as_the_dispatcher_does(
+    redis_client: redis.Redis, settings: Any
+) -> None:
+    # given a key bound by tokens (60,000/min), a configured estimate of 3 x 1,000 tokens a job
+    # (20 jobs/min), and the one active owner's jobs learned to count 600 tokens (100 jobs/min)
+    settings.LLM_CALLS_PER_OUTREACH, settings.LLM_EST_TOKENS_PER_CALL = 3, 1_000
+    budget = Budget(
+        redis_client=redis_client,
+        limits=Limits(rpm=10**6, tpm=60_000, burst_ms=60_000, strict=False, margin_ms=0),
+    )
+    owner = make_owner(organization=make_org())
+    owner_tokens_record(owner_id=owner.pk, settled=500, counted=600)
+    # when the queue-health figure is read
+    now = in_flight_now(budget=budget)
+    # then its rate is the learned one the dispatcher sizes on, not the configured estimate's
+    assert now.rate_per_s == pytest.approx(100 / 60, rel=0.05)

@@ -12,6 +12,9 @@ import pytest
 import redis
 from django.utils import timezone
 
+from config.celery import app
+from config.queues import Queue
+from config.worker_presence import presence_record
 from devtools.webhook_sink import WebhookSink
 from orchestrator.metrics.alerts import AlertFacts, AlertRules, alerts_check, alerts_due
 from orchestrator.models import BudgetSample, DeadLetter
@@ -43,6 +46,9 @@ CALM = AlertFacts(
         ({"ready_waiting_s": 600, "budget_used": 0.2}, []),  # busy enough
         ({"ready_waiting_s": 600, "budget_used": None}, []),  # no samples: the dispatcher says nothing
         ({"ready_waiting_s": None, "budget_used": 0.0}, []),  # nothing ready
+        ({"queues": {"reply": (3, 0), "send": (0, 0), "generation": (9, 1)}}, ["queue-unconsumed-reply"]),
+        ({"workers_unheard_s": {"reply": 61, "send": 60, "generation": 5}}, ["worker-absent-reply"]),
+        ({"workers_unheard_s": {"dead_letter": None}}, ["worker-absent-dead_letter"]),  # never heard
     ],
 )
 def test_alerts_due_on_facts(changes: dict[str, Any], conditions: list[str]) -> None:
@@ -111,7 +117,10 @@ def test_without_a_webhook_alerts_are_only_logged_once_per_interval(
 
 
 @pytest.mark.django_db
-def test_the_check_sends_each_condition_that_holds(sink: WebhookSink, settings: Any) -> None:
+def test_the_check_sends_each_condition_that_holds(
+    sink: WebhookSink, settings: Any, redis_client: redis.Redis
+) -> None:
+    sink_redis = redis_client
     # given three open dead letters, the oldest two days old, a 429 retry and idle ready work
     settings.ALERT_DEAD_LETTERS_OPEN, settings.ALERT_IDLE_MINUTES = 2, 10
     now = timezone.now()
@@ -128,6 +137,10 @@ def test_the_check_sends_each_condition_that_holds(sink: WebhookSink, settings: 
         error_class=ErrorClass.RATE_LIMITED,
     )
     make_outreach(state=State.QUEUED, not_before=now - timedelta(minutes=15))
+    for queue in Queue:  # every worker kind runs
+        presence_record(
+            client=sink_redis, node=f"{queue.value}@host", queues=[queue.value], now=now.timestamp()
+        )
     for minute in range(1, 10):
         BudgetSample.objects.create(
             at=now - timedelta(minutes=minute), requests=5, tokens=0, limit_rpm=300, limit_tpm=1,
@@ -145,6 +158,27 @@ def test_the_check_sends_each_condition_that_holds(sink: WebhookSink, settings: 
     assert "waited 48.0 h" in texts[1]
     assert "1 jobs sent back in the last 10 min" in texts[2]
     assert "ready for 15 min while the LLM budget used 2% of its limit" in texts[3]
+
+
+@pytest.mark.django_db
+def test_the_check_names_a_queue_with_messages_and_no_worker(
+    sink: WebhookSink, redis_client: redis.Redis
+) -> None:
+    # given every worker kind running but reply's, and two reply jobs on the broker (the test Redis)
+    now = timezone.now()
+    for queue in Queue:
+        if queue is not Queue.REPLY:
+            presence_record(
+                client=redis_client, node=f"{queue.value}@host", queues=[queue.value], now=now.timestamp()
+            )
+    for outreach_id in (1, 2):
+        app.send_task("nurture.generate_reply", args=[outreach_id], queue=Queue.REPLY.value)
+    # when the check runs; then the queue and the absent worker kind are named
+    assert alerts_check(now=now) == ["queue-unconsumed-reply", "worker-absent-reply"]
+    assert sink.texts() == [
+        "[outreach] The reply queue holds 2 messages and no worker consumes it: start the reply worker of the Procfile.",
+        "[outreach] No reply worker has reported (never): its queue waits until one runs.",
+    ]
 
 
 def test_with_redis_unreachable_the_alert_still_goes_out(sink: WebhookSink, settings: Any) -> None:

@@ -100,6 +100,24 @@ def test_latency_per_tier_runs_from_due_to_completed_with_percentiles(budget: Bu
     assert latency["nudge"].p50_s == pytest.approx(60, abs=0.01)
 
 
+def test_reply_latency_runs_from_the_end_of_the_quiet_period_after_the_last_message(budget: Budget) -> None:
+    # given a reply created by a first message 72 s ago, a second message joined 62 s ago, a
+    # 60 s quiet period (due 2 s ago: nurture.quiet), and the answer sent now
+    now = timezone.now()
+    reply = outreach_at(
+        created_at=now - timedelta(seconds=72),
+        kind=REPLY,
+        state=S.SENT,
+        not_before=now - timedelta(seconds=2),
+    )
+    event(reply, S.SENDING, S.SENT, at=now)
+    # when
+    latency = queue_health(now=now, budget=budget).activity.latency
+    # then its latency is the 2 s since it fell due: not the quiet period, nor the lead's burst
+    assert latency["reply"].count == 1
+    assert latency["reply"].p50_s == pytest.approx(2, abs=0.01)
+
+
 def test_compare_bench_and_dashboard_read_the_same_retries_and_reply_latency(budget: Budget) -> None:
     # given a run: replies sent 2 s and 6 s after they fell due, an intro that needed one
     # transient retry, and waits for budget that are not retries (our pacer, a provider 429)

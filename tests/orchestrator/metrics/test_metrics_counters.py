@@ -114,7 +114,7 @@ def test_counters_do_not_fall_when_retention_prunes_history(redis_client: redis.
     assert {key: after[key] for key in counters} == {key: before[key] for key in counters}
 
 
-METRIC = re.compile(r"\b((?:outreach|llm_budget)_[a-z0-9_]+)")
+METRIC = re.compile(r"\b((?:outreach|llm_budget|llm_deployment)_[a-z0-9_]+)")
 
 
 def _rules() -> dict[str, Any]:
