@@ -48,6 +48,10 @@ class Route:
         """The deployments it uses, in step order, each once."""
         return list(dict.fromkeys(label for _, label in self.steps))
 
+    def only(self, steps: tuple[str, ...]) -> Route:
+        """The route of a job that calls only `steps` (an intro makes no triage call)."""
+        return Route(steps=tuple(pair for pair in self.steps if pair[0] in steps), fallbacks=self.fallbacks)
+
     def encode(self) -> str:
         text = ",".join(f"{step}={label}" for step, label in self.steps)
         return text + "".join(f" fallback {pool}->{used}" for pool, used in self.fallbacks)

@@ -85,9 +85,9 @@ def picks_reserve_and_claim(
             tokens_each=tokens_each,
             steps=job_steps(reply=reply),
         )
-        placed |= {
-            pick.outreach_id: (rid, route.encode()) for (pick, route), rid in zip(group, ids, strict=False)
-        }
+        # Each row keeps the route of the calls it makes (an intro's has no triage step).
+        kept = route.only(job_steps(reply=reply)).encode()
+        placed |= {pick.outreach_id: (rid, kept) for (pick, _), rid in zip(group, ids, strict=False)}
         for bucket in stopped_by:
             refused[bucket.rpartition(":")[0] or bucket] = bucket  # "dep:small:0:tokens" -> its scope
         capped = [bucket for bucket in stopped_by if bucket.startswith("org:")]

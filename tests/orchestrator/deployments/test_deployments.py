@@ -168,7 +168,7 @@ def test_a_pool_without_room_for_longer_than_the_wait_runs_on_its_fallback(
     # then the message steps run on small, and the outreach says so
     assert sorted(claimed) == sorted(ids)
     assert set(Outreach.objects.filter(pk__in=ids).values_list("llm_route", flat=True)) == {
-        "triage=small#0,plan=small#0,context=small#0,message=small#0 fallback large->small"
+        "plan=small#0,context=small#0,message=small#0 fallback large->small"
     }
 
 
@@ -213,7 +213,7 @@ def test_a_misconfigured_model_with_a_fallback_runs_its_steps_there_at_once(
     # then every job runs all its steps on small, and says it fell back
     assert sorted(claimed) == sorted(ids)
     assert set(Outreach.objects.filter(pk__in=ids).values_list("llm_route", flat=True)) == {
-        "triage=small#0,plan=small#0,context=small#0,message=small#0 fallback large->small"
+        "plan=small#0,context=small#0,message=small#0 fallback large->small"
     }
 
 
