@@ -261,6 +261,7 @@ def _triage(
 
 
 def _spent(usage: JobBudget) -> dict[str, Any]:
+    """What the job's calls used, kept on the row however it ends (a draft, or no answer)."""
     return {
         "tokens_used": usage.tokens,
         "llm_calls": usage.requests,
@@ -423,13 +424,8 @@ def _record_draft_guarded(*, outreach: Outreach, subject: str, body: str, usage:
     fields: dict[str, Any] = {
         "draft_subject": subject,
         "draft_body": body,
-        "tokens_used": usage.tokens,
-        "llm_calls": usage.requests,
-        "llm_input_tokens": usage.input_tokens,
-        "llm_output_tokens": usage.output_tokens,
-        "llm_cost": usage.cost(prices=settings.LLM_PRICES),
+        **_spent(usage),
         "generated_at": timezone.now(),
-        "reservation_id": "",
         "last_error": "",
     }
     needs_person = reply_needs_person(
