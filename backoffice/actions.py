@@ -23,7 +23,8 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from nurture import review
-from outreach.models import Organization, Outreach, Owner
+from nurture.intake.triage.reclassify import reply_reclassify
+from outreach.models import Organization, Outreach, Owner, ReplyClass
 from outreach.services import operations
 from outreach.services.operations import Row
 
@@ -103,10 +104,47 @@ class RejectForm(forms.Form):
     )
 
 
-class OutreachActions(admin.ModelAdmin):
+class ReclassifyForm(forms.Form):
+    reply_class = forms.ChoiceField(
+        choices=ReplyClass.choices,
+        label="New class",
+        help_text="Recorded in each reply's history with your name; the class's action runs where it still can.",
+    )
+
+
+class ReclassifyAction(admin.ModelAdmin):
+    """The "reclassify" action on replies (outreach list, approval queue), behind
+    outreach.reclassify_outreach: ask for the class, then nurture.intake.triage.reclassify."""
+
+    def has_reclassify_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("outreach.reclassify_outreach")
+
+    @admin.action(description="Reclassify selected replies", permissions=["reclassify"])
+    def reclassify_selected(
+        self, request: HttpRequest, queryset: QuerySet[Outreach]
+    ) -> TemplateResponse | None:
+        return ask_then_run(
+            self,
+            request,
+            queryset,
+            form_class=ReclassifyForm,
+            page=(
+                "Reclassify replies",
+                "Give the selected replies another class. A reply the new class does not answer is "
+                "cancelled if not sent yet; the class's action on the lead runs too.",
+                "Reclassify",
+            ),
+            verb="reclassified",
+            service=lambda o, by, answer: reply_reclassify(
+                outreach_id=o.pk, reply_class=answer["reply_class"], by_id=by.pk
+            ),
+        )
+
+
+class OutreachActions(ReclassifyAction):
     """The operators' actions of OutreachAdmin, each behind its own permission."""
 
-    actions = ("cancel_selected", "retry_now_selected", "reassign_selected")
+    actions = ("cancel_selected", "retry_now_selected", "reassign_selected", "reclassify_selected")
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("outreach.cancel_outreach")

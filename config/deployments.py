@@ -6,7 +6,8 @@
                     azure; "token_param", "auth", "path", "extra_headers", "extra_query",
                     "extra_body"); deployments sharing a name are a pool (the dispatcher places
                     each job on the one with most room).
-  LLM_STEP_MODELS   plan=<name>,context=<name>,message=<name>; a step not named uses the first name.
+  LLM_STEP_MODELS   triage=<name>,plan=<name>,context=<name>,message=<name>; a step not named uses
+                    the first name (triage: a reply's classification call, nurture.writing.triage).
   LLM_FALLBACKS     <name>=<name>,...: a name whose deployments are all failing (breaker open) or
                     out of room for LLM_FALLBACK_AFTER_S runs its steps on the fallback.
 Absent LLM_DEPLOYMENTS, the product has one deployment built from LLM_MODEL / LLM_RPM / LLM_TPM /
@@ -32,7 +33,17 @@ from django.core.exceptions import ImproperlyConfigured
 from config import dialects
 from config.dialects import Dialect
 
-STEPS: Final = ("plan", "context", "message")  # the generation's calls, in order
+# The generation's calls, in order; "triage" is made by replies only (the one classification call
+# of a reply its rules did not settle), so an intro's or a nudge's job draws on the other three.
+STEPS: Final = ("triage", "plan", "context", "message")
+REPLY_ONLY_STEPS: Final = ("triage",)
+
+
+def job_steps(*, reply: bool) -> tuple[str, ...]:
+    """The steps a job of this kind calls: every step for a reply, the writing ones otherwise."""
+    return STEPS if reply else tuple(step for step in STEPS if step not in REPLY_ONLY_STEPS)
+
+
 NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.\-]{1,40}$")  # part of a budget scope: no ':', '@', ','
 PROVIDER_SCOPE: Final = "provider"  # the implicit deployment's scope (orchestrator.budget.PROVIDER)
 _FIELDS: Final = ("name", "model", "rpm", "tpm", "base_url", "api_key", *dialects.FIELDS)

@@ -2,7 +2,10 @@
 
 Tests queue responses (status, headers, text, usage, delay); each request takes the next one,
 or `default` when the queue is empty. Requests are recorded so tests can check what was sent.
-Deliberately dumb: the limit-enforcing simulator is `llm_sim`.
+Deliberately dumb: the limit-enforcing simulator is `llm_sim`. One exception: a reply's triage
+call (nurture.writing.triage) is answered by llm_sim's keyword classifier without taking a
+queued response (`triage`; set it to None to script triage answers through the queue too), so
+a test scripting a reply's plan/context/message answers needs no triage answer in its queue.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from devtools.llm_sim.content import data_block
+from devtools.llm_sim.triage import TASK_MARK, triage_answer
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,22 @@ class StubRequest:
     json: Any
 
 
+def _is_triage(request: StubRequest) -> bool:
+    messages = request.json.get("messages") if isinstance(request.json, dict) else None
+    last = (
+        messages[-1].get("content")
+        if isinstance(messages, list) and messages and isinstance(messages[-1], dict)
+        else ""
+    )
+    return isinstance(last, str) and TASK_MARK in last.split("<<<DATA", 1)[0].lower()
+
+
+def triage_answered(request: StubRequest) -> StubResponse:
+    """llm_sim's answer to a triage prompt (devtools.llm_sim.triage)."""
+    last = request.json["messages"][-1]["content"]
+    return StubResponse(text=triage_answer(data_block(last)))
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 256  # a threads-pool worker's burst of calls must queue, not be refused at connect
 
@@ -46,6 +68,7 @@ class LLMStub:
         # needs the answer to depend on the prompt, e.g. an email quoting what it was asked.
         self.responder: Callable[[StubRequest], StubResponse] | None = None
         self.requests: list[StubRequest] = []
+        self.triage: Callable[[StubRequest], StubResponse] | None = triage_answered
         self._queue: deque[StubResponse] = deque()
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _handler_for(self))
@@ -65,6 +88,8 @@ class LLMStub:
     def next_response(self, request: StubRequest) -> StubResponse:
         with self._lock:
             self.requests.append(request)
+            if self.triage is not None and _is_triage(request):
+                return self.triage(request)
             if self._queue:
                 return self._queue.popleft()
             responder = self.responder

@@ -10,13 +10,17 @@ them this instant): those are in flight a moment later, the same case.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.db.models import F
 
 from outreach.models import SUPPRESSED, Lead, LeadEvent, Outreach, State
 from outreach.services.operations import NotActionable
+from outreach.services.queue import outreach_enqueue
 from outreach.transitions import AT_REST, ENDED_UNSENT, transition_many
 
 SEQUENCE_KINDS = (Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
@@ -33,6 +37,66 @@ def sequence_stop(*, lead_id: int, reason: str) -> list[int]:
         )
     )
     return transition_many(outreach_ids=ids, from_=AT_REST, to=State.CANCELLED, note=reason)
+
+
+def sequence_defer(*, lead_id: int, at: datetime) -> list[int]:
+    """Move the lead's queued sequence steps so the next is due no earlier than `at`, the later
+    ones keeping their spacing (an out-of-office notice: write again once they are back).
+    Returns the ids moved. A step already handed to a worker goes ahead as planned."""
+    rows = list(
+        Outreach.objects.filter(lead_id=lead_id, kind__in=SEQUENCE_KINDS, state=State.QUEUED).values_list(
+            "id", "not_before"
+        )
+    )
+    if not rows:
+        return []
+    shift = at - min(not_before for _, not_before in rows)
+    if shift.total_seconds() <= 0:
+        return []
+    ids = [row_id for row_id, _ in rows]
+    # Guarded on QUEUED: a row the dispatcher claimed meanwhile keeps its time.
+    Outreach.objects.filter(id__in=ids, state=State.QUEUED).update(not_before=F("not_before") + shift)
+    return ids
+
+
+def sequence_resume(*, lead_id: int, at: datetime, source_id: int, reason: str) -> list[int]:
+    """Start again the steps a reply stopped, the next due no earlier than `at`, the later ones
+    keeping their spacing; the lead active again if it was only marked replied. For a reply that, read by the
+    model after intake had stopped the sequence, turned out to be an out-of-office or other
+    automatic notice. Cancelled rows stay cancelled (their history is kept): each unsent step
+    gets a new row (`source_id`, the reply, in its key: a re-run adds none). Returns new ids."""
+    with transaction.atomic():
+        status = Lead.objects.select_for_update().values_list("status", flat=True).get(id=lead_id)
+        if status not in (Lead.Status.REPLIED, Lead.Status.ACTIVE):
+            return []  # opted out, bounced, converted meanwhile: nothing to resume
+        if status == Lead.Status.REPLIED:
+            Lead.objects.filter(id=lead_id).update(status=Lead.Status.ACTIVE)
+            LeadEvent.objects.create(
+                lead_id=lead_id, from_status=status, to_status=Lead.Status.ACTIVE, note=reason[:500]
+            )
+        rows = list(Outreach.objects.filter(lead_id=lead_id, kind__in=SEQUENCE_KINDS).order_by("step", "id"))
+        live = {row.step for row in rows if row.state not in ENDED_UNSENT}
+        last_sent = max((row.step for row in rows if row.state == State.SENT), default=-1)
+        stopped = {row.step: row for row in rows if row.state == State.CANCELLED and row.step > last_sent}
+        steps = sorted(step for step in stopped if step not in live)
+        if not steps:
+            return []
+        first_due = stopped[steps[0]].not_before
+        lead = Lead.objects.get(id=lead_id)
+        made = []
+        for step in steps:
+            row = stopped[step]
+            key = hashlib.sha256(f"{row.idempotency_key}|resume|{source_id}".encode()).hexdigest()
+            outreach, _ = outreach_enqueue(
+                lead=lead,
+                kind=Outreach.Kind(row.kind),
+                idempotency_key=f"resume:{key}",
+                not_before=max(row.not_before, at + (row.not_before - first_due)),
+                step=step,
+                context=row.context if isinstance(row.context, dict) else {},
+            )
+            made.append(outreach.pk)
+    return made
 
 
 def lead_mark_converted(*, lead: Lead) -> list[int]:
@@ -151,7 +215,10 @@ def sequence_gate(*, outreach: Outreach) -> Gate:
     if outreach.step == 0:
         return GO
     previous = (
+        # The newest row of the step: a step stopped by a reply and started again
+        # (sequence_resume) has a cancelled row and its new one.
         Outreach.objects.filter(lead_id=outreach.lead_id, kind__in=SEQUENCE_KINDS, step=outreach.step - 1)
+        .order_by("-id")
         .values_list("state", flat=True)
         .first()
     )

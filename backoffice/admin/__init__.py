@@ -11,5 +11,6 @@ from backoffice.admin import (  # noqa: F401
     outreach,
     owners,
     pauses,
+    referrals,
     uploads,
 )

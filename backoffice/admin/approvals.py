@@ -14,7 +14,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html
 
-from backoffice.actions import admin_user, reject_with_reason
+from backoffice.actions import ReclassifyAction, admin_user, reject_with_reason
 from backoffice.tenancy import APPROVE_PERMISSION, OrganizationScopedAdmin
 from nurture import review
 from nurture.intake.thread import EXCERPT_CHARS, excerpt, lead_thread
@@ -47,7 +47,7 @@ class DraftForm(forms.ModelForm):
 
 
 @admin.register(DraftForApproval)
-class ApprovalQueueAdmin(OrganizationScopedAdmin):
+class ApprovalQueueAdmin(ReclassifyAction, OrganizationScopedAdmin):
     """Only users holding outreach.approve_outreach see this; everyone else gets 403. And only
     drafts of owners in their organizations (OrganizationScopedAdmin)."""
 
@@ -80,7 +80,7 @@ class ApprovalQueueAdmin(OrganizationScopedAdmin):
         "footer_at_send",
     )
     readonly_fields = ("lead_context", "owner", "kind", "triage", "conversation", "footer_at_send")
-    actions = ("approve_selected", "reject_selected")
+    actions = ("approve_selected", "reject_selected", "reclassify_selected")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Outreach]:
         # The list's excerpt reads the prospect's latest message (the last one joined, else the

@@ -90,6 +90,9 @@ class OrganizationAdmin(PauseActions, OrganizationScopedAdmin):
         "business_hours_end",
         "recipient_domain_daily_cap",
         "reply_quiet_s",
+        # Reply triage (docs/email.md, "Reply triage"): what an autonomous owner answers alone.
+        "reply_autonomous_classes",
+        "reply_objection_close",
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:

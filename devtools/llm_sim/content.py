@@ -10,6 +10,7 @@ from typing import Any
 
 from devtools.llm_sim.config import MARKER_POLICY_FAIL
 from devtools.llm_sim.protocol import ChatRequest
+from devtools.llm_sim.triage import TASK_MARK, triage_answer
 
 # Everything below writes text our policy check accepts: no links, no addresses, no placeholders.
 # Lead data is untrusted, so only name-like values are echoed (letters, spaces, ' - &).
@@ -64,6 +65,8 @@ def completion_text(request: ChatRequest) -> str:
     facts = _facts(prompt)
     pick = _picker(json.dumps(request.texts))
     task = prompt.split("<<<DATA", 1)[0].lower()  # the instructions, not the (untrusted) data
+    if TASK_MARK in task:  # a reply's triage call (nurture.writing.triage)
+        return triage_answer(data_block(prompt))
     # The message step asks for a "Subject:" line; the context step for facts; the plan step says plan.
     if "subject:" not in task and re.search(r"\b(context|facts|notes)\b", task):
         role = f" as {facts['title']}" if facts["title"] else ""
@@ -103,7 +106,7 @@ def _picker(seed_text: str) -> Picker:
 
 
 def _facts(prompt: str) -> dict[str, str]:
-    data = _data_block(prompt)
+    data = data_block(prompt)
     prospect, sender = data.get("prospect") or {}, data.get("sender") or {}
     kind = data.get("email_kind") if data.get("email_kind") in _OPENERS else None
     lowered = prompt.split("<<<DATA", 1)[0].lower()  # the task, not the (untrusted) data
@@ -118,7 +121,7 @@ def _facts(prompt: str) -> dict[str, str]:
     }
 
 
-def _data_block(prompt: str) -> dict[str, Any]:
+def data_block(prompt: str) -> dict[str, Any]:
     """The JSON between '<<<DATA ...' and 'DATA>>>' that nurture.writing.prompts writes; {} if absent."""
     start, end = prompt.find("<<<DATA"), prompt.rfind("DATA>>>")
     if start < 0 or end < start:

@@ -63,6 +63,13 @@ class InboundReply:
     # The email provider that delivered it; "" for our signed JSON webhook, whose caller
     # asserts `lead_email`.
     provider: str = ""
+    # What triage's rules read (nurture.intake.triage.rules), from providers' webhooks only:
+    # the auto-reply and list headers (lower-case name, value), the email's content type and
+    # report type, and for a delivery status report the recipients it says failed.
+    headers: tuple[tuple[str, str], ...] = ()
+    content_type: str = ""
+    report_type: str = ""
+    report_failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,24 @@ def reply_believe(*, reply: InboundReply) -> Belief:
         return found
     if sender_normalised(reply.lead_email) != found.email:
         return _held(found, Reason.SENDER_NOT_LEAD, "From is not this conversation's lead")
+    return _verdicts_held(found, reply=reply)
+
+
+def report_believe(*, reply: InboundReply) -> Belief:
+    """A delivery status report (a bounce notice, nurture.intake.triage.rules) is believed to
+    be about a lead when it names the lead's conversation (rule a, usually by the original
+    Message-ID it quotes) and, in place of rule (b), reports the lead's own address failed; a
+    failed verdict holds it (rule c). A mailer daemon is never a lead, so From cannot count."""
+    found = _conversation(reply=reply)
+    if isinstance(found, Belief):
+        return found
+    if found.email not in {sender_normalised(address) for address in reply.report_failed}:
+        return _held(found, Reason.SENDER_NOT_LEAD, "the delivery report is about another address")
+    return _verdicts_held(found, reply=reply)
+
+
+def _verdicts_held(found: Lead, *, reply: InboundReply) -> Belief:
+    """Rule (c): held when a verdict the provider gave failed, else believed."""
     failed = [verdict for verdict in reply.verdicts if verdict.failed]
     if failed:
         spam = any(verdict.check in ("spam", "virus") for verdict in failed)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from typing import Any
 
 from anymail.inbound import AnymailInboundMessage
@@ -25,6 +26,7 @@ from django.utils.html import strip_tags
 
 from nurture.intake.belief import RECIPIENTS_READ, InboundReply, UnknownLead
 from nurture.intake.replies import NotBelieved, PayloadError, reply_receive, reply_validate
+from nurture.intake.triage.rules import TRIAGE_HEADERS
 from nurture.intake.verdicts import verdicts_read
 from nurture.mail.transport import message_ids
 
@@ -53,8 +55,10 @@ def inbound_reply(*, message: AnymailInboundMessage, esp_event: Any = None, prov
     sender = message.from_email
     if sender is None or isinstance(sender, list):  # no From, or several: not someone's reply
         raise PayloadError("From", "the email has no single sender address")
-    # A client may put comments or several ids in In-Reply-To: the first id is the parent.
-    parents = message_ids(str(message["In-Reply-To"] or ""))
+    triage = _triage_fields(message)
+    # A client may put comments or several ids in In-Reply-To: the first id is the parent. A
+    # delivery report has none: the email it reports on is the one its quoted headers name.
+    parents = message_ids(str(message["In-Reply-To"] or "")) or list(triage.pop("report_of"))
     return reply_validate(
         lead_email=sender.addr_spec,
         message_id=_message_id(message),
@@ -66,7 +70,73 @@ def inbound_reply(*, message: AnymailInboundMessage, esp_event: Any = None, prov
         recipients=_recipients(message),
         verdicts=verdicts_read(message=message, esp_event=esp_event),
         provider=provider,
+        **{name: value for name, value in triage.items() if name != "report_of"},
     )
+
+
+# A header's value as the rules read it; each header at most this many times.
+_HEADER_CHARS = 200
+_HEADER_TIMES = 3
+_REPORT_RECIPIENTS = 20
+
+
+def _triage_fields(message: AnymailInboundMessage) -> dict[str, Any]:
+    """What triage's rules read (nurture.intake.triage.rules): the auto-reply and list
+    headers, the content type and, for a delivery status report, its failed recipients."""
+    headers = tuple(
+        (name, str(value)[:_HEADER_CHARS])
+        for name in TRIAGE_HEADERS
+        for value in (message.get_all(name) or [])[:_HEADER_TIMES]
+    )
+    content_type = message.get_content_type()
+    report_type = (
+        str(message.get_param("report-type") or "").lower() if content_type == "multipart/report" else ""
+    )
+    report = report_type == "delivery-status"
+    return {
+        "headers": headers,
+        "content_type": content_type,
+        "report_type": report_type,
+        "report_failed": _failed_recipients(message) if report else (),
+        "report_of": _reported_message_id(message) if report else (),
+    }
+
+
+def _reported_message_id(message: AnymailInboundMessage) -> tuple[str, ...]:
+    """The Message-ID of the email a delivery report returns (its text/rfc822-headers or
+    message/rfc822 part), as a one-item tuple; () when it quotes none."""
+    for part in message.walk():
+        kind = part.get_content_type()
+        if kind == "text/rfc822-headers":
+            text = str(part.get_payload(decode=True) or b"", "utf-8", "replace") if part.get_payload() else ""
+            found = re.search(r"^message-id:\s*(<[^>\s]{1,900}>)", text, re.IGNORECASE | re.MULTILINE)
+            if found:
+                return (found.group(1),)
+        if kind == "message/rfc822":
+            inner = part.get_payload()
+            first = inner[0] if isinstance(inner, list) and inner else None
+            ids = message_ids(str(first["Message-ID"] or "")) if first is not None else []
+            if ids:
+                return (ids[0],)
+    return ()
+
+
+def _failed_recipients(message: AnymailInboundMessage) -> tuple[str, ...]:
+    """The Final-Recipient addresses whose Action is "failed" in an RFC 3464 report's
+    message/delivery-status part (a delay or a relay is no bounce)."""
+    found: list[str] = []
+    for part in message.walk():
+        if part.get_content_type() != "message/delivery-status":
+            continue
+        payload = part.get_payload()
+        blocks = payload if isinstance(payload, list) else []
+        for block in blocks:
+            action = str(block.get("Action") or "").strip().lower()
+            recipient = str(block.get("Final-Recipient") or block.get("Original-Recipient") or "")
+            address = recipient.partition(";")[2].strip() or recipient.strip()
+            if action == "failed" and "@" in address:
+                found.append(address[:254].lower())
+    return tuple(dict.fromkeys(found))[:_REPORT_RECIPIENTS]
 
 
 def _recipients(message: AnymailInboundMessage) -> tuple[str, ...]:

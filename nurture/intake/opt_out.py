@@ -29,7 +29,7 @@ import re
 
 from nurture.intake.quoting import quote_starts
 
-__all__ = ["reply_asks_to_stop"]
+__all__ = ["own_text", "reply_asks_to_stop"]
 
 # Where the reply's own text ends: the quoted thread (nurture.intake.quoting) or a signature below it.
 _SIGNATURE = re.compile(r"^\s*--\s*$")  # "-- ", the signature separator (RFC 3676 4.3)
@@ -109,7 +109,7 @@ _NEGATION_REACH = 60
 
 def reply_asks_to_stop(*, subject: str, body: str) -> bool:
     """True when the reply asks us to stop writing to the sender (see the module docstring)."""
-    if any(_asks(clause) for clause in _clauses(_own_text(body[:READ_CHARS]))):
+    if any(_asks(clause) for clause in _clauses(own_text(body[:READ_CHARS]))):
         return True
     subject = subject[:1000]
     topic = _REPLY_PREFIX.sub("", subject)
@@ -118,7 +118,7 @@ def reply_asks_to_stop(*, subject: str, body: str) -> bool:
     return any(_asks(clause) for clause in _clauses(subject))
 
 
-def _own_text(body: str) -> str:
+def own_text(body: str) -> str:
     """The reply without the thread it quotes or the signature below it."""
     lines = body.splitlines()
     for index, line in enumerate(lines):

@@ -30,15 +30,17 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from nurture.intake.belief import REFERENCES_READ, InboundReply, reply_believe
-from nurture.intake.opt_out import reply_asks_to_stop
+from nurture.intake.belief import REFERENCES_READ, InboundReply, reply_believe, report_believe
+from nurture.intake.triage.intake import triage_settled_act
+from nurture.intake.triage.rules import triage_rules
 from nurture.intake.unverified import unverified_keep
 from nurture.intake.verdicts import Verdict
 from nurture.mail.transport import message_id_normalised, message_ids
 from nurture.quiet import reply_due, reply_quiet_s
-from nurture.sequence import lead_opt_out, sequence_stop
+from nurture.reply_actions import ReplyTriage
+from nurture.sequence import sequence_stop
 from outreach.idempotency import reply_key
-from outreach.models import SUPPRESSED, Lead, Organization, Outreach, State, UnverifiedInbound
+from outreach.models import SUPPRESSED, Lead, Organization, Outreach, ReplyClass, State, UnverifiedInbound
 from outreach.services.operations import NotActionable
 from outreach.services.queue import outreach_enqueue
 from outreach.transitions import REPLY_JOINABLE, transition
@@ -144,6 +146,10 @@ def reply_validate(
     recipients: tuple[str, ...] = (),
     verdicts: tuple[Verdict, ...] = (),
     provider: str = "",
+    headers: tuple[tuple[str, str], ...] = (),
+    content_type: str = "",
+    report_type: str = "",
+    report_failed: tuple[str, ...] = (),
 ) -> InboundReply:
     """Check and normalise one inbound reply, however it arrived; PayloadError names the bad field.
 
@@ -171,6 +177,10 @@ def reply_validate(
         recipients=recipients,
         verdicts=verdicts,
         provider=provider,
+        headers=headers,
+        content_type=content_type,
+        report_type=report_type,
+        report_failed=report_failed,
     )
 
 
@@ -189,11 +199,12 @@ def _string(data: dict[str, Any], name: str) -> str:
 
 def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyReceived:
     """Queue one REPLY outreach per conversation turn in the conversation it answers, and stop
-    the sequence.
+    the sequence; or, for what triage's rules settle (nurture.intake.triage), record the
+    reply with its class, act on it at once and queue nothing.
 
-    `lead` None: the belief rule decides whose reply it is (nurture.intake.belief); one it does
-    not believe is kept unverified and raises NotBelieved. A `lead` given is a person's decision
-    (`unverified_accept`).
+    `lead` None: the belief rule decides whose reply it is (nurture.intake.belief; a delivery
+    report by `report_believe`); one it does not believe is kept unverified and raises
+    NotBelieved. A `lead` given is a person's decision (`unverified_accept`).
 
     The answer threads under the prospect's message: its in_reply_to is their Message-ID, its
     references the thread above (`_thread`). One answer per turn: a message that arrives while
@@ -205,8 +216,9 @@ def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyRece
     (retries, concurrent ones) find the message already recorded, as a reply's key or among its
     joined messages: nothing changes twice. Raises UnknownLead, NotBelieved.
     """
+    settled = triage_rules(reply=reply, today=timezone.now().date())
     if lead is None:
-        lead = _believed_lead(reply=reply)
+        lead = _believed_lead(reply=reply, settled=settled)
     # The believed lead is known from here on (the rule's, or a person's acceptance).
     inbound = {"subject": reply.subject, "body": reply.body, "message_id": reply.message_id}
     their_id = _threadable(reply.message_id)
@@ -217,12 +229,13 @@ def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyRece
         key = reply_key(message_id=reply.message_id)
         if (seen := _received(lead_id=lead.pk, key=key, message_id=reply.message_id)) is not None:
             return ReplyReceived(outreach_id=seen, created=False, lead_id=lead.pk)
-        if reply_asks_to_stop(subject=reply.subject, body=reply.body):
-            # An opt-out, like the link: the reply below is then recorded and never answered.
-            lead_opt_out(lead_id=lead.pk, reason=f"asked to stop in a reply ({reply.message_id[:200]})")
+        # What the rules settle (an auto-reply, a bounce, an opt-out) joins no answer: it is
+        # recorded on its own and acted on below.
         if (
-            pending := _reply_join(lead_id=lead.pk, inbound=inbound, arrived=arrived, quiet_s=quiet_s)
-        ) is not None:
+            settled is None
+            and (pending := _reply_join(lead_id=lead.pk, inbound=inbound, arrived=arrived, quiet_s=quiet_s))
+            is not None
+        ):
             return ReplyReceived(outreach_id=pending, created=False, lead_id=lead.pk, joined=True)
         outreach, created = outreach_enqueue(
             lead=lead,
@@ -233,13 +246,16 @@ def reply_receive(*, reply: InboundReply, lead: Lead | None = None) -> ReplyRece
             in_reply_to=their_id or "",
             references=" ".join(_thread(reply=reply, lead_id=lead.pk)) if their_id else "",
         )
-        if created:
+        if created and settled is not None:
+            triage_settled_act(reply=outreach, triage=settled)
+        elif created:
             _reply_effects(lead=lead, outreach_id=outreach.pk)
     return ReplyReceived(outreach_id=outreach.pk, created=created, lead_id=lead.pk)
 
 
-def _believed_lead(*, reply: InboundReply) -> Lead:
-    belief = reply_believe(reply=reply)
+def _believed_lead(*, reply: InboundReply, settled: ReplyTriage | None) -> Lead:
+    report = settled is not None and settled.reply_class == ReplyClass.BOUNCE_NOTICE
+    belief = report_believe(reply=reply) if report else reply_believe(reply=reply)
     if belief.lead is None:
         held = unverified_keep(reply=reply, belief=belief)
         raise NotBelieved(unverified_id=held.pk, reason=belief.reason)

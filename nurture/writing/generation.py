@@ -16,6 +16,7 @@ is recovered within the lease TTL instead of DISPATCH_STUCK_AFTER_S.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -46,14 +47,15 @@ from nurture.errors import (
     TransientError,
 )
 from nurture.quiet import reply_due, reply_quiet_s
+from nurture.reply_actions import reply_answered, reply_class_act, reply_class_record, reply_needs_person
 from nurture.retry_rules import fail
 from nurture.sequence import Gate, sequence_gate
-from nurture.writing import llm, prompts
+from nurture.writing import llm, prompts, triage
 from nurture.writing.draft_policy import check_draft
 from orchestrator import work
 from orchestrator.work import Budget, JobBudget
 from outreach.counters import call_durations_record
-from outreach.models import SUPPRESSED, Outreach, State
+from outreach.models import SUPPRESSED, Outreach, State, TriageBy
 from outreach.tiers import Tier
 from outreach.transitions import TransitionLost, transition, transition_durably
 
@@ -143,12 +145,30 @@ def _generate(*, outreach: Outreach, budget: Budget) -> State | None:
     try:
         if outreach.lead.status in SUPPRESSED:
             raise OptedOut(f"lead {outreach.lead_id} {outreach.lead.status}: nothing is sent to it")
+        if outreach.kind == Outreach.Kind.REPLY and not outreach.reply_class:
+            not_answered = _triage(outreach=outreach, facts=facts, budget=budget, usage=usage)
+            if not_answered is not None:
+                raise NotAnswered(not_answered)
+            facts = dataclasses.replace(facts, reply_class=outreach.reply_class)
         subject, body = _write(outreach=outreach, facts=facts, budget=budget, usage=usage)
     except HandedBack as exc:  # its worker is stopping: what the calls cost stays settled
         work.job_settle(budget=budget, usage=usage)
         with database_turn():
             call_durations_record(usage.call_durations)
         return _put_back(outreach=outreach, budget=budget, note=str(exc), reason="", from_=State.GENERATING)
+    except NotAnswered as exc:
+        # The triage call was made and is settled; not learned as a job (owner_tokens): no draft.
+        work.job_settle(budget=budget, usage=usage)
+        with database_turn():
+            call_durations_record(usage.call_durations)
+            transition(
+                outreach_id=outreach.pk,
+                from_=State.GENERATING,
+                to=State.CANCELLED,
+                note=str(exc),
+                **_spent(usage),
+            )
+        return State.CANCELLED
     except OptedOut as exc:
         work.job_settle(budget=budget, usage=usage)
         with database_turn():
@@ -213,6 +233,49 @@ def _hold(*, outreach: Outreach, gate: Gate) -> State:
         not_before=timezone.now() + timedelta(seconds=SEQUENCE_RECHECK_S),
     )
     return State.QUEUED
+
+
+class NotAnswered(Exception):
+    """The model's triage put the reply in a class that gets no answer (its action is done)."""
+
+    def __init__(self, note: str) -> None:
+        super().__init__(note)
+
+
+def _triage(
+    *, outreach: Outreach, facts: prompts.PromptFacts, budget: Budget, usage: JobBudget
+) -> str | None:
+    """The reply's one classification call (nurture.writing.triage), its class recorded and
+    acted on (nurture.reply_actions). None: the reply is answered (`outreach.reply_class` set
+    for `_record_draft` to route it); else the note of what was done instead."""
+    today = timezone.now().date()
+    text = _call(
+        budget,
+        triage.triage_prompt(facts=facts, today=today),
+        triage.TRIAGE_MAX_TOKENS,
+        usage=usage,
+        step="triage",
+    )
+    found = triage.triage_parse(text=text, today=today)
+    with database_turn():
+        reply_class_record(outreach_id=outreach.pk, triage=found, by=TriageBy.MODEL)
+        outreach.reply_class = found.reply_class
+        done = reply_class_act(reply=outreach, triage=found, sequence_stopped=True)
+    if reply_answered(reply_class=found.reply_class, organization=outreach.lead.organization):
+        return None
+    return f"{found.reply_class} (model): not answered; {done}"[:500]
+
+
+def _spent(usage: JobBudget) -> dict[str, Any]:
+    """What the job's calls used, kept on the row however it ends (a draft, or no answer)."""
+    return {
+        "tokens_used": usage.tokens,
+        "llm_calls": usage.requests,
+        "llm_input_tokens": usage.input_tokens,
+        "llm_output_tokens": usage.output_tokens,
+        "llm_cost": usage.cost(prices=settings.LLM_PRICES),
+        "reservation_id": "",
+    }
 
 
 def _write(
@@ -369,16 +432,16 @@ def _record_draft_guarded(*, outreach: Outreach, subject: str, body: str, usage:
     fields: dict[str, Any] = {
         "draft_subject": subject,
         "draft_body": body,
-        "tokens_used": usage.tokens,
-        "llm_calls": usage.requests,
-        "llm_input_tokens": usage.input_tokens,
-        "llm_output_tokens": usage.output_tokens,
-        "llm_cost": usage.cost(prices=settings.LLM_PRICES),
+        **_spent(usage),
         "generated_at": timezone.now(),
-        "reservation_id": "",
         "last_error": "",
     }
-    if outreach.owner.review_required:
+    needs_person = reply_needs_person(
+        reply_class=outreach.reply_class,
+        organization=outreach.lead.organization,
+        review_required=outreach.owner.review_required,
+    )
+    if needs_person:
         transition_durably(
             outreach_id=outreach.pk, from_=State.GENERATING, to=State.AWAITING_APPROVAL, guard=guard, **fields
         )

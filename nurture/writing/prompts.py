@@ -43,6 +43,11 @@ _GOALS = {
         "an answer to the prospect's latest email (data.inbound) and to any messages they sent "
         "after it (data.inbound_later, oldest first), addressing everything they wrote in one email"
     ),
+    # A reply triaged as an objection, in an organization that answers those (nurture.reply_actions).
+    "close": (
+        "a short, polite close to a prospect who said no (data.inbound): thank them, accept their "
+        "answer, no further pitch and no call to action"
+    ),
 }
 _PLAN_TASK = (
     "Task: plan {goal}. In at most 5 short bullet points, say what this email must achieve, "
@@ -84,6 +89,7 @@ class PromptFacts:
     # Messages the prospect sent before we answered `inbound`: one answer covers them all.
     inbound_later: list[dict[str, str]] = field(default_factory=list)
     thread: list[dict[str, str]] = field(default_factory=list)
+    reply_class: str = ""  # a reply's triage class (nurture.writing.triage); "" before it
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ def prompt_facts(*, outreach: Outreach) -> PromptFacts:
         inbound=_inbound(outreach.context),
         inbound_later=_inbound_later(outreach.context),
         thread=_thread(outreach=outreach),
+        reply_class=outreach.reply_class,
     )
 
 
@@ -146,7 +153,7 @@ def _messages(task: str, *, facts: PromptFacts, **extra: Any) -> list[ChatMessag
         "thread": facts.thread,
         **{k: v for k, v in {"inbound_later": facts.inbound_later, **extra}.items() if v},
     }
-    goal = _GOALS.get(facts.kind, _GOALS["intro"])
+    goal = _GOALS["close"] if facts.reply_class == "objection" else _GOALS.get(facts.kind, _GOALS["intro"])
     return [
         {"role": "system", "content": _SYSTEM},
         {"role": "user", "content": task.format(goal=goal) + "\n\n" + data_block(data)},

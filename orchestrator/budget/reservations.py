@@ -93,6 +93,11 @@ class Reservations(BudgetCore):
         bucket): a larger estimate is reserved at this and settled at what it really used."""
         return int(self.plan(tuple(scopes)).capacity[1] // maths.UNITS)
 
+    def largest_requests(self, *, scopes: Sequence[str] = (PROVIDER,)) -> int:
+        """The most requests one reservation can ever hold in these scopes: a reply's extra
+        triage call beyond a small cap's burst is reserved at this and settled at its calls."""
+        return int(self.plan(tuple(scopes)).capacity[0] // maths.UNITS)
+
     @staticmethod
     def _check_size(*, count: int, requests: int, tokens: int, plan: Plan) -> None:
         if count < 1 or requests < 0 or tokens < 0 or requests + tokens == 0:

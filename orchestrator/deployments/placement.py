@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from config.deployments import STEPS
+from config.deployments import REPLY_ONLY_STEPS, STEPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,10 @@ class Route:
     def labels(self) -> list[str]:
         """The deployments it uses, in step order, each once."""
         return list(dict.fromkeys(label for _, label in self.steps))
+
+    def only(self, steps: tuple[str, ...]) -> Route:
+        """The route of a job that calls only `steps` (an intro makes no triage call)."""
+        return Route(steps=tuple(pair for pair in self.steps if pair[0] in steps), fallbacks=self.fallbacks)
 
     def encode(self) -> str:
         text = ",".join(f"{step}={label}" for step, label in self.steps)
@@ -88,11 +92,12 @@ def place(
     tokens_per_call: int,
 ) -> Placement:
     """Routes for up to `count` jobs, each placed whole, the most room first within a pool."""
+    step_pools = with_reply_steps(step_pools)
     left = {room.label: _Left(room.requests, room.tokens, room.probe) for room in rooms}
     pools: dict[str, list[str]] = {}
     for room in rooms:
         pools.setdefault(room.pool, []).append(room.label)
-    calls = Counter(step_pools[step] for step in STEPS)
+    calls = calls_per_pool(step_pools)
     routes: list[Route] = []
     while len(routes) < count:
         chosen: dict[str, str] = {}
@@ -116,6 +121,21 @@ def place(
             )
         )
     return Placement(routes=routes)
+
+
+def with_reply_steps(step_pools: Mapping[str, str]) -> dict[str, str]:
+    """The pools with every step named: a reply-only step not given runs where "plan" does."""
+    return {**dict.fromkeys(REPLY_ONLY_STEPS, step_pools["plan"]), **step_pools}
+
+
+def calls_per_pool(step_pools: Mapping[str, str]) -> Counter[str]:
+    """Calls per pool that a job is placed for: a reply-only step (triage) on a pool the
+    writing steps use rides on that pool's deployment uncounted (intros, most jobs, never make
+    it; a reply's reservation adds it: dispatch.cycle.reservation), else it counts one there."""
+    step_pools = with_reply_steps(step_pools)
+    writing = Counter(step_pools[step] for step in STEPS if step not in REPLY_ONLY_STEPS)
+    extra = Counter(step_pools[step] for step in REPLY_ONLY_STEPS if step_pools[step] not in writing)
+    return writing + extra
 
 
 def _pick(

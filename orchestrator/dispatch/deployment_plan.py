@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ from config.deployments import Deployment, deployments, step_models
 from config.redis_client import Client
 from orchestrator.budget import Budget, Headroom
 from orchestrator.deployments.breaker import Health, healths, probe_mark
-from orchestrator.deployments.placement import Placement, Room, place
+from orchestrator.deployments.placement import Placement, Room, calls_per_pool, place
 from orchestrator.dispatch.inflight import allowed_rate
 
 STARVED_KEY = "orchestrator:dispatch:starved"  # pool -> ms (wall clock) since it last had room
@@ -46,7 +45,7 @@ def routing_plan(*, budget: Budget, client: Client, count: int, per_call: int | 
     per_call = per_call or settings.LLM_EST_TOKENS_PER_CALL
     deps = deployments()
     steps = step_models()
-    calls = Counter(steps.values())
+    calls = calls_per_pool(steps)
     health = healths(client=client, deployments=deps)
     headroom = {d.label: budget.headroom(scopes=(d.scope,)) for d in deps}
     rooms = [
@@ -88,7 +87,7 @@ def deployments_rate(*, budget: Budget, client: Client, per_call: int | None = N
     deps = deployments()
     health = healths(client=client, deployments=deps)
     headroom = {d.label: budget.headroom(scopes=(d.scope,)) for d in deps}
-    calls = Counter(step_models().values())
+    calls = calls_per_pool(step_models())
     return _rate(
         deps=deps,
         calls=calls,

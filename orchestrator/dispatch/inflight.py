@@ -40,7 +40,9 @@ from orchestrator.figures import Quantiles, quantiles_of
 
 log = logging.getLogger(__name__)
 
-STEPS: Final = ("plan", "context", "message")
+STEPS: Final = ("triage", "plan", "context", "message")  # observed (triage: replies only)
+# A job's steps for its latency: the writing ones (intros and nudges, most jobs, make no triage call).
+JOB_STEPS: Final = ("plan", "context", "message")
 KEY_PREFIX: Final = "orchestrator:llm_latency:"  # + step: a list of the newest durations (ms)
 WINDOW_CALLS: Final = 200  # per step: a few seconds at 3,000 RPM, a few minutes at 300 RPM
 MIN_OBSERVATIONS: Final = 5  # fewer calls than this: the cold-start latency stands in
@@ -72,7 +74,7 @@ def job_latency(
     steps: Mapping[str, Quantiles],
     cold_call_s: float,
     overhead_s: float,
-    steps_per_job: tuple[str, ...] = STEPS,
+    steps_per_job: tuple[str, ...] = JOB_STEPS,
 ) -> float:
     """Seconds one outreach holds its slot: each step's p95 (the cold default while a step has
     too few observations) plus the dispatch overhead."""

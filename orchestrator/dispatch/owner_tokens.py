@@ -34,11 +34,13 @@ import logging
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final
 
 import redis
 
 from config import redis_client
+from config.deployments import job_steps
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +85,17 @@ class JobCosts:
     steps: Mapping[tuple[int, str], JobTokens]
 
     def of(self, owner_id: int, kind: str | None = None) -> JobTokens:
-        """A job of this owner and step: the step's figure, else (or with no step) the owner's."""
-        return (self.steps.get((owner_id, kind)) if kind else None) or self.owners[owner_id]
+        """A job of this owner and step: the step's figure, else (or with no step) the owner's;
+        a reply's, until learned, the owner's per call times its calls (it makes the triage call
+        too, config.deployments.job_steps)."""
+        learned = self.steps.get((owner_id, kind)) if kind else None
+        if learned is not None:
+            return learned
+        base = self.owners[owner_id]
+        if kind != "reply":
+            return base
+        calls = Fraction(len(job_steps(reply=True)), len(job_steps(reply=False)))
+        return JobTokens(settled=math.ceil(base.settled * calls), counted=math.ceil(base.counted * calls))
 
     def among(self, owner_ids: Collection[int]) -> JobCosts:
         """These owners' costs only."""

@@ -25,6 +25,7 @@ from outreach.models.outreach import (
 )
 from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
 from outreach.models.queries import owner_daily_sends_record
+from outreach.models.referrals import ReferralProposal
 from outreach.models.triage import AUTONOMOUS_DEFAULT, NEVER_ALONE, ReplyClass, TriageBy
 from outreach.models.validators import (
     DAY_NAMES,
@@ -57,6 +58,7 @@ __all__ = [
     "OutreachEvent",
     "Owner",
     "OwnerDailySends",
+    "ReferralProposal",
     "ReplyClass",
     "State",
     "TriageBy",

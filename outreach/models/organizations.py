@@ -10,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from outreach.models.triage import autonomous_default
+from outreach.models.triage import autonomous_default, validate_reply_autonomous_classes
 from outreach.models.validators import validate_nudge_days
 
 
@@ -86,6 +86,7 @@ class Organization(models.Model):
     reply_autonomous_classes = models.JSONField(
         default=autonomous_default,
         blank=True,
+        validators=[validate_reply_autonomous_classes],
         help_text='Reply classes an autonomous owner may answer alone, e.g. ["interested", "question"].',
     )
     reply_objection_close = models.BooleanField(

@@ -144,6 +144,7 @@ class Outreach(models.Model):
             ("retry_outreach", "Can retry queued outreach now (skip its wait or backoff)"),
             ("reassign_outreach", "Can reassign outreach to another owner of its organization"),
             ("reject_outreach", "Can reject drafts with a reason from the approval queue"),
+            ("reclassify_outreach", "Can change a reply's triage class"),
         ]
         indexes = [
             # orchestrator.dispatch.reads.ready_candidates: per-owner top-k of ready work in one

@@ -7,6 +7,9 @@ autonomous owner may answer without a person (Organization.reply_autonomous_clas
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.core.exceptions import ValidationError
 from django.db import models
 
 
@@ -38,3 +41,24 @@ NEVER_ALONE: frozenset[str] = frozenset({ReplyClass.COMPLAINT, ReplyClass.OTHER}
 
 def autonomous_default() -> list[str]:
     return [str(value) for value in AUTONOMOUS_DEFAULT]
+
+
+def validate_reply_autonomous_classes(value: Any) -> None:
+    """Organization.reply_autonomous_classes: a list of known classes, none of NEVER_ALONE
+    (admin input is checked like any other: the message says what is wrong and what to do)."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValidationError(
+            'Give a list of reply classes, e.g. ["interested", "question"].', code="reply_classes"
+        )
+    unknown = sorted(set(value) - set(ReplyClass.values))
+    if unknown:
+        raise ValidationError(
+            f"Unknown reply class(es): {', '.join(unknown)}. Use some of: {', '.join(ReplyClass.values)}.",
+            code="reply_classes",
+        )
+    never = sorted(set(value) & NEVER_ALONE)
+    if never:
+        raise ValidationError(
+            f"{', '.join(never)} can never be answered without a person: remove it from the list.",
+            code="reply_classes",
+        )

@@ -119,6 +119,7 @@ def test_bad_deployments_name_the_entry_and_what_to_do(raw: str, message: str) -
 
 def test_steps_not_named_use_the_first_deployment() -> None:
     assert step_models_parse("message=large", names=["small", "large"]) == {
+        "triage": "small",
         "plan": "small",
         "context": "small",
         "message": "large",
@@ -134,7 +135,7 @@ def test_steps_not_named_use_the_first_deployment() -> None:
         ),
         (
             "draft=small",
-            "LLM_STEP_MODELS: 'draft=small': unknown step 'draft'; use one of plan, context, message",
+            "LLM_STEP_MODELS: 'draft=small': unknown step 'draft'; use one of triage, plan, context, message",
         ),
         ("message", "LLM_STEP_MODELS: 'message': expected <step>=<deployment name>"),
         ("plan=small,plan=large", "LLM_STEP_MODELS: 'plan' is given twice"),
@@ -168,4 +169,4 @@ def test_absent_deployments_mean_todays_single_model_on_the_provider_scope(setti
         "provider",
         None,
     )
-    assert step_models() == {"plan": "stub-1", "context": "stub-1", "message": "stub-1"}
+    assert step_models() == {"triage": "stub-1", "plan": "stub-1", "context": "stub-1", "message": "stub-1"}

@@ -54,7 +54,12 @@ def test_a_reply_dispatched_after_a_backlog_of_intros_starts_before_them(
         group=stack,
     )
     # when a reply comes in after them
-    reply = make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY)
+    inbound = {
+        "subject": "Re: hello",
+        "body": "Sounds good, tell me more.",
+        "message_id": "<r@prospect.example>",
+    }
+    reply = make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY, context={"inbound": inbound})
     arrived = time.monotonic()
     wait_until(lambda: _started(reply.pk) is not None, timeout_s=60, what="the reply to start", group=stack)
     waited_s = time.monotonic() - arrived

@@ -239,7 +239,8 @@ def test_a_replys_email_is_sent_from_the_reply_lane_not_behind_intro_sends(
     budget: Budget, llm_stub: LLMStub, redis_client: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     # given an autonomous owner's dispatched reply and intro
-    reply = _dispatched(budget, kind=Outreach.Kind.REPLY)
+    inbound = {"subject": "Re: hi", "body": "Yes, Tuesday works.", "message_id": "<t@x>"}
+    reply = _dispatched(budget, kind=Outreach.Kind.REPLY, context={"inbound": inbound})
     intro = _dispatched(budget)
     # when both are written
     with django_capture_on_commit_callbacks(execute=True):

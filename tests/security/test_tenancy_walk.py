@@ -39,6 +39,7 @@ from outreach.models import (
     Organization,
     Outreach,
     Owner,
+    ReferralProposal,
     State,
     UnverifiedInbound,
     VerifiedDomain,
@@ -106,6 +107,13 @@ def _world(tag: str, *, org_name: str, owner_name: str, member: str, seller: str
             sender=f"{tag}-stranger@{tag}.example",
             subject=f"{tag} subject",
             reason=UnverifiedInbound.Reason.SENDER_NOT_LEAD,
+        ),
+        ReferralProposal: ReferralProposal.objects.create(
+            organization=org,
+            lead=lead,
+            source=draft,
+            contact_email=f"{tag}-referred@{tag}.example",
+            contact_name=f"{tag} referred",
         ),
     }
 

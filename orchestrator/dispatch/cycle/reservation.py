@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from fractions import Fraction
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from config import redis_client
-from config.deployments import deployments
+from config.deployments import STEPS, deployments, job_steps
 from orchestrator.budget import Budget, reservation_ids
 from orchestrator.deployments.placement import Route
 from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TASK, tasks_enqueue_on_commit
@@ -58,14 +59,15 @@ def picks_reserve_and_claim(
     routing = routing_plan(budget=budget, client=client, count=len(picks), per_call=per_call)
     _, default_tokens = outreach_cost()
 
-    def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, int]:
+    def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, int, bool]:
         pick, route = item
-        return route.steps, groups.get(pick.owner_id), tokens(pick) if tokens else default_tokens
+        reply = pick.tier == Tier.REPLY  # a reply makes the triage call too (config.deployments.job_steps)
+        return route.steps, groups.get(pick.owner_id), tokens(pick) if tokens else default_tokens, reply
 
     scope_of = {d.label: d.scope for d in deployments()}
     placed: dict[int, tuple[str, str]] = {}
     refused: dict[str, str] = {}  # scope ("redis": the budget itself) -> the bucket that refused
-    for (_, org_scope, tokens_each), run in itertools.groupby(
+    for (_, org_scope, tokens_each, reply), run in itertools.groupby(
         zip(picks, routing.placement.routes, strict=False), key=run_key
     ):
         group = list(run)
@@ -76,11 +78,16 @@ def picks_reserve_and_claim(
             _say_capped(picks=[pick for pick, _ in group], bucket=refused[org_scope])
             continue
         ids, stopped_by = _reserve_on(
-            budget=budget, route=route, org_scope=org_scope, count=len(group), tokens_each=tokens_each
+            budget=budget,
+            route=route,
+            org_scope=org_scope,
+            count=len(group),
+            tokens_each=tokens_each,
+            steps=job_steps(reply=reply),
         )
-        placed |= {
-            pick.outreach_id: (rid, route.encode()) for (pick, route), rid in zip(group, ids, strict=False)
-        }
+        # Each row keeps the route of the calls it makes (an intro's has no triage step).
+        kept = route.only(job_steps(reply=reply)).encode()
+        placed |= {pick.outreach_id: (rid, kept) for (pick, _), rid in zip(group, ids, strict=False)}
         for bucket in stopped_by:
             refused[bucket.rpartition(":")[0] or bucket] = bucket  # "dep:small:0:tokens" -> its scope
         capped = [bucket for bucket in stopped_by if bucket.startswith("org:")]
@@ -103,25 +110,39 @@ def picks_reserve_and_claim(
 
 
 def _reserve_on(
-    *, budget: Budget, route: Route, org_scope: str | None, count: int, tokens_each: int
+    *,
+    budget: Budget,
+    route: Route,
+    org_scope: str | None,
+    count: int,
+    tokens_each: int,
+    steps: tuple[str, ...] = STEPS,
 ) -> tuple[list[str], list[str]]:
     """Reserve `count` jobs on each deployment of the route, what its steps draw from it (its
     calls' share of a job's `tokens_each`), all or nothing per job: each deployment is asked
     for as many as the one before granted, and what a later one refused is refunded on the
     earlier ones. Returns the joined ids and the buckets that stopped it short (none when all were granted)."""
     by_label = {d.label: d for d in deployments()}
-    calls_per_job, _ = outreach_cost()
+    job_calls = [(step, used) for step, used in route.steps if step in steps]  # what this job calls
+    # The configured estimate is for a writing job (LLM_CALLS_PER_OUTREACH calls); a reply's
+    # triage call is one more of the same estimate. A learned figure (owner_tokens) already
+    # counts every call the owner's jobs of that step made.
+    calls_per_job = max(1, settings.LLM_CALLS_PER_OUTREACH + len(job_calls) - len(job_steps(reply=False)))
     granted: list[list[str]] = []
     stopped_by: list[str] = []
-    for label in route.labels():
-        calls = sum(1 for _, used in route.steps if used == label)
+    for label in dict.fromkeys(used for _, used in job_calls):
+        calls = sum(1 for _, used in job_calls if used == label)
         scopes = (by_label[label].scope, org_scope) if org_scope else (by_label[label].scope,)
         # The cycle widened the bursts for its costliest pick (Budget.hold_job); a job beyond
         # what any burst can hold (strict limits, or more than the limit itself) reserves the
         # most a bucket can, and the settlement charges the rest.
         reservations, denied = budget.reserve_up_to(
             count=count,
-            requests_each=calls,
+            # A writing job's calls always fit (the cycle widened the bursts for them); a
+            # reply's triage call on top may not under a small cap: the settlement counts it.
+            requests_each=min(
+                calls, max(len(job_steps(reply=False)), budget.largest_requests(scopes=scopes))
+            ),
             tokens_each=min(
                 # Fractions: one deployment taking every call reserves exactly the estimate.
                 math.ceil(Fraction(tokens_each * calls, calls_per_job)),

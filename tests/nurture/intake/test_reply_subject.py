@@ -105,6 +105,8 @@ def test_reply_to_a_tagged_or_long_subject_is_written_not_dead(
         kind=Outreach.Kind.REPLY,
         state=State.DISPATCHED,
         reservation_id=reservation.id,
+        reply_class="question",  # triaged already: this model writes drafts only
+        reply_class_by="model",
         context={
             "inbound": {"subject": inbound_subject, "body": "How much for 5 seats?", "message_id": "<m@x>"}
         },

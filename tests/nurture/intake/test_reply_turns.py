@@ -148,10 +148,10 @@ def test_a_message_joined_while_the_answer_is_being_written_discards_the_draft_a
     lead = make_lead()
     reply_id = _receive(lead, n=1, body="What does it cost?").outreach_id
     _dispatch(budget, reply_id)
-    llm_stub.push(StubResponse(delay_s=1.0))  # the first provider call is slow
+    llm_stub.push(StubResponse(delay_s=1.0))  # the first writing call is slow (triage is before it)
     with ThreadPoolExecutor(max_workers=1) as pool:
         job = pool.submit(_generate_on_thread, budget, reply_id)
-        _wait(lambda: len(llm_stub.requests) == 1, what="the first provider call")
+        _wait(lambda: len(llm_stub.requests) == 2, what="the triage call, then the first writing call")
         # when the second message arrives mid-call
         assert _receive(lead, n=2, body="And is there a trial?").joined is True
         state = job.result(timeout=30)
@@ -169,7 +169,8 @@ def test_a_message_joined_while_the_answer_is_being_written_discards_the_draft_a
     # then one email left, written from prompts holding both messages (the discarded one had one)
     assert len(smtp_sink.wait_for(1)) == 1
     assert "And is there a trial?" not in _prompt_text(llm_stub.requests[0])
-    rewritten = [_prompt_text(r) for r in llm_stub.requests[3:]]
+    # (the first job made the triage call and its plan call; the class stays: no second triage)
+    rewritten = [_prompt_text(r) for r in llm_stub.requests[4:]]
     assert len(rewritten) == 3
     assert all("What does it cost?" in p and "And is there a trial?" in p for p in rewritten)
 

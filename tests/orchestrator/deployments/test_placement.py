@@ -91,7 +91,7 @@ def test_a_pool_that_may_fall_back_runs_its_steps_on_the_fallback() -> None:
     )
     # then each job draws 3 calls from small (2 jobs fit), and the route says so
     assert [r.encode() for r in placed.routes] == [
-        "plan=small#0,context=small#0,message=small#0 fallback large->small"
+        "triage=small#0,plan=small#0,context=small#0,message=small#0 fallback large->small"
     ] * 2
 
 

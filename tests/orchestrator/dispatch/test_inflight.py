@@ -162,7 +162,12 @@ def test_an_unreachable_redis_never_fails_the_call_and_sizes_cold(settings: Any)
     call_latency_record(step="plan", seconds=1.0)
     observed = latency_observed()
     # then nothing raised, and every step has no observations (the cold default sizes the cycle)
-    assert {step: q.count for step, q in observed.items()} == {"plan": 0, "context": 0, "message": 0}
+    assert {step: q.count for step, q in observed.items()} == {
+        "triage": 0,
+        "plan": 0,
+        "context": 0,
+        "message": 0,
+    }
 
 
 @pytest.mark.django_db

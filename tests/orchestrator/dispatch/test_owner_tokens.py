@@ -199,11 +199,13 @@ def test_each_step_is_learned_apart_and_stands_for_its_owners_jobs_once_learned(
     # when the dispatcher loads them
     costs = job_costs_load(owner_ids=[7, 8], default=1_800)
     # then a reply and an intro each cost their step's figure, a nudge (never run) the owner's
-    # average over both, an unknown owner the configured estimate
+    # average over both, an unknown owner the configured estimate (a reply's with its triage
+    # call on top: 4 calls of the 3-call estimate's 600)
     assert costs.of(7, "reply") == JobTokens(settled=9_000, counted=12_000)
     assert costs.of(7, "intro") == JobTokens(settled=600, counted=1_200)
     assert costs.of(7, "nudge") == JobTokens(settled=7_320, counted=9_840)  # 12,000 + 0.2 x (1,200 - 12,000)
-    assert costs.of(8, "reply") == JobTokens(settled=1_800, counted=1_800)
+    assert costs.of(8, "intro") == JobTokens(settled=1_800, counted=1_800)
+    assert costs.of(8, "reply") == JobTokens(settled=2_400, counted=2_400)
     # and the cycle sizes its slots on the cheapest job, the buckets' burst on the costliest
     assert (costs.smallest_counted(), costs.largest_counted()) == (1_200, 12_000)
 
