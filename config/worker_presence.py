@@ -93,6 +93,11 @@ class PresenceStep(bootsteps.StartStopStep):
         except Exception as exc:  # a stopping worker with Redis away: the field goes stale instead
             log.warning("worker presence not removed: %s", exc)
 
+    def terminate(self, worker: Any) -> None:
+        """A cold shutdown (SIGQUIT, and SIGTERM on the threads lines: config.workers remaps it)
+        terminates the bootsteps instead of stopping them: remove the field all the same."""
+        self.stop(worker)
+
     def _beat(self) -> None:
         while not self._stop.is_set():
             try:

@@ -11,7 +11,6 @@ so cycles from the two beats really do collide.
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,8 +35,9 @@ HOLD_S = 1.5
 def probed_worker(queue: Queue, *, name: str) -> list[str]:
     """The usual worker command line, run through the lease probe instead of plain `celery`."""
     argv = celery_worker(queue, concurrency=2, name=name)
-    assert argv[1:3] == ["-m", "celery"]
-    return [sys.executable, "-m", "tests.faults.lease_probe", *argv[3:]]
+    at = argv.index("-m")  # after `env [VAR=value ...] python`
+    assert argv[at + 1] == "celery"
+    return [*argv[:at], "-m", "tests.faults.lease_probe", *argv[at + 2 :]]
 
 
 def test_two_beats_still_run_one_dispatch_cycle_at_a_time_and_claim_each_outreach_once(
