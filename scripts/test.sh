@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: lint, types, import contracts, migrations check, the Prometheus rules, then the whole pytest suite against real
-# PostgreSQL and Redis (started here if installed but not running), then the pipeline tests
+# PostgreSQL and Redis (started here if installed but not running; in two lanes at once), then the pipeline tests
 # again with RabbitMQ as the Celery broker, and a few of them on quorum queues (a vhost of
 # their own). Arguments go to pytest and skip those RabbitMQ passes.
 source "$(dirname "$0")/_bootstrap.sh"
@@ -21,9 +21,32 @@ DJANGO_SETTINGS_MODULE=config.test_settings python manage.py makemigrations --ch
 echo "==> promtool: the alert rules load, and their unit tests (every alert firing and silent) pass"
 "$PROMTOOL" check rules docs/prometheus/alerts.yml
 "$PROMTOOL" test rules tests/prometheus/alerts_test.yml
-echo "==> pytest (in random order: pytest-randomly; -p no:randomly for the file order)"
 use_test_clock
-python -m pytest --durations=30 "$@"
+if [ $# -gt 0 ]; then
+  echo "==> pytest $* (in random order: pytest-randomly; -p no:randomly for the file order)"
+  python -m pytest --durations=30 "$@"
+else
+  # Two lanes at once, each with its own test database and Redis database (TEST_DB_NAME,
+  # REDIS_URL: config/test_settings.py): the tests that start real workers (tests/e2e,
+  # tests/faults) beside all the rest. They spend most of their time waiting on their workers,
+  # so two lanes take about half the time of one on two cores. Random order in each.
+  workers_lane_log="$(mktemp)"
+  echo "==> pytest, two lanes: tests/e2e + tests/faults (database ${TEST_DB_NAME:-test_outreach}_workers, Redis db 14), and the rest"
+  TEST_DB_NAME="${TEST_DB_NAME:-test_outreach}_workers" REDIS_URL="${TEST_WORKERS_REDIS_URL:-redis://127.0.0.1:6379/14}" \
+    python -m pytest --durations=20 -p no:cacheprovider tests/e2e tests/faults > "$workers_lane_log" 2>&1 &
+  workers_lane=$!
+  rest_rc=0
+  python -m pytest --durations=20 --ignore=tests/e2e --ignore=tests/faults || rest_rc=$?
+  workers_rc=0
+  wait "$workers_lane" || workers_rc=$?
+  echo "==> the workers lane (tests/e2e, tests/faults)"
+  cat "$workers_lane_log"
+  rm -f "$workers_lane_log"
+  if [ "$rest_rc" -ne 0 ] || [ "$workers_rc" -ne 0 ]; then
+    echo "pytest failed: the rest exited $rest_rc, the workers lane $workers_rc" >&2
+    exit 1
+  fi
+fi
 
 if [ $# -eq 0 ]; then
   quorum_vhost="${TEST_AMQP_QUORUM_VHOST:-outreach_test_quorum}"
