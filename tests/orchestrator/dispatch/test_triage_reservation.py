@@ -36,9 +36,7 @@ def test_a_reply_reserves_and_routes_its_triage_call_an_intro_does_not(
     # requests/s: the bucket refills while the cycle runs, and at 600/min a 80 ms cycle on a
     # busy machine had already given back 0.8 of a request)
     settings.LLM_MODEL, settings.LLM_DEPLOYMENTS, settings.LLM_STEP_MODELS = "stub-1", (), {}
-    budget = Budget(
-        redis_client=redis_client, limits=Limits(rpm=12, tpm=10**9, burst_ms=60_000, margin_ms=0)
-    )
+    budget = Budget(redis_client=redis_client, limits=Limits(rpm=12, tpm=10**9, burst_ms=60_000, margin_ms=0))
     job = make_outreach(lead=make_lead(owner=make_owner(organization=make_org())), kind=kind)
     before = budget.headroom().requests
     # when a cycle dispatches it
