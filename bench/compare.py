@@ -40,11 +40,13 @@ from bench.stack import (
     SMOKE_HELP,
     bench_lead,
     django_start,
+    first_wait,
     out_dir,
     redis_for,
     scratch_database,
     smoke_stores,
     smoke_verdict,
+    stack_log_level,
 )
 from orchestrator.figures import (
     Quantiles,
@@ -248,7 +250,7 @@ def _drive(
 ) -> Steady:
     """Replies arrive every `reply_every` s; the steady window starts after the ramp."""
     if load.ready_timeout_s:
-        _wait_ready(ready=ready, timeout_s=load.ready_timeout_s)
+        first_wait(ready=ready, what="outreach done", timeout_s=load.ready_timeout_s)
     start, k = time.monotonic(), 0
     marked_at, marked_wall, base = start + load.ramp_s, 0.0, None
     while (elapsed := time.monotonic() - start) < seconds:
@@ -269,15 +271,6 @@ def _drive(
     )
 
 
-def _wait_ready(*, ready: Callable[[], bool], timeout_s: float) -> None:
-    started = time.monotonic()
-    while not ready():
-        if time.monotonic() - started > timeout_s:
-            raise SystemExit(f"smoke: FAIL: no outreach done {timeout_s:.0f} s after the workers started")
-        time.sleep(0.5)
-    print(f"  first outreach done {time.monotonic() - started:.0f}s after the workers started", flush=True)
-
-
 def run_product(
     *, seconds: float, rpm: int, tpm: int, reply_every: float, latency_ms: int, load: Workload
 ) -> ArmResult:
@@ -296,7 +289,7 @@ def run_product(
         LLM_RPM=str(rpm),
         LLM_TPM=str(tpm),
         DISPATCH_INTERVAL="1",
-        LOG_LEVEL="WARNING",
+        LOG_LEVEL=stack_log_level(),
     )
     django_start(env=env)
     owners = _seed_product(load=load)

@@ -38,17 +38,18 @@ from bench.stack import (
     SMOKE_HELP,
     bench_lead,
     django_start,
+    first_wait,
     out_dir,
     redis_for,
     scratch_database,
     smoke_stores,
     smoke_verdict,
+    stack_log_level,
 )
 from orchestrator.figures import jain_index, per_minute, ratio, utilization
 
 OWNERS = 4  # owners 0 and 1 short inbound emails, 2 and 3 long ones
 BACKLOG, SMOKE_BACKLOG = 200, 20  # replies queued per owner: more than a run can write
-READY_TIMEOUT_S = 90.0  # smoke: the workers' boot on a loaded machine, before the warm-up
 SHORT_BODY = "Tell me more."
 
 
@@ -96,7 +97,7 @@ def run_arm(
         "LLM_TPM": str(tpm),
         "DISPATCH_INTERVAL": "1",
         "DISPATCH_FAIRNESS": fairness,
-        "LOG_LEVEL": "WARNING",
+        "LOG_LEVEL": stack_log_level(),
     }
     env = stack_env(llm_base_url=sim.base_url, smtp_port=smtp.port, **(settings | overrides))
     django_start(env=env)
@@ -105,7 +106,7 @@ def run_arm(
     start_pipeline(group)
     try:
         if smoke:  # the warm-up starts once the stack writes: its boot time varies with the load
-            _wait_written(owners=owners, timeout_s=READY_TIMEOUT_S)
+            first_wait(ready=lambda: any(jobs for _, jobs in _used(owners).values()), what="job written")
         time.sleep(warmup)
         before, t0, since, sim0 = _used(owners), time.monotonic(), _now(), sim.stats()
         time.sleep(seconds)
@@ -135,15 +136,6 @@ def run_arm(
         ),
         provider_429s=sim1.get("rejected_429", 0) - sim0.get("rejected_429", 0),
     )
-
-
-def _wait_written(*, owners: list[Any], timeout_s: float) -> None:
-    started = time.monotonic()
-    while not any(jobs for _, jobs in _used(owners).values()):
-        if time.monotonic() - started > timeout_s:
-            raise SystemExit(f"smoke: FAIL: no job written {timeout_s:.0f} s after the workers started")
-        time.sleep(0.5)
-    print(f"  first job written {time.monotonic() - started:.0f}s after the workers started", flush=True)
 
 
 def _now() -> Any:

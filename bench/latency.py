@@ -65,6 +65,7 @@ from bench.stack import (
     bench_intro,
     bench_lead,
     database_for,
+    first_wait,
     out_dir,
     private_redis_django,
     process_trees,
@@ -79,7 +80,6 @@ LINES = ("orchestrator", "generation", "reply", "send", "dead_letter", "beat")  
 IN_FLIGHT = ("dispatched", "generating")
 CALLS_PER_OUTREACH = 3  # plan, context, message (settings.LLM_CALLS_PER_OUTREACH)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-READY_TIMEOUT_S = 90.0  # smoke: from the workers' start to the first email sent, at most
 
 
 # --- one run ---------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
         for name in LINES:
             workers.start(name, commands[name])
         if args.smoke:  # the clock starts once the stack sends: its boot time varies with the load
-            first_sent_wait(timeout_s=READY_TIMEOUT_S)
+            first_wait(ready=first_sent, what="outreach sent")
         samples = drive(
             args=args,
             run=run,
@@ -221,15 +221,10 @@ def wait_healthy(url: str, *, timeout_s: float = 30.0) -> None:
             time.sleep(0.2)
 
 
-def first_sent_wait(*, timeout_s: float) -> None:
+def first_sent() -> bool:
     from outreach.models import Outreach, State
 
-    started = time.monotonic()
-    while not Outreach.objects.filter(state=State.SENT).exists():
-        if time.monotonic() - started > timeout_s:
-            raise SystemExit(f"smoke: FAIL: nothing sent {timeout_s:.0f} s after the workers started")
-        time.sleep(0.5)
-    print(f"  first outreach sent {time.monotonic() - started:.0f}s after the workers started", flush=True)
+    return Outreach.objects.filter(state=State.SENT).exists()
 
 
 def database_fresh() -> None:

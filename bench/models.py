@@ -44,14 +44,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file
 from bench.latency import (
     DB_NAME,
     LINES,
-    READY_TIMEOUT_S,
     database_fresh,
-    first_sent_wait,
+    first_sent,
     http_json,
     seed,
     wait_healthy,
 )
-from bench.stack import SMOKE_HELP, out_dir, private_redis_django, production_env, smoke_stores, smoke_verdict
+from bench.stack import (
+    SMOKE_HELP,
+    first_wait,
+    out_dir,
+    private_redis_django,
+    production_env,
+    smoke_stores,
+    smoke_verdict,
+)
 from orchestrator.figures import per_minute, ratio, utilization
 
 TPM = 100_000_000  # tokens never bind: the request limits are what is measured
@@ -140,7 +147,7 @@ def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
         for name in LINES:
             workers.start(name, procfile_argv(name))
         if args.smoke:  # the clock starts once the stack sends: its boot time varies with the load
-            first_sent_wait(timeout_s=READY_TIMEOUT_S)
+            first_wait(ready=first_sent, what="outreach sent")
         started = time.monotonic()
         while (t := time.monotonic() - started) < args.duration:
             if pool and failed_at is None and t >= args.fail_at:

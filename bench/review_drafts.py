@@ -41,15 +41,16 @@ from bench.stack import (
     bench_intro,
     bench_lead,
     django_start,
+    first_wait,
     out_dir,
     redis_for,
     scratch_database,
     smoke_stores,
     smoke_verdict,
+    stack_log_level,
 )
 from orchestrator.figures import ratio, utilization
 
-READY_TIMEOUT_S = 90.0  # smoke: the workers' boot on a loaded machine, before the warm-up
 SAMPLE_S = 0.5
 
 
@@ -89,7 +90,7 @@ def run(
         "LLM_RPM": str(rpm),
         "LLM_TPM": "100000000",
         "DISPATCH_INTERVAL": "1",
-        "LOG_LEVEL": "WARNING",
+        "LOG_LEVEL": stack_log_level(),
     }
     env = stack_env(llm_base_url=sim.base_url, smtp_port=smtp.port, **settings)
     django_start(env=env)
@@ -100,7 +101,7 @@ def run(
     sampler.start()
     try:
         if smoke:  # the warm-up starts once the stack writes: its boot time varies with the load
-            _wait_written(owners=[seller, agent], timeout_s=READY_TIMEOUT_S)
+            first_wait(ready=lambda: any(_written([seller, agent]).values()), what="job written")
         time.sleep(warmup)
         before, t0, sim0 = _written([seller, agent]), time.monotonic(), sim.stats()
         time.sleep(seconds)
@@ -208,15 +209,6 @@ def _written(owners: list[Any]) -> dict[int, int]:
         .values_list("owner_id", "n")
     )
     return {o.pk: rows.get(o.pk, 0) for o in owners}
-
-
-def _wait_written(*, owners: list[Any], timeout_s: float) -> None:
-    started = time.monotonic()
-    while not any(_written(owners).values()):
-        if time.monotonic() - started > timeout_s:
-            raise SystemExit(f"smoke: FAIL: no job written {timeout_s:.0f} s after the workers started")
-        time.sleep(0.5)
-    print(f"  first job written {time.monotonic() - started:.0f}s after the workers started", flush=True)
 
 
 def report(r: Result) -> None:

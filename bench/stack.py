@@ -22,6 +22,7 @@ import logging
 import os
 import secrets
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench"  # reports, charts and process logs of the benches
 POSTGRES = "postgres://postgres@127.0.0.1:5432"  # local server, user postgres, trust auth
+
+
+def stack_log_level() -> str:
+    """LOG_LEVEL of a bench's stack: WARNING in a full run (a line per transition would cost
+    the figures CPU), INFO in a smoke run, whose logs are what a failure in CI shows."""
+    return "INFO" if os.environ.get(SUFFIX, "").startswith("_smoke_") else "WARNING"
 
 
 def out_dir() -> Path:
@@ -120,7 +127,8 @@ def smoke_stores() -> Iterator[None]:
     """A smoke run's own stores, for the `with` block: scratch databases named `<name>_smoke_<pid>`
     and dropped at the end, and a private redis-server for every Redis database the bench names
     (redis_for). BENCH_DATABASE_URL and BENCH_REDIS_URL are ignored: a smoke run truncates and
-    flushes, and must never do it to a database someone pointed a full run at."""
+    flushes, and must never do it to a database someone pointed a full run at. A run that fails
+    in the block prints what its processes logged (smoke_logs_print)."""
     from devtools.processes import RedisServer
 
     for variable in ("BENCH_DATABASE_URL", "BENCH_REDIS_URL"):
@@ -130,6 +138,10 @@ def smoke_stores() -> Iterator[None]:
     os.environ[REDIS_SERVER] = f"redis://127.0.0.1:{server.port}"
     try:
         yield
+    except BaseException as exc:
+        if not isinstance(exc, SystemExit) or exc.code not in (0, None):
+            smoke_logs_print()
+        raise
     finally:
         server.stop()
         _drop_suffixed(suffix=os.environ[SUFFIX])
@@ -156,11 +168,48 @@ SMOKE_HELP = "a few seconds on tiny sizes, own scratch stores; exit 1 when the r
 
 
 def smoke_verdict(*, problems: list[str]) -> None:
-    """End a smoke run: print what is wrong and exit 1 (CI fails), or say it passed."""
+    """End a smoke run: print what is wrong and what the processes logged, and exit 1 (CI
+    fails), or say it passed."""
     if problems:
         print("smoke: FAIL: " + "; ".join(problems), flush=True)
+        smoke_logs_print()
         raise SystemExit(1)
     print("smoke: OK", flush=True)
+
+
+_STARTED = time.time()  # this process's start: the logs a smoke run wrote are the newer ones
+_logs_printed = False
+LOG_TAIL_LINES = 40
+
+
+def smoke_logs_print() -> None:
+    """Print to stderr, once, the last lines of every process log this run wrote (out_dir()):
+    a failed smoke run in CI leaves nothing else to read, and a stack that did nothing shows
+    why there (a worker that never became ready, a cycle that raised, no due task sent)."""
+    global _logs_printed
+    if _logs_printed:
+        return
+    _logs_printed = True
+    logs = sorted(p for p in out_dir().rglob("*.log") if p.stat().st_mtime >= _STARTED)
+    for log in logs:
+        lines = log.read_text(errors="replace").splitlines()
+        print(f"--- {log}: last {LOG_TAIL_LINES} of {len(lines)} lines", file=sys.stderr)
+        print("\n".join(lines[-LOG_TAIL_LINES:]), file=sys.stderr, flush=True)
+
+
+READY_TIMEOUT_S = 90.0  # smoke: from the workers' start (their boot, on a loaded machine) to the first work
+
+
+def first_wait(*, ready: Callable[[], bool], what: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Wait until `ready()`, the stack's first `what` ("outreach sent"): a smoke run's clock starts
+    there, as its workers' boot time varies with the machine's load. Print how long it took, or
+    exit 1 after `timeout_s`."""
+    started = time.monotonic()
+    while not ready():
+        if time.monotonic() - started > timeout_s:
+            raise SystemExit(f"smoke: FAIL: no {what} {timeout_s:.0f} s after the workers started")
+        time.sleep(0.5)
+    print(f"  first {what} {time.monotonic() - started:.0f}s after the workers started", flush=True)
 
 
 def django_env(*, database_url: str, redis_url: str, **settings: str) -> dict[str, str]:

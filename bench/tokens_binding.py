@@ -41,17 +41,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
-from bench.fairness import _figure, _used, _wait_written
+from bench.fairness import _figure, _used
 from bench.stack import (
     SMOKE_HELP,
     bench_intro,
     bench_lead,
     django_start,
+    first_wait,
     out_dir,
     redis_for,
     scratch_database,
     smoke_stores,
     smoke_verdict,
+    stack_log_level,
 )
 from orchestrator.figures import jain_index, ratio, utilization
 
@@ -59,7 +61,6 @@ OWNERS = 4
 BACKLOG, SMOKE_BACKLOG = 300, 20  # intros queued per owner: more than a run can write
 RPM = 6_000  # far above what the tokens admit: tokens bind
 FOREIGN_TOKENS = 2_000  # tokens each of the other client's requests counts
-READY_TIMEOUT_S = 90.0  # smoke: the workers' boot on a loaded machine, before the warm-up
 
 
 @dataclass
@@ -113,7 +114,7 @@ def run(
         "LLM_RPM": str(RPM),
         "LLM_TPM": str(tpm),
         "DISPATCH_INTERVAL": "1",
-        "LOG_LEVEL": "WARNING",
+        "LOG_LEVEL": stack_log_level(),
     }
     env = stack_env(llm_base_url=sim.base_url, smtp_port=smtp.port, **(settings | overrides))
     django_start(env=env)
@@ -123,7 +124,7 @@ def run(
     arrived = 0
     try:
         if smoke:  # the warm-up starts once the stack writes: its boot time varies with the load
-            _wait_written(owners=owners, timeout_s=READY_TIMEOUT_S)
+            first_wait(ready=lambda: any(jobs for _, jobs in _used(owners).values()), what="job written")
         every_s, started = (warmup + seconds) / max(replies, 1), time.monotonic()
 
         def arrive_until(t: float) -> None:

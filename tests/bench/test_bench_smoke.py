@@ -58,8 +58,9 @@ def smoke(bench: str) -> str:
         timeout=TIMEOUT_S,
         check=False,
     )
+    # stderr: the tails of the process logs a failed run prints (bench.stack.smoke_logs_print)
     assert done.returncode == 0, (
-        f"{bench} --smoke exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        f"{bench} --smoke exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-20000:]}"
     )
     assert done.stdout.rstrip().endswith("smoke: OK"), done.stdout[-3000:]
     return done.stdout
