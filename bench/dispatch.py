@@ -26,7 +26,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
@@ -41,6 +40,7 @@ from bench.stack import (
     smoke_stores,
     smoke_verdict,
 )
+from devtools.bulk import SPREAD, rows_clone
 from orchestrator.figures import percentile, ratio
 
 WARM_UP = 3  # cycles run before the timed ones: connections, plans and caches warm
@@ -54,27 +54,6 @@ class Templates:
     owner_id: int
     lead_id: int
     outreach_id: int
-
-
-def _clone(
-    *, model: Any, template_id: int, rows_sql: str, overrides: dict[str, str], params: list[Any]
-) -> None:
-    """INSERT copies of the `model` row `template_id` (alias `t`), one per row of `rows_sql`
-    (a FROM/JOIN tail), with `overrides` (column -> SQL) and every other column copied.
-
-    Why copies and not a column list written here: the bench inserts 10^6 rows, so it cannot
-    go through the ORM, and the hand-written INSERT it had rotted unseen when NOT NULL columns
-    were added. Copying the columns the model has now keeps every new column filled."""
-    from django.db import connection
-
-    table, quote = model._meta.db_table, connection.ops.quote_name  # a column may be a keyword
-    columns = [f.column for f in model._meta.concrete_fields if not f.primary_key]
-    select = ", ".join(overrides.get(c, f"t.{quote(c)}") for c in columns)
-    with connection.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {table} ({', '.join(map(quote, columns))}) SELECT {select} FROM {table} t {rows_sql}",
-            [*params, template_id],
-        )
 
 
 def _seed(*, owners: int) -> Templates:
@@ -97,14 +76,14 @@ def _seed(*, owners: int) -> Templates:
     lead.save()
     outreach = bench_intro(lead=lead, now=timezone.now())
     outreach.save()
-    _clone(
+    rows_clone(
         model=Owner,
         template_id=owner.pk,
         rows_sql="CROSS JOIN generate_series(2, %s) g WHERE t.id = %s",
         overrides={"name": "'owner ' || g"},
         params=[owners],
     )
-    _clone(
+    rows_clone(
         model=Lead,
         template_id=lead.pk,
         rows_sql="JOIN outreach_owner o ON o.id <> t.owner_id WHERE t.id = %s",
@@ -112,13 +91,6 @@ def _seed(*, owners: int) -> Templates:
         params=[],
     )
     return Templates(owner_id=owner.pk, lead_id=lead.pk, outreach_id=outreach.pk)
-
-
-# Row g of a fill goes to lead number g mod (leads): every owner gets depth / owners rows.
-SPREAD = """CROSS JOIN generate_series(1, %s) g
-    JOIN (SELECT id, owner_id, row_number() OVER (ORDER BY id) - 1 AS k FROM outreach_lead) l
-      ON l.k = g %% (SELECT count(*) FROM outreach_lead)
-    WHERE t.id = %s"""
 
 
 def _fill(*, templates: Templates, depth: int, history: int) -> None:
@@ -130,7 +102,7 @@ def _fill(*, templates: Templates, depth: int, history: int) -> None:
 
     if history:
         _add_sent_history(templates=templates, rows=history)
-    _clone(
+    rows_clone(
         model=Outreach,
         template_id=templates.outreach_id,
         rows_sql=SPREAD,
@@ -157,7 +129,7 @@ def _add_sent_history(*, templates: Templates, rows: int) -> None:
 
     from outreach.models import Outreach, OwnerDailySends, State
 
-    _clone(
+    rows_clone(
         model=Outreach,
         template_id=templates.outreach_id,
         rows_sql=SPREAD,

@@ -60,12 +60,15 @@ def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
     return found
 
 
-def mailboxes_usable(boxes: Iterable[Mailbox]) -> list[Mailbox]:
-    """The active ones not on a paused sender domain."""
+def mailboxes_usable(
+    boxes: Iterable[Mailbox], *, paused: set[tuple[str, int | None]] | None = None
+) -> list[Mailbox]:
+    """The active ones not on a paused sender domain (`paused`: _paused_domains(), read here
+    when not given; a caller judging many owners reads it once)."""
     active = [box for box in boxes if box.active]
     if not active:
         return []
-    paused = _paused_domains()
+    paused = _paused_domains() if paused is None else paused
     return [
         box
         for box in active
@@ -133,7 +136,9 @@ def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[in
     owner with no mailbox (it sends from the organization's sender address: only that sender
     domain's day bounds it). An owner whose mailboxes are all paused has {} (no room)."""
     today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
-    boxes = {owner: mailboxes_usable(every) for owner, every in mailboxes_of(owner_ids=owner_ids).items()}
+    every = mailboxes_of(owner_ids=owner_ids)
+    paused = _paused_domains() if every else set()
+    boxes = {owner: mailboxes_usable(theirs, paused=paused) for owner, theirs in every.items()}
     usage = budget.mailbox_usage(mailbox_ids=sorted({b.pk for per in boxes.values() for b in per}))
     room: dict[int, dict[str, int] | None] = {}
     for owner_id in owner_ids:

@@ -181,31 +181,38 @@ def organization_spend(
 ) -> dict[int, SpendFacts]:
     """Per organization with a daily spend cap (Organization.daily_spend_cap) among these
     owners': the cap, what it spent in the UTC day of `now`, and what its LLM jobs in flight
-    (not yet costed) reserve, each at `job_cost(owner id, kind)`. One query for the capped
-    organizations, then per such organization one sum (index outreach_spend_by_owner: its
-    owners' drafts written today) and one count per owner and kind (the partial in-flight
-    index); no cap, no second query."""
+    (not yet costed) reserve, each at `job_cost(owner id, kind)`. Three queries whatever the
+    number of organizations: the capped ones, their spend today (index outreach_spend_by_owner:
+    their owners' drafts written today) and their jobs in flight per owner and kind (the
+    partial in-flight index); no cap, no second query."""
     start, _ = spend_day(now)
     caps: dict[int, Decimal | None] = dict(
         Organization.objects.filter(owners__id__in=list(owner_ids), daily_spend_cap__isnull=False)
         .distinct()
         .values_list("id", "daily_spend_cap")
     )
-    found: dict[int, SpendFacts] = {}
-    for org_id, cap in caps.items():
-        if cap is None:  # excluded by the query: for the type checker
-            continue
-        spent = Outreach.objects.filter(
-            owner__organization_id=org_id, generated_at__gte=start, llm_cost__gt=0
-        ).aggregate(total=Sum("llm_cost"))["total"]
-        in_flight = (
-            Outreach.objects.filter(owner__organization_id=org_id, state__in=LLM_IN_FLIGHT, draft_body="")
-            .values_list("owner_id", "kind")
-            .annotate(jobs=Count("id"))
-        )
-        reserved = sum((jobs * job_cost(owner, kind) for owner, kind, jobs in in_flight), Decimal(0))
-        found[org_id] = SpendFacts(cap=cap, spent=spent or Decimal(0), in_flight=reserved)
-    return found
+    if not caps:
+        return {}
+    spent = dict(
+        Outreach.objects.filter(owner__organization_id__in=caps, generated_at__gte=start, llm_cost__gt=0)
+        .values_list("owner__organization_id")
+        .annotate(total=Sum("llm_cost"))
+        .order_by()
+    )
+    reserved: dict[int, Decimal] = defaultdict(Decimal)
+    in_flight = (
+        Outreach.objects.filter(owner__organization_id__in=caps, state__in=LLM_IN_FLIGHT, draft_body="")
+        .values_list("owner__organization_id", "owner_id", "kind")
+        .annotate(jobs=Count("id"))
+        .order_by()
+    )
+    for org_id, owner, kind, jobs in in_flight:
+        reserved[org_id] += jobs * job_cost(owner, kind)
+    return {
+        org_id: SpendFacts(cap=cap, spent=spent.get(org_id) or Decimal(0), in_flight=reserved[org_id])
+        for org_id, cap in caps.items()
+        if cap is not None  # excluded by the query: for the type checker
+    }
 
 
 def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
@@ -221,6 +228,42 @@ def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
 def llm_in_flight() -> int:
     """Outreach holding an LLM reservation now: bounded by DISPATCH_MAX_IN_FLIGHT."""
     return Outreach.objects.filter(state__in=LLM_IN_FLIGHT, draft_body="").count()
+
+
+def reasons_write(*, reasons: Mapping[tuple[int, int], str], rows_each: int) -> None:
+    """Write each (owner, tier) -> reason on that owner's next `rows_each` queued rows of the
+    tier (index outreach_ready_by_owner_tier): one statement on PostgreSQL, whatever the number
+    of owners; SQLite (the demo) has no LATERAL and writes them one by one."""
+    if not reasons:
+        return
+    if connection.vendor != "postgresql":
+        for (owner_id, tier), reason in reasons.items():
+            head = Outreach.objects.filter(owner_id=owner_id, tier=tier, state=State.QUEUED)
+            ids = list(head.order_by("not_before", "id").values_list("id", flat=True)[:rows_each])
+            Outreach.objects.filter(id__in=ids).update(blocked_reason=reason)
+        return
+    pairs = list(reasons.items())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {TABLE} o SET blocked_reason = head.reason
+            FROM unnest(%s::bigint[], %s::int[], %s::text[]) AS n(owner_id, tier, reason)
+            CROSS JOIN LATERAL (
+                SELECT q.id, n.reason FROM {TABLE} q
+                WHERE q.owner_id = n.owner_id AND q.tier = n.tier AND q.state = 'queued'
+                ORDER BY q.not_before, q.id LIMIT %s
+            ) AS head
+            WHERE o.id = head.id
+            """,
+            [[o for (o, _), _ in pairs], [t for (_, t), _ in pairs], [r for _, r in pairs], rows_each],
+        )
+
+
+def queued_head(*, rows: int) -> list[int]:
+    """The next `rows` queued rows with no draft yet, all owners together (index
+    outreach_queued_in_line)."""
+    head = Outreach.objects.filter(state=State.QUEUED, draft_body="").order_by("not_before", "id")
+    return list(head.values_list("id", flat=True)[:rows])
 
 
 def _owners_with_work_sql(*, tier: Tier, owner_ids: list[int], now: datetime) -> tuple[str, list[Any]]:

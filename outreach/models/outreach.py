@@ -162,6 +162,15 @@ class Outreach(models.Model):
                 condition=Q(state="approved"),
                 name="outreach_approved_by_owner",
             ),
+            # orchestrator.dispatch.cycle.notes: the next queued rows with no draft, of all owners,
+            # to say why LLM work waits (a misconfigured deployment) without sorting the queue. Its
+            # condition names draft_body, so the per-owner selection queries (which do not) are
+            # never planned on it instead of outreach_ready_by_owner_tier.
+            models.Index(
+                fields=["not_before", "id"],
+                condition=Q(state="queued", draft_body=""),
+                name="outreach_queued_in_line",
+            ),
             # orchestrator.failures.recovery.recover_stuck: in-flight work older than the timeout.
             models.Index(
                 fields=["state_changed_at"],

@@ -8,11 +8,13 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from config.redis_client import Client
-from outreach.models import Outreach, State
+from orchestrator.dispatch.reads import queued_head, reasons_write
+from outreach.models import Outreach
 from outreach.tiers import Tier
 
 DEFERRED_KEY = "orchestrator:dispatch:deferred"  # owner id -> reason last written (write on change)
 LLM_BLOCKED_KEY = "orchestrator:dispatch:llm_blocked"  # the fault last written on waiting rows
+NOTE_ROWS = 50  # a deferred owner's reason goes on this many of each tier's next rows
 
 
 def deferrals_note(
@@ -21,23 +23,22 @@ def deferrals_note(
     """Say on each deferred owner's (or paused tier's) next-in-line rows why they wait, only
     when the reason changed.
 
-    Bounded: at most 50 rows per owner or owner tier, and only where the reason is new since
-    the last cycle, so a night in which every owner is outside its hours costs one write per owner.
+    Bounded: at most NOTE_ROWS rows per owner tier, only where the reason is new since the last
+    cycle, and one statement for them all (reads.reasons_write), so a morning in which every
+    owner comes into its hours costs one statement, not one per owner.
     """
     notes = {str(o): reason for o, reason in deferred.items()}
     for o, tiers in paused_tiers.items():
         notes |= {f"{o}:{int(tier)}": reason for tier, reason in tiers.items()}
     previous = {_text(k): _text(v) for k, v in client.hgetall(DEFERRED_KEY).items()}
-    for key, reason in notes.items():
-        if previous.get(key) != reason:
-            owner_id, _, tier = key.partition(":")
-            waiting = Outreach.objects.filter(owner_id=int(owner_id), state=State.QUEUED)
-            if tier:
-                waiting = waiting.filter(tier=int(tier))
-            head = waiting.order_by("not_before", "id")[:50]
-            Outreach.objects.filter(id__in=list(head.values_list("id", flat=True))).update(
-                blocked_reason=reason
-            )
+    changed = {key: reason for key, reason in notes.items() if previous.get(key) != reason}
+    # An owner's reason goes on the head of each of its tiers, but a paused tier keeps its own.
+    writes: dict[tuple[int, int], str] = {}
+    for key, reason in changed.items():
+        owner_id, _, tier = key.partition(":")
+        heads = [int(tier)] if tier else [int(t) for t in Tier if f"{owner_id}:{int(t)}" not in notes]
+        writes |= {(int(owner_id), t): reason for t in heads}
+    reasons_write(reasons=writes, rows_each=NOTE_ROWS)
     pipe = client.pipeline()
     pipe.delete(DEFERRED_KEY)
     if notes:
@@ -55,8 +56,7 @@ def llm_blocked_note(*, client: Client, reason: str) -> None:
     if (_text(client.get(LLM_BLOCKED_KEY) or b"")) == reason:
         return
     if reason:
-        head = Outreach.objects.filter(state=State.QUEUED, draft_body="").order_by("not_before", "id")[:100]
-        Outreach.objects.filter(id__in=list(head.values_list("id", flat=True))).update(blocked_reason=reason)
+        Outreach.objects.filter(id__in=queued_head(rows=100)).update(blocked_reason=reason)
         client.set(LLM_BLOCKED_KEY, reason)
     else:
         client.delete(LLM_BLOCKED_KEY)

@@ -59,21 +59,27 @@ def rows_to_load(
         if o in groups:
             members.setdefault(groups[o], []).append(o)
 
-    def per_round(owner: int, round_: Sequence[int]) -> int:
+    def largest_step(round_: Sequence[int]) -> Fraction:
+        return max(Fraction(costs[o], weights.get(o, 1)) for o in round_) if costs else Fraction(1)
+
+    # One largest step per round, not per owner: a cycle may judge thousands of owners.
+    largest = {name: largest_step(round_) for name, round_ in members.items()}
+    largest_free = largest_step(free) if free else Fraction(1)
+
+    def per_round(owner: int, largest: Fraction) -> int:
         if costs is None:
             return weights.get(owner, 1)
-        step = {o: Fraction(costs[o], weights.get(o, 1)) for o in round_}
-        return math.floor(max(step.values()) / step[owner]) + 1
+        return math.floor(largest / Fraction(costs[owner], weights.get(owner, 1))) + 1
 
     return {
         o: (
             rows_per_owner(
                 slots=min(slots, group_slots.get(groups[o], 0)),
                 owners_with_work=len(members[groups[o]]),
-                weight=per_round(o, members[groups[o]]),
+                weight=per_round(o, largest[groups[o]]),
             )
             if o in groups
-            else rows_per_owner(slots=slots, owners_with_work=len(free), weight=per_round(o, free))
+            else rows_per_owner(slots=slots, owners_with_work=len(free), weight=per_round(o, largest_free))
         )
         for o in owners_with_work
     }

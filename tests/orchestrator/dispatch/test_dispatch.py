@@ -13,6 +13,7 @@ from django.utils import timezone
 from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.singleton import dispatch_lease
+from orchestrator.models import Pause
 from outreach.models import Outreach, OutreachEvent, State
 from outreach.tiers import Tier
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
@@ -94,6 +95,38 @@ def test_owner_over_daily_limit_is_deferred_with_reason_and_takes_no_slot(
     waiting.refresh_from_db()
     assert waiting.state == State.QUEUED
     assert waiting.blocked_reason == "daily limit 2 reached, resumes 00:00 Europe/Berlin"
+
+
+def test_a_deferred_owner_says_why_on_the_next_rows_of_each_tier_and_a_paused_tier_keeps_its_own(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an owner outside its hours with replies, intros and nudges queued, its nudges paused
+    owner = make_owner(timezone="Asia/Tokyo", hours_start=time(9), hours_end=time(17), working_days="12345")
+    Pause.objects.create(owner=owner, tier=int(Tier.NUDGE), reason="nudges paused")
+    due = datetime(2026, 1, 1, tzinfo=UTC)
+    kinds = (Outreach.Kind.REPLY, Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
+    rows = {
+        kind: [make_outreach(lead=make_lead(owner=owner), kind=kind, not_before=due) for _ in range(3)]
+        for kind in kinds
+    }
+    # when a cycle runs at 05:00 in Tokyo (one statement writes the reasons: test_cycle_queries)
+    _cycle(budget, django_capture_on_commit_callbacks, now=datetime(2026, 3, 4, 20, 0, tzinfo=UTC))
+
+    # then the replies and intros say the hours, the nudges their pause
+    def reasons(kind: Outreach.Kind) -> set[str]:
+        return set(
+            Outreach.objects.filter(id__in=[r.pk for r in rows[kind]]).values_list(
+                "blocked_reason", flat=True
+            )
+        )
+
+    assert (
+        reasons(Outreach.Kind.REPLY)
+        == reasons(Outreach.Kind.INTRO)
+        == {"outside operating hours 09:00-17:00, resumes 09:00 Asia/Tokyo"}
+    )
+    (nudge_reason,) = reasons(Outreach.Kind.NUDGE)
+    assert nudge_reason.endswith("nudges paused")
 
 
 def test_daily_limit_counts_the_owners_local_day_across_dst(
