@@ -40,7 +40,7 @@ from orchestrator.deployments.breaker import (
     success_record,
 )
 from orchestrator.deployments.placement import Route
-from orchestrator.dispatch.inflight import call_latency_record
+from orchestrator.dispatch.inflight import call_latency_stage
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
 from orchestrator.dispatch.reads import job_scopes, organization_caps_load
 from orchestrator.failures.dead_letters import attempts_exhausted, dead_letter, replay_outcome_success
@@ -275,8 +275,10 @@ def call_done(
     """A call answered: its deployment is healthy, its duration sizes the dispatcher's in-flight
     target (the provider's time only, no pacing wait), and the scope learns the provider's
     rate-limit headers. Its usage is added to the job's."""
-    success_record(deployment=deployment)
-    call_latency_record(step=step, seconds=seconds)
+    # One round trip on REDIS_URL for both (docs/scaling.md: round trips per call).
+    success_record(
+        deployment=deployment, also=lambda pipe: call_latency_stage(pipe, step=step, seconds=seconds)
+    )
     usage.call_durations.append((step, seconds))
     budget.report_provider(
         remaining_requests=remaining_requests,

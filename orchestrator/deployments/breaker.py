@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 import redis
 from django.conf import settings
+from redis.client import Pipeline
 
 from config import redis_client
 from config.deployments import Deployment, deployments
@@ -133,13 +134,19 @@ def fault_record(*, deployment: Deployment, reason: str) -> None:
         )
 
 
-def success_record(*, deployment: Deployment) -> None:
-    """A call succeeded: faults in a row start again from 0, an open breaker closes."""
+def success_record(*, deployment: Deployment, also: Callable[[Pipeline], object] = lambda _: None) -> None:
+    """A call succeeded: faults in a row start again from 0, an open breaker closes. `also`
+    stages more of the call's bookkeeping on REDIS_URL in the same round trip (orchestrator.work)."""
+    pipe = health_client().pipeline(transaction=False)
+    pipe.delete(KEY_PREFIX + deployment.scope)
+    also(pipe)
     try:
-        if health_client().delete(KEY_PREFIX + deployment.scope):
-            log.info("LLM deployment answering again", extra={"deployment": deployment.label})
+        cleared = pipe.execute()[0]
     except redis.RedisError as exc:
         log.warning("LLM success not recorded", extra={"deployment": deployment.label, "error": str(exc)})
+        return
+    if cleared:
+        log.info("LLM deployment answering again", extra={"deployment": deployment.label})
 
 
 def probe_mark(*, client: Client, deployment: Deployment) -> bool:
