@@ -8,6 +8,7 @@ database). Everything in the product that talks to Redis gets its client here.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Final
 
@@ -46,6 +47,19 @@ def connect(url: str, *, timeout_s: float = 0.5) -> Client:
 
 _clients: dict[tuple[str, float], Client] = {}
 _lock = threading.Lock()
+
+
+def _lock_renew_in_child() -> None:
+    """A process forked while another of its parent's threads held the lock (a worker's
+    presence beat building its client as the prefork pool started its child) inherits it held
+    by a thread that does not exist in the child: its first shared() would wait forever, as a
+    prefork orchestrator's first dispatch cycle did. The child starts with a free lock; its
+    clients' connection pools reset themselves after a fork (redis-py checks the pid)."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_lock_renew_in_child)
 
 
 def shared(*, timeout_s: float = 0.5) -> Client:
