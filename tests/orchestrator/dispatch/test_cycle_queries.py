@@ -149,6 +149,9 @@ def _cycle_statements(redis_client: redis.Redis, captured: Any) -> Counter[str]:
 
 def _shape(sql: str) -> str:
     sql = re.sub(r"'[^']*'", "?", sql)
+    # psycopg names an int array's type by its values' size (int2 below 32,768): the ids' size
+    # is not the statement's shape.
+    sql = re.sub(r"::int[248]\[\]", "::int[]", sql)
     sql = re.sub(r"\b\d+(\.\d+)?\b", "N", sql)
     sql = re.sub(r"N(, N)+", "N", sql)
     return re.sub(r"SAVEPOINT \"\w+\"", "SAVEPOINT", sql)
