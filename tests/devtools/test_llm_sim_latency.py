@@ -7,7 +7,6 @@ import json
 import math
 import random
 import statistics
-import time
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -173,23 +172,23 @@ def _post(sim: LLMSim) -> int:
 
 
 def test_two_hundred_slow_answers_overlap_instead_of_queueing() -> None:
-    # given: every answer takes 1.5 s (sigma 0: the lognormal collapses to its median)
-    sim = LLMSim(rpm=10_000, tpm=10_000_000, latency_median_ms=1500, latency_sigma=0)
+    # given: every answer takes 8 s (sigma 0: the lognormal collapses to its median), longer than
+    # 200 client threads in this one process take to connect on a loaded 2-core machine (CI saw
+    # the arrivals spread over 3 s), so all 200 are held at once unless the server queues them
+    sim = LLMSim(rpm=10_000, tpm=10_000_000, latency_median_ms=8000, latency_sigma=0)
     sim.start()
     try:
         # when: 200 requests at once, as a worker pool sized by Little's law sends them
-        began = time.monotonic()
         with ThreadPoolExecutor(max_workers=200) as pool:
             statuses = list(pool.map(lambda _: _post(sim), range(200)))
-        elapsed = time.monotonic() - began
         stats = sim.stats()
     finally:
         sim.stop()
-    # then: all answered in about one latency (serialised would take 300 s; a pool of 50, 6 s)
+    # then: all 200 were in flight together (serialised: 1 at a time; a pool of 50: 50), which is
+    # the claim; how long that took is the machine's business, not the sim's
     assert statuses == [200] * 200
-    assert elapsed < 3.0
     assert stats["peak_in_flight"] == 200
     assert stats["in_flight"] == 0
     assert stats["latency"]["drawn"] == 200
-    assert stats["latency"]["mean_ms"] == pytest.approx(1500, abs=1)
-    assert stats["latency"]["model"] == "lognormal median 1500 ms sigma 0"
+    assert stats["latency"]["mean_ms"] == pytest.approx(8000, abs=1)
+    assert stats["latency"]["model"] == "lognormal median 8000 ms sigma 0"
