@@ -405,14 +405,16 @@ def test_bad_request_is_400_naming_the_field(start_sim: StartSim) -> None:
 
 def test_latency_is_applied_and_concurrent_requests_overlap(start_sim: StartSim) -> None:
     # given
-    sim = start_sim(latency_ms=300, jitter_ms=0)
+    sim = start_sim(latency_ms=1500, jitter_ms=0)
     # when
     began = time.monotonic()
     results = _burst(sim, 6)
     elapsed = time.monotonic() - began
-    # then
+    # then: each answer waited out the latency, and all six were held at once (how soon after
+    # one another they arrived is the machine's business: a loaded one spreads them out)
     assert all(status == 200 for status, _, _ in results)
-    assert 0.3 <= elapsed < 1.0
+    assert elapsed >= 1.5
+    assert sim.stats()["peak_in_flight"] == 6
 
 
 def test_stats_reset_health_and_per_minute_series(start_sim: StartSim) -> None:
