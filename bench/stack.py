@@ -34,16 +34,21 @@ OUT = ROOT / "var" / "bench"  # reports, charts and process logs of the benches
 POSTGRES = "postgres://postgres@127.0.0.1:5432"  # local server, user postgres, trust auth
 
 
+def _smoke_run() -> bool:
+    """Whether this process runs inside smoke_stores (its suffix says so)."""
+    return os.environ.get(SUFFIX, "").startswith("_smoke_")
+
+
 def stack_log_level() -> str:
     """LOG_LEVEL of a bench's stack: WARNING in a full run (a line per transition would cost
     the figures CPU), INFO in a smoke run, whose logs are what a failure in CI shows."""
-    return "INFO" if os.environ.get(SUFFIX, "").startswith("_smoke_") else "WARNING"
+    return "INFO" if _smoke_run() else "WARNING"
 
 
 def out_dir() -> Path:
     """Where a bench writes its reports, charts and process logs: var/bench, or var/bench/smoke
     in a smoke run, which must never overwrite (or delete the logs of) a full run's."""
-    return OUT / "smoke" if os.environ.get(SUFFIX, "").startswith("_smoke_") else OUT
+    return OUT / "smoke" if _smoke_run() else OUT
 
 
 # Set by smoke_stores (and inherited by a bench's workers, which ignore them): the suffix of
