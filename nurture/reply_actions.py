@@ -24,10 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from nurture.sequence import lead_opt_out, lead_suppress, sequence_defer, sequence_resume, sequence_stop
-from outreach.models import NEVER_ALONE, Lead, Organization, Outreach, ReplyClass, State
+from outreach.models import NEVER_ALONE, Lead, Organization, Outreach, ReplyClass, State, TriageBy
 from outreach.services.referrals import referral_propose
 from outreach.transitions import update_in_place
 
@@ -96,6 +97,18 @@ def reply_class_record(
         reply_class_reason=triage.reason[:_REASON_CHARS],
         reply_class_by=by,
     )
+
+
+def reply_class_reopened() -> dict[str, Case]:
+    """Update values that empty the reply's class, its reason and who decided, when the model
+    decided it (else each keeps its value): for a message joining the reply after it was
+    classified (nurture.intake.replies, nurture.writing.generation). The model read the
+    messages before that one, so the next job classifies the whole turn again (one more triage
+    call); a rule's class (its reply joins nothing) and a person's reclassification stay."""
+    return {
+        name: Case(When(reply_class_by=TriageBy.MODEL, then=Value("")), default=F(name))
+        for name in ("reply_class", "reply_class_reason", "reply_class_by")
+    }
 
 
 def reply_class_act(*, reply: Outreach, triage: ReplyTriage, sequence_stopped: bool) -> str:

@@ -37,7 +37,7 @@ from nurture.intake.unverified import unverified_keep
 from nurture.intake.verdicts import Verdict
 from nurture.mail.transport import message_id_normalised, message_ids
 from nurture.quiet import reply_due, reply_quiet_s
-from nurture.reply_actions import ReplyTriage
+from nurture.reply_actions import ReplyTriage, reply_class_reopened
 from nurture.sequence import sequence_stop
 from outreach.idempotency import reply_key
 from outreach.models import SUPPRESSED, Lead, Organization, Outreach, ReplyClass, State, UnverifiedInbound
@@ -314,6 +314,8 @@ def _reply_join(*, lead_id: int, inbound: dict[str, str], arrived: datetime, qui
     A reply still QUEUED waits again: due `quiet_s` after this message (never earlier than it
     was). One already taken by the dispatcher is being written: its due time, what its latency
     counts from, stays; a draft discarded for this message waits anew (nurture.writing.generation).
+    A class the model gave it (an earlier job's, put back in the queue since) was decided
+    without this message: emptied, so the next job classifies again (`reply_class_reopened`).
 
     The row lock orders this against the generation worker recording a draft (a guarded
     transition on `inbound_joined`, nurture.writing.generation): either the join lands first and that
@@ -333,6 +335,7 @@ def _reply_join(*, lead_id: int, inbound: dict[str, str], arrived: datetime, qui
     fields: dict[str, Any] = {
         "context": {**context, "joined": joined},
         "inbound_joined": F("inbound_joined") + 1,
+        **reply_class_reopened(),
     }
     if pending.state == State.QUEUED:  # locked above: the dispatcher cannot claim it meanwhile
         fields["not_before"] = reply_due(

@@ -47,7 +47,13 @@ from nurture.errors import (
     TransientError,
 )
 from nurture.quiet import reply_due, reply_quiet_s
-from nurture.reply_actions import reply_answered, reply_class_act, reply_class_record, reply_needs_person
+from nurture.reply_actions import (
+    reply_answered,
+    reply_class_act,
+    reply_class_record,
+    reply_class_reopened,
+    reply_needs_person,
+)
 from nurture.retry_rules import fail
 from nurture.sequence import Gate, sequence_gate
 from nurture.writing import llm, prompts, triage
@@ -407,7 +413,10 @@ def _rewrite_joined(*, outreach: Outreach) -> State | None:
     One email still leaves: this draft never does. None: the row is not ours.
 
     The lead just wrote: the answer waits a quiet period again (nurture.quiet), counted from
-    now, a moment after that message arrived (at once when the period is 0)."""
+    now, a moment after that message arrived (at once when the period is 0). A class the model
+    gave this job read the messages before that one: emptied with the draft, so the rerun
+    classifies the whole turn again (`reply_class_reopened`: a joined complaint after
+    "Interested!" is a complaint, never answered alone)."""
     try:
         transition(
             outreach_id=outreach.pk,
@@ -417,6 +426,7 @@ def _rewrite_joined(*, outreach: Outreach) -> State | None:
             note="a later message from the lead joined: draft discarded, written again with it",
             reservation_id="",
             blocked_reason="",
+            **reply_class_reopened(),
             not_before=reply_due(
                 last_message_at=timezone.now(), quiet_s=reply_quiet_s(organization=outreach.lead.organization)
             ),

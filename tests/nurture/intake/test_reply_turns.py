@@ -169,10 +169,63 @@ def test_a_message_joined_while_the_answer_is_being_written_discards_the_draft_a
     # then one email left, written from prompts holding both messages (the discarded one had one)
     assert len(smtp_sink.wait_for(1)) == 1
     assert "And is there a trial?" not in _prompt_text(llm_stub.requests[0])
-    # (the first job made the triage call and its plan call; the class stays: no second triage)
+    # (the first job made its four calls; the model's class was cleared with the draft, so the
+    # rerun classifies the whole turn again: one more triage call, then the three writing calls)
     rewritten = [_prompt_text(r) for r in llm_stub.requests[4:]]
-    assert len(rewritten) == 3
+    assert len(rewritten) == 4
     assert all("What does it cost?" in p and "And is there a trial?" in p for p in rewritten)
+    assert (row.reply_class, row.reply_class_by) == ("", "")  # cleared when the draft was discarded
+    assert Outreach.objects.get(pk=reply_id).reply_class_by == "model"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_complaint_joined_while_the_answer_is_being_written_goes_to_a_person(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
+) -> None:
+    # given an autonomous owner's lead whose "Interested!" was classified by the model as
+    # interested (answered alone by default), and whose answer is being written
+    owner = make_owner(review_required=False)
+    lead = make_lead(owner=owner)
+    reply_id = _receive(lead, n=1, body="Interested!").outreach_id
+    _dispatch(budget, reply_id)
+    llm_stub.push(StubResponse(delay_s=1.0))  # the first writing call is slow
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        job = pool.submit(_generate_on_thread, budget, reply_id)
+        _wait(lambda: len(llm_stub.requests) == 2, what="the triage call, then the first writing call")
+        assert Outreach.objects.get(pk=reply_id).reply_class == "interested"
+        # when a complaint joins mid-call
+        complaint = "Stop this spam or I will report you to the data protection authority."
+        assert _receive(lead, n=2, body=complaint).joined is True
+        assert job.result(timeout=30) == State.QUEUED
+    # then the rewrite classifies the whole turn again, and the complaint waits for a person
+    _dispatch(budget, reply_id)
+    assert _generate_on_thread(budget, reply_id) == State.AWAITING_APPROVAL
+    row = Outreach.objects.get(pk=reply_id)
+    assert (row.reply_class, row.reply_class_by) == ("complaint", "model")
+    assert smtp_sink.messages == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_complaint_joining_an_answer_queued_again_after_its_triage_is_classified_again(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
+) -> None:
+    # given an autonomous owner's answer classified interested by the model, then put back in
+    # the queue by the provider's 429 on its first writing call
+    owner = make_owner(review_required=False)
+    lead = make_lead(owner=owner)
+    reply_id = _receive(lead, n=1, body="Interested!").outreach_id
+    _dispatch(budget, reply_id)
+    llm_stub.push(StubResponse(status=429, text="slow down", headers={"retry-after": "0"}))
+    assert _generate_on_thread(budget, reply_id) == State.QUEUED
+    assert Outreach.objects.get(pk=reply_id).reply_class == "interested"
+    # when a complaint joins it while it waits
+    assert _receive(lead, n=2, body="Only with a 40% discount, or no deal.").joined
+    # then the next job classifies the whole turn again, and a person sees it
+    _dispatch(budget, reply_id)
+    assert _generate_on_thread(budget, reply_id) == State.AWAITING_APPROVAL
+    row = Outreach.objects.get(pk=reply_id)
+    assert (row.reply_class, row.reply_class_by) == ("complaint", "model")
+    assert smtp_sink.messages == []
 
 
 def _generate_on_thread(budget: Budget, outreach_id: int) -> State | None:
