@@ -14,7 +14,9 @@ reply's generation job (nurture.writing.triage, the model) and a person reclassi
                          day after the return date (OUT_OF_OFFICE_DEFAULT_DAYS when none given)
   auto_reply             no answer; the sequence goes on as planned
   unsubscribe            no answer; the lead opts out (nurture.sequence.lead_opt_out)
-  bounce_notice          no answer; the lead is suppressed as a hard bounce
+  bounce_notice          no answer; bounce handling, as for the email provider's hard bounce
+                         (nurture.sequence.lead_problem_record: the lead suppressed, its owner
+                         and sender domain paused if the bounce rate is now too high)
   referral               no answer; the sequence stops, and the contact named becomes a
                          referral proposal a person confirms (nothing is mailed before that)
 """
@@ -27,7 +29,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from nurture.sequence import lead_opt_out, lead_suppress, sequence_defer, sequence_resume, sequence_stop
+from nurture.sequence import (
+    lead_opt_out,
+    lead_problem_record,
+    sequence_defer,
+    sequence_resume,
+    sequence_stop,
+)
 from outreach.models import NEVER_ALONE, Lead, Organization, Outreach, ReplyClass, State, TriageBy
 from outreach.services.referrals import referral_propose
 from outreach.transitions import update_in_place
@@ -124,8 +132,10 @@ def reply_class_act(*, reply: Outreach, triage: ReplyTriage, sequence_stopped: b
         )
         return "lead opted out"
     if cls == C.BOUNCE_NOTICE:
-        lead_suppress(
-            lead_id=lead_id, status=Lead.Status.BOUNCED, reason=f"delivery failure notice (reply #{reply.pk})"
+        lead_problem_record(
+            lead_id=lead_id,
+            status=Lead.Status.BOUNCED,
+            reason=f"delivery failure notice (reply #{reply.pk}): {triage.reason}",
         )
         return "lead suppressed as a hard bounce"
     if cls == C.OUT_OF_OFFICE:

@@ -1,5 +1,7 @@
-"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint;
-and the one way back, a reactivation with a recorded reason (never after a complaint).
+"""Ending a lead's sequence: a reply, a conversion, an opt-out, a hard bounce or a complaint
+(`lead_problem_record`: the one bounce and complaint record, however it was learned, with the
+owner's and sender domain's rate check); and the one way back, a reactivation with a recorded
+reason (never after a complaint).
 
 Only work that has not started sending is cancelled here (QUEUED, AWAITING_APPROVAL, APPROVED),
 through the state machine. Rows already DISPATCHED/GENERATING/SENDING belong to a worker; for
@@ -11,6 +13,8 @@ them this instant): those are in flight a moment later, the same case.
 from __future__ import annotations
 
 import hashlib
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,10 +22,13 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
 
+from orchestrator.work import Pause, deliverability_check
 from outreach.models import SUPPRESSED, Lead, LeadEvent, Outreach, State
 from outreach.services.operations import NotActionable
 from outreach.services.queue import outreach_enqueue
 from outreach.transitions import AT_REST, ENDED_UNSENT, transition_many
+
+log = logging.getLogger(__name__)
 
 SEQUENCE_KINDS = (Outreach.Kind.INTRO, Outreach.Kind.NUDGE)
 
@@ -149,6 +156,37 @@ def lead_suppress(*, lead_id: int, status: Lead.Status, reason: str) -> list[int
             Lead.objects.filter(id=lead_id).update(status=status)
             LeadEvent.objects.create(lead_id=lead_id, from_status=before, to_status=status, note=reason)
         return _cancel_not_started(lead_id=lead_id, note=reason)
+
+
+def lead_problem_record(*, lead_id: int, status: Lead.Status, reason: str) -> list[Pause]:
+    """A hard bounce or a spam complaint about one lead, however we learned it (the email
+    provider's event, our SMTP server's refusal, a delivery failure notice in the lead's
+    replies, decided by the rules, the model or a person): suppress the lead, then pause its
+    owner or sender domain if a rate is now too high (orchestrator.controls.deliverability)."""
+    owner_id = Lead.objects.values_list("owner_id", flat=True).get(pk=lead_id)
+    return leads_problem_record(lead_ids=[lead_id], owner_ids=[owner_id], status=status, reason=reason)
+
+
+def leads_problem_record(
+    *, lead_ids: list[int], owner_ids: Iterable[int], status: Lead.Status, reason: str
+) -> list[Pause]:
+    """Suppress these leads, then check these owners' rates (pausing what is over), as one turn."""
+    with transaction.atomic():
+        cancelled = [
+            outreach_id
+            for lead_id in lead_ids
+            for outreach_id in lead_suppress(lead_id=lead_id, status=status, reason=reason[:500])
+        ]
+        pauses = [p for owner_id in sorted(set(owner_ids)) for p in deliverability_check(owner_id=owner_id)]
+    log.warning(
+        "lead %s %s: %d queued outreach cancelled%s",
+        ", ".join(map(str, lead_ids)),
+        status,
+        len(cancelled),
+        "".join(f"; {p.scope_text()} paused: {p.reason}" for p in pauses),
+        extra={"lead_ids": lead_ids},
+    )
+    return pauses
 
 
 def lead_reactivate(*, lead: Lead, by: AbstractBaseUser, reason: str) -> None:

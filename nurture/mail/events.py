@@ -5,7 +5,8 @@ Two ways in, one outcome (docs/email.md, "Bounces and complaints"):
   applied by nurture.retry_rules.fail): `send_refused`;
 - an email provider reports a bounce or a complaint on its tracking webhook (django-anymail's
   `tracking` signal, connected in nurture.apps): `tracking_event_record`.
-Either way the lead is suppressed (nurture.sequence.lead_suppress: never emailed again,
+Either way nurture.sequence.lead_problem_record runs (as it does for a delivery failure notice
+among the lead's replies, nurture.reply_actions): the lead is suppressed (never emailed again,
 its queued work cancelled) and its owner's and sender domain's rates are checked, which may
 pause them (orchestrator.controls.deliverability). A provider's unsubscribe event opts the lead
 out (nurture.sequence.lead_opt_out), like our own unsubscribe link.
@@ -20,17 +21,15 @@ address in every organization.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from anymail.signals import AnymailTrackingEvent, EventType, RejectReason
-from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
 from nurture.mail.transport import message_id_bare
-from nurture.sequence import lead_opt_out, lead_suppress
-from orchestrator.work import Pause, deliverability_check
+from nurture.sequence import lead_opt_out, lead_problem_record, leads_problem_record
+from orchestrator.work import Pause
 from outreach.models import DELIVERY_ATTEMPT, ErrorClass, Lead, Outreach, State
 from outreach.transitions import transition
 
@@ -64,12 +63,6 @@ def send_refused(*, outreach: Outreach, reason: str) -> State:
     )
     lead_problem_record(lead_id=outreach.lead_id, status=Lead.Status.BOUNCED, reason=f"hard bounce: {reason}")
     return State.CANCELLED
-
-
-def lead_problem_record(*, lead_id: int, status: Lead.Status, reason: str) -> list[Pause]:
-    """Suppress the lead, then pause its owner or sender domain if a rate is now too high."""
-    owner_id = Lead.objects.values_list("owner_id", flat=True).get(pk=lead_id)
-    return _suppress(lead_ids=[lead_id], owner_ids=[owner_id], status=status, reason=reason)
 
 
 def tracking_event_record(*, event: AnymailTrackingEvent, esp_name: str) -> list[Pause] | None:
@@ -120,28 +113,6 @@ def _problem(event: AnymailTrackingEvent) -> Lead.Status | None:
     return None
 
 
-def _suppress(
-    *, lead_ids: list[int], owner_ids: Iterable[int], status: Lead.Status, reason: str
-) -> list[Pause]:
-    """Suppress these leads, then check these owners' rates (pausing what is over), as one turn."""
-    with transaction.atomic():
-        cancelled = [
-            outreach_id
-            for lead_id in lead_ids
-            for outreach_id in lead_suppress(lead_id=lead_id, status=status, reason=reason[:500])
-        ]
-        pauses = [p for owner_id in sorted(set(owner_ids)) for p in deliverability_check(owner_id=owner_id)]
-    log.warning(
-        "lead %s %s: %d queued outreach cancelled%s",
-        ", ".join(map(str, lead_ids)),
-        status,
-        len(cancelled),
-        "".join(f"; {p.scope_text()} paused: {p.reason}" for p in pauses),
-        extra={"lead_ids": lead_ids},
-    )
-    return pauses
-
-
 def _address_bounced(
     *, email: str, about: Outreach | None, attempts: list[Outreach], reason: str
 ) -> list[Pause]:
@@ -150,7 +121,9 @@ def _address_bounced(
     emails, those of every owner who emailed the address (each has a bounce in its window)."""
     lead_ids = list(Lead.objects.filter(email=email).order_by("id").values_list("id", flat=True))
     owners = [about.owner_id] if about is not None else [row.owner_id for row in attempts]
-    return _suppress(lead_ids=lead_ids, owner_ids=owners, status=Lead.Status.BOUNCED, reason=reason)
+    return leads_problem_record(
+        lead_ids=lead_ids, owner_ids=owners, status=Lead.Status.BOUNCED, reason=reason
+    )
 
 
 def _opted_out(*, lead_id: int, reason: str) -> None:
