@@ -122,6 +122,42 @@ def test_the_reply_quiet_period_is_an_organization_setting() -> None:
     assert org.reply_quiet_s == 5
 
 
+def test_the_reply_triage_choices_are_organization_settings() -> None:
+    # given a member who may change their organization but not its settings, and one who may
+    org = make_org(name="Acme")
+    url = _org_url(org)
+    _, plain = _tenant(org, "view_organization", "change_organization")
+    # when the first posts "objection" among the classes answered alone, and the polite close
+    fields = plain.get(url).context["adminform"].form.fields
+    assert {"reply_autonomous_classes", "reply_objection_close"}.isdisjoint(fields)
+    widened = {
+        "reply_autonomous_classes": '["interested", "question", "objection"]',
+        "reply_objection_close": "on",
+    }
+    response = plain.post(url, form_values(plain, url) | widened)
+    # then neither is theirs to set: the organization keeps the defaults
+    assert response.status_code == 302
+    org.refresh_from_db()
+    assert (org.reply_autonomous_classes, org.reply_objection_close) == (["interested", "question"], False)
+    # when a member with the settings permission lets complaints be answered alone, then sets
+    # no class at all answered alone, with the polite close
+    user = make_user(
+        "settings",
+        permissions=["view_organization", "change_organization", "change_organization_settings"],
+        organizations=[org],
+    )
+    client = logged_in(user)
+    refused = client.post(url, form_values(client, url) | {"reply_autonomous_classes": '["complaint"]'})
+    assert "reply_autonomous_classes" in form_errors(refused), form_errors(refused)
+    saved = client.post(
+        url, form_values(client, url) | {"reply_autonomous_classes": "[]", "reply_objection_close": "on"}
+    )
+    # then only the good one is kept
+    assert saved.status_code == 302, form_errors(saved)
+    org.refresh_from_db()
+    assert (org.reply_autonomous_classes, org.reply_objection_close) == ([], True)
+
+
 def test_without_the_settings_permission_an_owners_weight_is_read_only() -> None:
     # given an owner and a member who may change owners but not organization settings
     owner = make_owner(weight=1)
