@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
@@ -107,7 +108,7 @@ def reply_class_record(
     )
 
 
-def reply_class_reopened() -> dict[str, Case]:
+def reply_class_reopened() -> dict[str, Any]:
     """Update values that empty the reply's class, its reason and who decided, when the model
     decided it (else each keeps its value): for a message joining the reply after it was
     classified (nurture.intake.replies, nurture.writing.generation). The model read the
