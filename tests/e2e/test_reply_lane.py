@@ -5,6 +5,7 @@ seconds (docs/dispatch.md, "The quiet period")."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from datetime import datetime
@@ -14,7 +15,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from devtools.llm_stub import LLMStub, StubResponse
+from devtools.llm_stub import LLMStub, StubResponse, triage_answered
 from devtools.processes import ProcessGroup
 from devtools.smtp_sink import SMTPSink
 from nurture.intake.replies import signature_header
@@ -130,11 +131,13 @@ def _reply_by_webhook(lead: Lead) -> None:
 def test_with_no_quiet_period_a_reply_into_thousands_of_intros_is_mailed_within_ten_seconds(
     stack: ProcessGroup, llm_stub: LLMStub, smtp_sink: SMTPSink, webhook_secret: str, settings: Any
 ) -> None:
-    # given answers at once (REPLY_QUIET_S=0, here and in the workers), a 300 ms model, the
-    # product's default budget, and thousands of intros queued, the pipeline busy with them
+    # given answers at once (REPLY_QUIET_S=0, here and in the workers), a 300 ms model (the
+    # reply's triage call too: the stub answers it apart from the queue, at once unless told),
+    # the product's default budget, and thousands of intros queued, the pipeline busy with them
     settings.REPLY_QUIET_S = 0
     stack.env["REPLY_QUIET_S"] = "0"
     llm_stub.default = StubResponse(delay_s=MODEL_S)
+    llm_stub.triage = lambda request: dataclasses.replace(triage_answered(request), delay_s=MODEL_S)
     owners = [make_owner(organization=make_org(), daily_limit=10_000) for _ in range(3)]
     _backlog(owners, per_owner=BACKLOG // len(owners))
     start_pipeline(stack)
