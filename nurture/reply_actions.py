@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
@@ -37,6 +38,7 @@ from nurture.sequence import (
     sequence_resume,
     sequence_stop,
 )
+from outreach.counters import counters_add, reply_classified
 from outreach.models import NEVER_ALONE, Lead, Organization, Outreach, ReplyClass, State, TriageBy
 from outreach.services.referrals import referral_propose
 from outreach.transitions import update_in_place
@@ -94,18 +96,28 @@ def resume_at(*, return_date: date | None, now: datetime) -> datetime:
 def reply_class_record(
     *, outreach_id: int, triage: ReplyTriage, by: str, actor_id: int | None = None
 ) -> bool:
-    """Keep the class, its reason and who decided on the reply, with a note in its history.
-    False: the row is gone (nothing written)."""
+    """Keep the class, its reason and who decided on the reply, with a note in its history, and
+    count the decision (outreach.counters.reply_classified: a person's counts under the new
+    class) in the same transaction. False: the row is gone (nothing written or counted)."""
     note = f"triage by {by}: {triage.reply_class} ({triage.reason})"[:500]
-    return update_in_place(
-        outreach_id=outreach_id,
-        states=list(State),
-        note=note,
-        actor_id=actor_id,
-        reply_class=triage.reply_class,
-        reply_class_reason=triage.reason[:_REASON_CHARS],
-        reply_class_by=by,
-    )
+    with transaction.atomic():
+        written = update_in_place(
+            outreach_id=outreach_id,
+            states=list(State),
+            note=note,
+            actor_id=actor_id,
+            reply_class=triage.reply_class,
+            reply_class_reason=triage.reason[:_REASON_CHARS],
+            reply_class_by=by,
+        )
+        if written:
+            organization_id = Outreach.objects.values_list("owner__organization_id", flat=True).get(
+                pk=outreach_id
+            )
+            counters_add(
+                reply_classified(organization_id=organization_id, reply_class=triage.reply_class, by=by)
+            )
+    return written
 
 
 def reply_class_reopened() -> dict[str, Any]:

@@ -5,15 +5,16 @@ and `transition()` adds to the counters in the same transaction as the move. A m
 rolls back or loses its race counts nothing; one that commits is counted exactly once, by
 whichever process (web, worker, on any host) made it. The totals survive process restarts
 and a Redis flush (Redis holds the budget, which may be rebuilt), and retention never
-deletes them, so they only grow, as Prometheus' rate() expects. The one figure that is not a
-state change (the LLM call's duration) is added in its own one-statement transaction.
+deletes them, so they only grow, as Prometheus' rate() expects. Two figures are not moves: a
+reply's class, which nurture.reply_actions.reply_class_record counts in the transaction that
+records it on the row, and the LLM call's duration, added in its own one-statement transaction.
 
 Counters are exposed as `<name>_total`; histograms as `<name>_bucket{le}`, `_sum`, `_count`.
 Stored per bucket (not cumulative) with sums in milliseconds (an integer column);
 `counters_read()` and orchestrator/metrics/prometheus.py turn them into Prometheus' shape.
 
-Pure core (`move_increments`, `observation`) and a small I/O shell (`counters_add`,
-`counters_read`).
+Pure core (`move_increments`, `reply_classified`, `observation`) and a small I/O shell
+(`counters_add`, `counters_read`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from django.db import DatabaseError, connection
 from django.db.models import Sum
 from prometheus_client.utils import floatToGoString
 
-from outreach.models import ErrorClass, MetricCounter, State
+from outreach.models import ErrorClass, MetricCounter, Outreach, State
 from outreach.tiers import Tier
 
 SENT = "outreach_sent"
@@ -40,7 +41,25 @@ RETRIES = "outreach_retries"
 PROVIDER_429S = "outreach_provider_429s"
 LLM_REQUESTS = "outreach_llm_requests"
 LLM_TOKENS = "outreach_llm_tokens"
-COUNTERS = (SENT, GENERATED, DEAD_LETTERS, RETRIES, PROVIDER_429S, LLM_REQUESTS, LLM_TOKENS)
+# Per owner (label owner_id) and per organization (label organization_id): a member's scrape
+# shows those of its organizations (orchestrator.metrics.prometheus).
+OWNER_SENT = "outreach_owner_sent"
+OWNER_DISPATCHED = "outreach_owner_dispatched"
+REPLIES_CLASSIFIED = "outreach_replies_classified"
+REPLY_DRAFTS_DECIDED = "outreach_reply_drafts_decided"
+COUNTERS = (
+    SENT,
+    GENERATED,
+    DEAD_LETTERS,
+    RETRIES,
+    PROVIDER_429S,
+    LLM_REQUESTS,
+    LLM_TOKENS,
+    OWNER_SENT,
+    OWNER_DISPATCHED,
+    REPLIES_CLASSIFIED,
+    REPLY_DRAFTS_DECIDED,
+)
 
 COMPLETION_LATENCY = "outreach_completion_latency_seconds"
 LLM_CALL_DURATION = "outreach_llm_call_duration_seconds"
@@ -77,6 +96,21 @@ class Move:
     approved_at: datetime | None = None
     llm_calls: int = 0
     tokens: int = 0
+    owner_id: int | None = None
+    kind: str = ""
+    reply_class: str = ""
+    organization_id: int | None = None  # read only for a reply's decision (reply_decided)
+
+
+def reply_decided(move: Move) -> bool:
+    """A person approved or rejected a triaged reply's draft: counted per organization and class
+    (its class when decided). A reply not triaged (no class) is in no series."""
+    return (
+        move.from_state == State.AWAITING_APPROVAL
+        and move.to in (State.APPROVED, State.REJECTED)
+        and move.kind == Outreach.Kind.REPLY
+        and bool(move.reply_class)
+    )
 
 
 def tier_name(tier: int) -> str:
@@ -85,11 +119,26 @@ def tier_name(tier: int) -> str:
 
 def move_increments(move: Move) -> list[Increment]:
     """The counters one committed move adds to. The definitions match the window figures of
-    orchestrator/metrics/activity.py (completed, generated, retries, 429s), so a rate over 24 h
-    of a counter equals the dashboard's window figure."""
+    orchestrator/metrics/activity.py (completed, generated, retries, 429s, an owner's sent and
+    dispatched: its CLAIMED, the dispatcher's claims from QUEUED or APPROVED) and of
+    orchestrator/metrics/replies.py (reply drafts approved, rejected), so a rate over 24 h of a
+    counter equals the dashboard's window figure."""
     found: list[Increment] = []
+    owner = () if move.owner_id is None else (("owner_id", str(move.owner_id)),)
     if move.to == State.SENT:
         found.append(Increment(SENT, (), 1))
+        if owner:
+            found.append(Increment(OWNER_SENT, owner, 1))
+    if move.to == State.DISPATCHED and move.from_state in (State.QUEUED, State.APPROVED) and owner:
+        found.append(Increment(OWNER_DISPATCHED, owner, 1))
+    if reply_decided(move) and move.organization_id is not None:
+        decision = "approved" if move.to == State.APPROVED else "rejected"
+        labels = (
+            ("organization_id", str(move.organization_id)),
+            ("reply_class", move.reply_class),
+            ("decision", decision),
+        )
+        found.append(Increment(REPLY_DRAFTS_DECIDED, labels, 1))
     if move.to == State.DEAD:
         found.append(Increment(DEAD_LETTERS, (("class", move.error_class or "unknown"),), 1))
     if move.error_class == ErrorClass.TRANSIENT:
@@ -106,6 +155,16 @@ def move_increments(move: Move) -> list[Increment]:
         waited = max(0.0, (move.at - min(move.due_at, move.at)).total_seconds())
         found += observation(COMPLETION_LATENCY, (("tier", tier_name(move.tier)),), waited)
     return found
+
+
+def reply_classified(*, organization_id: int, reply_class: str, by: str) -> list[Increment]:
+    """A reply's class decided (by the rules at intake, the model's triage call, or a person
+    reclassifying it, who is `by`): one count under that class. A person's reclassification
+    counts once more, under the new class (the first count stays: counters only grow), so
+    replies received per class are the rules' and the model's counts, and `by="person"` counts
+    the corrections."""
+    labels = (("organization_id", str(organization_id)), ("reply_class", reply_class), ("by", by))
+    return [Increment(REPLIES_CLASSIFIED, labels, 1)]
 
 
 def observation(histogram: str, labels: Labels, seconds: float) -> list[Increment]:

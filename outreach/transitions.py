@@ -11,6 +11,7 @@ allowed moves, each row with its reason.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,8 +23,8 @@ from django.db.models import Q
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
-from outreach.counters import Move, counters_add, move_increments
-from outreach.models import ErrorClass, Outreach, OutreachEvent, State, owner_daily_sends_record
+from outreach.counters import Move, counters_add, move_increments, reply_decided
+from outreach.models import ErrorClass, Outreach, OutreachEvent, Owner, State, owner_daily_sends_record
 
 S = State
 log = logging.getLogger(__name__)
@@ -139,21 +140,24 @@ def transition(
         if to == S.SENT:
             owner_daily_sends_record(owner_id=previous[2], sent_at=fields["sent_at"])
         # Counted by the winner of the move only, committed (or rolled back) with it.
-        counters_add(
-            move_increments(
-                Move(
-                    from_state=previous[0],
-                    to=to,
-                    error_class=str(error_class),
-                    tier=previous[3],
-                    at=now,
-                    due_at=max(previous[4], min(previous[5], now)),
-                    approved_at=fields.get("approved_at", previous[6]),
-                    llm_calls=fields.get("llm_calls", 0),
-                    tokens=fields.get("tokens_used", 0),
-                )
-            )
+        counted = Move(
+            from_state=previous[0],
+            to=to,
+            error_class=str(error_class),
+            tier=previous[3],
+            at=now,
+            due_at=max(previous[4], min(previous[5], now)),
+            approved_at=fields.get("approved_at", previous[6]),
+            llm_calls=fields.get("llm_calls", 0),
+            tokens=fields.get("tokens_used", 0),
+            owner_id=previous[2],
+            kind=previous[7],
+            reply_class=previous[8],
         )
+        if reply_decided(counted):  # a person's decision, counted per organization: one more read
+            organization_id = Owner.objects.filter(pk=previous[2]).values_list("organization_id", flat=True)
+            counted = dataclasses.replace(counted, organization_id=organization_id.first())
+        counters_add(move_increments(counted))
     log.info(
         "outreach %s: %s -> %s%s",
         outreach_id,
@@ -172,8 +176,18 @@ def transition(
 
 
 # What a move reads of the row before it (the history's from-state and attempt, the counters'
-# tier and times, the log's owner), in this order.
-_PREVIOUS = ("state", "attempts", "owner_id", "tier", "created_at", "not_before", "approved_at")
+# tier, times, owner, kind and reply class, the log's owner), in this order.
+_PREVIOUS = (
+    "state",
+    "attempts",
+    "owner_id",
+    "tier",
+    "created_at",
+    "not_before",
+    "approved_at",
+    "kind",
+    "reply_class",
+)
 _EVENT = ("to_state", "at", "error_class", "note", "actor_id")
 
 
@@ -350,7 +364,7 @@ def transition_many(
         rows = list(
             Outreach.objects.select_for_update(skip_locked=True)
             .filter(id__in=outreach_ids, state__in=from_states)
-            .values_list("id", "state", "attempts")
+            .values_list("id", "state", "attempts", "owner_id")
         )
         ids = [row[0] for row in rows]
         if not ids:
@@ -367,14 +381,16 @@ def transition_many(
                 error_class=error_class,
                 note=note,
             )
-            for oid, state, attempts in rows
+            for oid, state, attempts, _owner_id in rows
         )
-        # Bulk moves are claims, recoveries and cancels: only their dead letters, retries and
-        # 429s count (no draft is generated or email sent in bulk).
+        # Bulk moves are claims, recoveries and cancels: only their claims per owner, dead
+        # letters, retries and 429s count (no draft is generated, decided or sent in bulk).
         counters_add(
             inc
-            for _oid, state, _attempts in rows
-            for inc in move_increments(Move(from_state=state, to=to, error_class=str(error_class)))
+            for _oid, state, _attempts, owner_id in rows
+            for inc in move_increments(
+                Move(from_state=state, to=to, error_class=str(error_class), owner_id=owner_id)
+            )
         )
     log.info(
         "%d outreach: -> %s%s",

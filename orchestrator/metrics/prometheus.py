@@ -1,13 +1,20 @@
 """Prometheus exposition of the queue-health figures: a custom Collector built on the same
 selectors as the dashboard and `queue_stats` (orchestrator.metrics.queue_health), so they agree.
 
-Gauges describe "now" (and the day so far, for owners' daily limits and spend caps). Rates and
-windows are PromQL's: `rate()`/`increase()` over the counters and histograms (`_total`,
-`_bucket`/`_sum`/`_count`) from outreach.counters, counted in the transaction of each state
-change, in PostgreSQL, so they never decrease (not on a restart, not when retention prunes
-history) and every process on every host adds to the same totals. A scrape computes no
-24-hour window of activity (the dashboard's window figures, queue_health's `activity`, are not
-exposed); the replies per triage class are the one window left (Scrape.replies).
+Gauges describe "now" (and the day so far, for spend caps). Rates and windows are PromQL's:
+`rate()`/`increase()` over the counters and histograms (`_total`, `_bucket`/`_sum`/`_count`)
+from outreach.counters, counted in the transaction of each state change, in PostgreSQL, so they
+never decrease (not on a restart, not when retention prunes history) and every process on
+every host adds to the same totals. A scrape computes no window of activity: the dashboard's
+window figures (queue_health's `activity`, the owners' sent and dispatched over 1 h and 24 h,
+the replies per triage class received and decided) are not exposed; their counters are
+(per owner: `outreach_owner_sent_total`, `outreach_owner_dispatched_total`; per organization
+and class: `outreach_replies_classified_total`, `outreach_reply_drafts_decided_total`).
+
+Scoped (a member's session, `organization_ids`): the figures of those organizations' own work,
+and of the counters only the series labelled with one of their owners (`owner_id`) or with one
+of them (`organization_id`); the platform's counters and histograms, and the broker, are left
+out.
 
 Cheap scrapes: the platform's exposition is rendered at most once per METRICS_CACHE_S and kept
 in Redis (`metrics:exposition`), shared by every thread and process of every web replica, so
@@ -21,7 +28,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import redis
 from django.conf import settings
@@ -41,7 +48,6 @@ from config.queues import Queue
 from config.redis_client import shared as shared_redis
 from orchestrator.dispatch.inflight import STEPS
 from orchestrator.failures.dead_letters import replay_success_rate
-from orchestrator.metrics.activity import OwnerShare, owner_share
 from orchestrator.metrics.broker import BrokerNow, broker_queues_now
 from orchestrator.metrics.budget_use import BudgetNow, budget_now
 from orchestrator.metrics.dead_letter_classes import FailureClass, dead_letter_classes, oldest_open_age_s
@@ -55,19 +61,19 @@ from orchestrator.metrics.depth import (
     queue_depth,
 )
 from orchestrator.metrics.in_flight import InFlightNow, in_flight_now
-from orchestrator.metrics.replies import ReplyClassFigures, reply_classes
+from orchestrator.metrics.replies import replies_awaiting
 from orchestrator.metrics.spend import Spend, spend_today
 from outreach import counters as c
 from outreach.counters import Labels
+from outreach.models import Owner
 
 
 @dataclass(frozen=True)
 class Scrape:
-    """What one scrape reads: the figures of now, and no window but the replies per class."""
+    """What one scrape reads: the figures of now, no window."""
 
     depth: Depth
     deferred: Deferred
-    owners: list[OwnerShare]
     failures: list[FailureClass]
     oldest_open_dead_letter_age_s: float | None
     replay_success_rate: float | None
@@ -75,16 +81,13 @@ class Scrape:
     in_flight: InFlightNow
     deployments: list[DeploymentNow]
     spend: Spend
-    # Per triage class, over METRICS_WINDOW_S: the one window still computed (no counter per
-    # class yet); the cache bounds it to once per METRICS_CACHE_S.
-    replies: list[ReplyClassFigures]
+    replies_awaiting: dict[str, int]  # per triage class, now
 
 
 def scrape_read(*, now: datetime, organization_ids: Collection[int] | None) -> Scrape:
     return Scrape(
         depth=queue_depth(now=now, organization_ids=organization_ids),
         deferred=deferred_work(organization_ids=organization_ids),
-        owners=owner_share(now=now, organization_ids=organization_ids),
         failures=dead_letter_classes(organization_ids=organization_ids),
         oldest_open_dead_letter_age_s=oldest_open_age_s(now=now, organization_ids=organization_ids),
         replay_success_rate=replay_success_rate(),
@@ -92,9 +95,7 @@ def scrape_read(*, now: datetime, organization_ids: Collection[int] | None) -> S
         in_flight=in_flight_now(),
         deployments=deployments_now(),
         spend=spend_today(now=now, organization_ids=organization_ids),
-        replies=reply_classes(
-            since=now - timedelta(seconds=settings.METRICS_WINDOW_S), organization_ids=organization_ids
-        ),
+        replies_awaiting=replies_awaiting(organization_ids=organization_ids),
     )
 
 
@@ -145,20 +146,6 @@ def _depth(h: Scrape) -> Iterator[Metric]:
         ["reason"],
         {(code,): rows for code, rows in by_code.items()},
     )
-
-
-def _owners(h: Scrape) -> Iterator[Metric]:
-    for field, doc in (("sent", "Emails sent"), ("dispatched", "Outreach dispatched")):
-        yield _gauge(
-            f"outreach_owner_{field}",
-            f"{doc} per owner over the last hour/day.",
-            ["owner_id", "owner", "period"],
-            {
-                (str(o.owner_id), o.name, period): getattr(o, f"{field}_{period}")
-                for o in h.owners
-                for period in ("1h", "24h")
-            },
-        )
 
 
 def _failures(h: Scrape) -> Iterator[Metric]:
@@ -229,20 +216,47 @@ COUNTER_DOCS = {
     c.PROVIDER_429S: "Moves caused by a provider 429 (rate limited).",
     c.LLM_REQUESTS: "LLM provider calls of the drafts written.",
     c.LLM_TOKENS: "LLM tokens of the drafts written.",
+    c.OWNER_SENT: "Emails sent (moves to SENT), per owner.",
+    c.OWNER_DISPATCHED: "Outreach claimed by the dispatcher (QUEUED or APPROVED -> DISPATCHED), per owner.",
+    c.REPLIES_CLASSIFIED: (
+        "Replies given a triage class, per organization, class and who decided (rules, model, "
+        "person: a reclassification, counted under the new class)."
+    ),
+    c.REPLY_DRAFTS_DECIDED: "Reply drafts approved or rejected, per organization and class.",
 }
+# Series of one organization's work, labelled with an owner_id or an organization_id: a
+# member's scrape shows those of its organizations, and nothing else of the counters.
+SCOPED_COUNTERS = (c.OWNER_SENT, c.OWNER_DISPATCHED, c.REPLIES_CLASSIFIED, c.REPLY_DRAFTS_DECIDED)
 
 
-def _counters(stored: dict[str, dict[Labels, int]]) -> Iterator[Metric]:
-    for name, doc in COUNTER_DOCS.items():
+def _counters(stored: dict[str, dict[Labels, int]], *, names: Collection[str]) -> Iterator[Metric]:
+    for name in names:
         series = stored.get(name, {})
         label_names = sorted({k for labels in series for k, _ in labels})
-        family = CounterMetricFamily(name, doc, labels=label_names)
-        if not label_names:  # a plain counter exists from the start, at 0
+        family = CounterMetricFamily(name, COUNTER_DOCS[name], labels=label_names)
+        if not label_names and name not in SCOPED_COUNTERS:  # a plain counter exists from the start, at 0
             family.add_metric([], series.get((), 0))
         for labels, value in sorted(series.items()):
             if labels:
                 family.add_metric([v for _, v in sorted(labels)], value)
         yield family
+
+
+def _in_scope(
+    stored: dict[str, dict[Labels, int]], *, organization_ids: Collection[int]
+) -> dict[str, dict[Labels, int]]:
+    """The scoped counters' series of those organizations only: labelled with one of their
+    owners (owner_id; the owner's organization now) or with one of them (organization_id)."""
+    owners = Owner.objects.filter(organization_id__in=organization_ids).values_list("id", flat=True)
+    ours = {"owner_id": {str(i) for i in owners}, "organization_id": {str(i) for i in organization_ids}}
+    return {
+        name: {
+            labels: n
+            for labels, n in stored.get(name, {}).items()
+            if any(value in ours.get(key, ()) for key, value in labels)
+        }
+        for name in SCOPED_COUNTERS
+    }
 
 
 def _histograms(stored: dict[str, dict[Labels, int]]) -> Iterator[Metric]:
@@ -331,28 +345,16 @@ def _broker(b: BrokerNow) -> Iterator[Metric]:
 
 def _replies(h: Scrape) -> Iterator[Metric]:
     """Per triage class; the label is the class code (a fixed set), never text."""
-    for name, doc, field in (
-        (
-            "outreach_window_replies",
-            "Inbound replies (a prospect's turns) received in the window, per class.",
-            "received",
-        ),
-        ("outreach_replies_awaiting_approval", "Reply drafts awaiting approval now, per class.", "awaiting"),
-        ("outreach_window_reply_approved", "Reply drafts approved in the window, per class.", "approved"),
-        ("outreach_window_reply_rejected", "Reply drafts rejected in the window, per class.", "rejected"),
-    ):
-        yield _gauge(name, doc, ["reply_class"], {(r.reply_class,): getattr(r, field) for r in h.replies})
     yield _gauge(
-        "outreach_reply_approval_ratio",
-        "Approved / (approved + rejected) reply drafts decided in the window, per class.",
+        "outreach_replies_awaiting_approval",
+        "Reply drafts awaiting approval now, per class.",
         ["reply_class"],
-        {(r.reply_class,): r.approval_rate for r in h.replies},
+        {(code,): n for code, n in h.replies_awaiting.items()},
     )
 
 
 SECTIONS: tuple[Callable[[Scrape], Iterator[Metric]], ...] = (
     _depth,
-    _owners,
     _failures,
     _budget,
     _in_flight,
@@ -364,8 +366,10 @@ SECTIONS: tuple[Callable[[Scrape], Iterator[Metric]], ...] = (
 
 class QueueHealthCollector(Collector):
     """Every figure (None: the platform's scraper), or those of some organizations' own work:
-    their queue, owners, dead letters, pauses and spend, as their dashboard shows them. The
-    pipeline's counters are platform totals, so a scoped collector leaves them out."""
+    their queue, dead letters, pauses, spend and replies awaiting, as their dashboard shows
+    them, and the counters of their owners and of them (SCOPED_COUNTERS, their series only).
+    The pipeline's other counters and histograms are platform totals, so a scoped collector
+    leaves them out."""
 
     def __init__(self, *, organization_ids: Collection[int] | None = None) -> None:
         self.organization_ids = organization_ids
@@ -374,9 +378,13 @@ class QueueHealthCollector(Collector):
         scrape = scrape_read(now=timezone.now(), organization_ids=self.organization_ids)
         for section in SECTIONS:
             yield from section(scrape)
-        if self.organization_ids is None:  # the platform's plumbing: no organization's own
-            stored = c.counters_read()
-            yield from _counters(stored)
+        stored = c.counters_read()
+        if self.organization_ids is not None:
+            yield from _counters(
+                _in_scope(stored, organization_ids=self.organization_ids), names=SCOPED_COUNTERS
+            )
+        else:  # the platform's plumbing too: no organization's own
+            yield from _counters(stored, names=COUNTER_DOCS)
             yield from _histograms(stored)
             yield from _broker(
                 broker_queues_now(app=celery_app, queues=[q.value for q in Queue], presence=shared_redis())

@@ -11,6 +11,9 @@ the new one):
 - approval rate: approved / (approved + rejected) (figures.ratio; None with no decision).
 Every class is listed, zeros included: a fixed set of codes (the /metrics labels are these
 codes, never names or text). A reply not triaged yet (empty class) is in no row.
+
+For the dashboard and `queue_stats`; /metrics serves `awaiting` only (replies_awaiting), and
+counts the rest as counters (outreach.counters: replies classified, reply drafts decided).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def reply_classes(
     # created_at grows with the id: the window is a primary-key range (sql.first_id_since).
     boundary = first_id_since(model=Outreach, column="created_at", since=since)
     received = _by_class(replies.filter(id__gt=boundary, created_at__gte=since), "reply_class")
-    awaiting = _by_class(replies.filter(state=State.AWAITING_APPROVAL), "reply_class")
+    awaiting = replies_awaiting(organization_ids=organization_ids)
     events = for_organizations(
         window_events(since=since).filter(outreach__kind=Outreach.Kind.REPLY),
         organization_ids=organization_ids,
@@ -72,6 +75,20 @@ def reply_classes(
         )
         for code, label in ReplyClass.choices
     ]
+
+
+def replies_awaiting(*, organization_ids: Collection[int] | None = None) -> dict[str, int]:
+    """Reply drafts awaiting approval now, per class, every class listed (zeros included): the
+    one figure of this module /metrics serves (a gauge of now; the others are windows, which
+    /metrics leaves to PromQL over outreach.counters' per-class counters)."""
+    replies = for_organizations(
+        Outreach.objects.filter(kind=Outreach.Kind.REPLY, state=State.AWAITING_APPROVAL)
+        .exclude(reply_class="")
+        .order_by(),
+        organization_ids=organization_ids,
+    )
+    found = _by_class(replies, "reply_class")
+    return {code: found.get(code, 0) for code in ReplyClass.values}
 
 
 def _by_class(rows: QuerySet[Any], column: str) -> dict[str, int]:

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.dispatch.inflight import call_latency_record
 from orchestrator.metrics.budget_use import budget_sample_record
-from outreach.models import ErrorClass, Organization, Outreach, State
+from outreach.models import ErrorClass, Organization, State
+from outreach.transitions import transition
 from tests.factories import logged_in, make_lead, make_org, make_outreach, make_owner, make_user
 from tests.orchestrator.metrics_helpers import dead_letter_row, event, outreach_at
 
@@ -127,9 +128,8 @@ def test_metrics_are_scraped_and_parse_as_prometheus_text(some_work: None) -> No
     assert samples[("outreach_dead_letters_open", (("class", "policy"),))] == 1
     assert ("outreach_window_dead", ()) not in samples  # PromQL's: increase(outreach_dead_letters_total[24h])
     assert samples[("outreach_oldest_ready_age_seconds", (("tier", "intro"),))] == pytest.approx(180, abs=10)
-    owner_id = str(Outreach.objects.get(state=State.SENT).owner_id)
-    key = ("outreach_owner_sent", (("owner", "Agent <Smith>"), ("owner_id", owner_id), ("period", "1h")))
-    assert samples[key] == 1
+    # the owners' sent and dispatched are counters (the history written here counted nothing)
+    assert not [name for name, labels in samples if dict(labels).get("period")]
     assert samples[("llm_budget_up", ())] == 1
     assert samples[("llm_budget_limit_rpm", ())] > 0
     assert samples[("outreach_llm_in_flight", ())] == 0
@@ -155,27 +155,32 @@ def test_metrics_token_when_set_is_required(redis_client: redis.Redis, settings:
 def test_a_members_session_on_metrics_sees_only_its_organizations(
     redis_client: redis.Redis, settings: Any
 ) -> None:
-    # given two organizations with an owner, queued work and a spend cap each, and a member of
-    # the first allowed on the dashboard (the documented way to give a tenant the figures)
+    # given two organizations with an owner, queued work (one row claimed) and a spend cap
+    # each, and a member of the first allowed on the dashboard (the documented way to give a
+    # tenant the figures)
     settings.METRICS_TOKEN = "s3cret"
     ours, theirs = (
         make_org(name="Ours Inc", daily_spend_cap=5),
         make_org(name="Theirs Ltd", daily_spend_cap=7),
     )
+    owners = {}
     for org, name in ((ours, "Our Agent"), (theirs, "Their Agent")):
-        make_outreach(lead=make_lead(owner=make_owner(organization=org, name=name)))
+        owners[name] = make_owner(organization=org, name=name)
+        make_outreach(lead=make_lead(owner=owners[name]))
+        claimed = make_outreach(lead=make_lead(owner=owners[name]))
+        transition(outreach_id=claimed.pk, from_=State.QUEUED, to=State.DISPATCHED)
     member = make_user("member", permissions=["view_queue_health"], organizations=[ours])
     # when the member's session and the scraper's token read /metrics
     as_member = logged_in(member).get(reverse("orchestrator:metrics")).content.decode()
     as_scraper = _scrape(Client(), HTTP_AUTHORIZATION="Bearer s3cret")
     # then the member sees their organization's figures and nothing of the other's
     assert "Ours Inc" in as_member
-    assert "Our Agent" in as_member
+    assert f'outreach_owner_dispatched_total{{owner_id="{owners["Our Agent"].pk}"}} 1.0' in as_member
     assert "Theirs Ltd" not in as_member
     assert "Their Agent" not in as_member
-    assert str(theirs.pk) not in {
-        s.labels.get("organization_id") for f in text_string_to_metric_families(as_member) for s in f.samples
-    }
+    samples = [s for f in text_string_to_metric_families(as_member) for s in f.samples]
+    assert str(theirs.pk) not in {s.labels.get("organization_id") for s in samples}
+    assert str(owners["Their Agent"].pk) not in {s.labels.get("owner_id") for s in samples}
     # and the scraper still sees every organization
     organizations = {dict(labels).get("organization") for _, labels in as_scraper}
     assert {"Ours Inc", "Theirs Ltd"} <= organizations

@@ -1,6 +1,8 @@
-"""Replies per triage class on the dashboard, in `queue_stats` (human and --json) and on
-/metrics: received in the window, awaiting approval now, decided in the window and the approval
-rate of those decisions; each view scoped to the organizations it is for."""
+"""Replies per triage class on the dashboard and in `queue_stats` (human and --json): received in
+the window, awaiting approval now, decided in the window and the approval rate of those
+decisions; on /metrics those awaiting now (the others are counters, PromQL's to window:
+tests/orchestrator/metrics/test_owner_and_class_counters.py); each view scoped to the
+organizations it is for."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def _reply(org: Organization, reply_class: str, *, hours_ago: float, state: Stat
 def two_organizations(redis_client: redis.Redis) -> tuple[Organization, Organization]:
     """Acme, in the last 24 h: 3 questions received (2 approved, 1 rejected), 2 complaints
     received (1 awaiting, 1 rejected); a question from 30 h ago approved 2 h ago; a reply not
-    triaged yet. Globex: 1 complaint, approved."""
+    triaged yet. Globex: 2 complaints received (1 approved, 1 awaiting)."""
     acme, globex = make_org(name="Acme"), make_org(name="Globex")
     now = timezone.now()
     # created oldest first, as in production (the window starts on the primary key)
@@ -58,6 +60,7 @@ def two_organizations(redis_client: redis.Redis) -> tuple[Organization, Organiza
     ]
     _reply(acme, C, hours_ago=1, state=S.AWAITING_APPROVAL)
     _reply(acme, "", hours_ago=1, state=S.QUEUED)
+    _reply(globex, C, hours_ago=1, state=S.AWAITING_APPROVAL)
     # the decisions, oldest first too
     for minutes, (reply, to) in zip((150, 140, 130, 120, 110, 100), decided, strict=True):
         event(reply, S.AWAITING_APPROVAL, to, at=now - timedelta(minutes=minutes))
@@ -66,7 +69,7 @@ def two_organizations(redis_client: redis.Redis) -> tuple[Organization, Organiza
 
 # (received, awaiting, approved, rejected), written out by hand from the fixture's docstring
 ACME = {Q: (3, 0, 3, 1), C: (2, 1, 0, 1)}
-GLOBEX = {Q: (0, 0, 0, 0), C: (1, 0, 1, 0)}
+GLOBEX = {Q: (0, 0, 0, 0), C: (2, 1, 1, 0)}
 
 
 def test_the_figures_per_class_of_one_organization_and_of_all(
@@ -141,7 +144,7 @@ def _samples(text: str) -> dict[tuple[str, str], float]:
         (s.name, s.labels.get("reply_class", "")): s.value
         for f in text_string_to_metric_families(text)
         for s in f.samples
-        if s.name.startswith(("outreach_window_repl", "outreach_reply", "outreach_replies"))
+        if "reply_class" in s.labels and not s.name.endswith("_total")
     }
 
 
@@ -155,15 +158,14 @@ def test_metrics_per_class_with_class_codes_as_labels_scoped_for_a_member(
     as_scraper = _samples(
         Client().get(reverse("orchestrator:metrics"), HTTP_AUTHORIZATION="Bearer s3cret").content.decode()
     )
-    assert as_member[("outreach_window_replies", "question")] == 3
-    assert as_member[("outreach_window_replies", "complaint")] == 2
+    # awaiting approval now: every class, zeros included, of the member's organization only
     assert as_member[("outreach_replies_awaiting_approval", "complaint")] == 1
-    assert as_member[("outreach_window_reply_approved", "question")] == 3
-    assert as_member[("outreach_window_reply_rejected", "question")] == 1
-    assert as_member[("outreach_reply_approval_ratio", "question")] == 0.75
-    # no decision: no ratio series (no fake 0)
-    assert ("outreach_reply_approval_ratio", "referral") not in as_member
-    assert as_scraper[("outreach_window_replies", "complaint")] == 3
-    assert as_scraper[("outreach_reply_approval_ratio", "complaint")] == 0.5
+    assert as_member[("outreach_replies_awaiting_approval", "question")] == 0
+    assert as_scraper[("outreach_replies_awaiting_approval", "complaint")] == 2
+    assert {label for name, label in as_scraper if name == "outreach_replies_awaiting_approval"} == set(
+        ReplyClass.values
+    )
+    # no window per class: received and decided are counters (increase() over them is PromQL's)
+    assert {name for name, _ in as_scraper} == {"outreach_replies_awaiting_approval"}
     # the labels are the class codes and nothing else
     assert {label for _, label in as_scraper} <= set(ReplyClass.values)

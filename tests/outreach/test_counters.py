@@ -20,6 +20,7 @@ from outreach.counters import (
     counters_read,
     move_increments,
     observation,
+    reply_classified,
 )
 from outreach.models import ErrorClass, MetricCounter, Outreach, State
 from outreach.tiers import Tier
@@ -87,6 +88,64 @@ def test_a_generated_draft_counts_its_calls_and_tokens() -> None:
 def test_failures_count_by_their_class(to: State, error_class: str, expected: list[Increment]) -> None:
     move = Move(from_state=S.GENERATING, to=to, error_class=error_class, tier=Tier.INTRO)
     assert move_increments(move) == expected
+
+
+def test_a_send_of_an_owner_counts_for_the_owner_too() -> None:
+    move = Move(from_state=S.SENDING, to=S.SENT, error_class="", owner_id=7)
+    assert move_increments(move) == [
+        Increment("outreach_sent", (), 1),
+        Increment("outreach_owner_sent", (("owner_id", "7"),), 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("from_state", "counted"),
+    [
+        (S.QUEUED, True),  # the dispatcher's claim to write
+        (S.APPROVED, True),  # its claim of an approved draft to send
+        (S.GENERATING, False),  # an autonomous draft routed to send: claimed already
+    ],
+)
+def test_a_claim_counts_as_dispatched_for_its_owner(from_state: State, counted: bool) -> None:
+    # the definition of orchestrator.metrics.activity.CLAIMED, the dashboard's "dispatched"
+    move = Move(from_state=from_state, to=S.DISPATCHED, error_class="", owner_id=7)
+    dispatched = Increment("outreach_owner_dispatched", (("owner_id", "7"),), 1)
+    assert (dispatched in move_increments(move)) is counted
+
+
+@pytest.mark.parametrize(
+    ("to", "kind", "reply_class", "expected"),
+    [
+        (S.APPROVED, Outreach.Kind.REPLY, "question", "approved"),
+        (S.REJECTED, Outreach.Kind.REPLY, "complaint", "rejected"),
+        (S.CANCELLED, Outreach.Kind.REPLY, "question", None),  # expired: nobody decided
+        (S.APPROVED, Outreach.Kind.INTRO, "", None),  # not a reply
+        (S.APPROVED, Outreach.Kind.REPLY, "", None),  # a reply never triaged: no class
+    ],
+)
+def test_a_persons_decision_on_a_reply_draft_counts_per_organization_and_class(
+    to: State, kind: str, reply_class: str, expected: str | None
+) -> None:
+    move = Move(
+        from_state=S.AWAITING_APPROVAL, to=to, error_class="", owner_id=7, kind=kind,
+        reply_class=reply_class, organization_id=3,
+    )  # fmt: skip
+    decided = [i for i in move_increments(move) if i.name == "outreach_reply_drafts_decided"]
+    if expected is None:
+        assert decided == []
+    else:
+        labels = (("organization_id", "3"), ("reply_class", reply_class), ("decision", expected))
+        assert decided == [Increment("outreach_reply_drafts_decided", labels, 1)]
+
+
+def test_a_classification_counts_under_its_class_and_who_decided() -> None:
+    assert reply_classified(organization_id=3, reply_class="referral", by="person") == [
+        Increment(
+            "outreach_replies_classified",
+            (("organization_id", "3"), ("reply_class", "referral"), ("by", "person")),
+            1,
+        )
+    ]
 
 
 def test_an_observation_past_the_last_bucket_goes_to_inf() -> None:

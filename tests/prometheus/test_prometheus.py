@@ -75,6 +75,21 @@ SERIES: dict[str, str] = {
     'outreach_celery_queue_ready_messages{queue="reply"}': "3x40",
     'outreach_celery_queue_consumers{queue="reply"}': "0x40",
     'outreach_celery_workers{queue="reply"}': "0x40",
+    'outreach_owner_sent_total{owner_id="7"}': "0+60x40",
+    'outreach_owner_dispatched_total{owner_id="7"}': "0+120x40",
+    'outreach_owner_dispatched_total{owner_id="8"}': "0+30x40",
+    'outreach_replies_classified_total{organization_id="3", reply_class="question", by="model"}': "0+5x40",
+    'outreach_replies_classified_total{organization_id="4", reply_class="question", by="rules"}': "0+1x40",
+    'outreach_replies_classified_total{organization_id="3", reply_class="question", by="person"}': "0+2x40",
+    'outreach_reply_drafts_decided_total{organization_id="3", reply_class="question", decision="approved"}': (
+        "0+6x40"
+    ),
+    'outreach_reply_drafts_decided_total{organization_id="3", reply_class="question", decision="rejected"}': (
+        "0+1x40"
+    ),
+    'outreach_reply_drafts_decided_total{organization_id="4", reply_class="question", decision="rejected"}': (
+        "0+1x40"
+    ),
 }
 
 # What each panel (by title and query) must show for SERIES, written out by hand: the truth of
@@ -107,6 +122,15 @@ EXPECTED: dict[tuple[str, str], list[tuple[str, float]]] = {
     ("Celery queues: ready messages, consumers, workers", "A"): [(f'{{{J}, queue="reply"}}', 3)],
     ("Celery queues: ready messages, consumers, workers", "B"): [(f'{{{J}, queue="reply"}}', 0)],
     ("Celery queues: ready messages, consumers, workers", "C"): [(f'{{{J}, queue="reply"}}', 0)],
+    ("Sent and dispatched per owner per minute (top 10)", "A"): [('{owner_id="7"}', 60)],
+    ("Sent and dispatched per owner per minute (top 10)", "B"): [
+        ('{owner_id="7"}', 120),
+        ('{owner_id="8"}', 30),
+    ],
+    # the 20 minutes since the counters began: (5 + 1) a minute, the person's corrections apart
+    ("Replies received per class (last hour)", "A"): [('{reply_class="question"}', 120)],
+    # both organizations' decisions: 6 approved, 1 + 1 rejected
+    ("Reply drafts approved per class (24 h)", "A"): [('{reply_class="question"}', 0.75)],
 }
 
 

@@ -35,12 +35,14 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def _scrape() -> tuple[Samples, set[str]]:
-    """Every sample, and every exposed name (families, with or without samples, and samples)."""
+    """Every sample, and every exposed name (families, with or without samples, and samples; a
+    counter family, whose name the parser gives without `_total`, by its series' name too)."""
     response = Client().get(reverse("orchestrator:metrics"))
     assert response.status_code == 200
     families = list(text_string_to_metric_families(response.content.decode()))
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
-    return samples, {f.name for f in families} | {name for name, _ in samples}
+    counters = {f"{f.name}_total" for f in families if f.type == "counter"}
+    return samples, {f.name for f in families} | counters | {name for name, _ in samples}
 
 
 def _work(*, now: Any) -> None:

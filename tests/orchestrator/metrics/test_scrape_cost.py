@@ -13,10 +13,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import include, path, reverse
+from prometheus_client.parser import text_string_to_metric_families
 
+from nurture.review import draft_approve
 from orchestrator.metrics.prometheus import CACHE_KEY
-from outreach.models import State
-from tests.factories import make_outreach
+from outreach.models import Outreach, ReplyClass, State
+from outreach.transitions import transition
+from tests.factories import make_draft, make_outreach, make_user
 
 urlpatterns = [path("", include("backoffice.urls")), path("admin/", admin.site.urls)]
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
@@ -58,8 +61,30 @@ def test_with_the_cache_off_every_scrape_reads_afresh(redis_client: redis.Redis,
     assert not redis_client.exists(CACHE_KEY)
 
 
+# The rate limiter's own 60 s window: what the LLM budget holds now (a gauge of now, read from
+# Redis), not a window of history computed by the scrape.
+BUDGET_WINDOW = {
+    "llm_budget_requests_in_window",
+    "llm_budget_tokens_in_window",
+    "llm_deployment_requests_in_window",
+    "llm_deployment_tokens_in_window",
+}
+
+
 def test_a_scrape_exposes_no_window_figure(redis_client: redis.Redis) -> None:
+    # given an owner with an email sent, a reply of each triage class decided
+    sent = make_outreach(state=State.SENDING)
+    transition(outreach_id=sent.pk, from_=State.SENDING, to=State.SENT)
+    for code in ReplyClass.values:
+        reply = make_draft(lead=sent.lead, kind=Outreach.Kind.REPLY, reply_class=code)
+        draft_approve(outreach=reply, by=make_user(f"ops-{code}"))
+    # when scraped
     text = _scrape().decode()
+    families = list(text_string_to_metric_families(text))
+    # then no family is a window (by name, or by a `period` label), nor any of the removed ones
+    windows = {f.name for f in families if "window" in f.name} - BUDGET_WINDOW
+    assert windows == set()
+    assert [s.name for f in families for s in f.samples if "period" in s.labels] == []
     for window_family in (
         "outreach_window_seconds",
         "outreach_window_sent",
@@ -71,6 +96,15 @@ def test_a_scrape_exposes_no_window_figure(redis_client: redis.Redis) -> None:
         "outreach_dead_letter_ratio",
         "outreach_approval_ratio",
         "outreach_time_to_approval_seconds",
+        "outreach_owner_sent",
+        "outreach_owner_dispatched",
+        "outreach_window_replies",
+        "outreach_window_reply_approved",
+        "outreach_window_reply_rejected",
+        "outreach_reply_approval_ratio",
     ):
-        assert f"\n{window_family}" not in text, window_family
-    assert "\noutreach_sent_total " in text  # its PromQL replacement: increase(outreach_sent_total[24h])
+        assert f"\n{window_family}" not in text.replace(f"\n{window_family}_total", ""), window_family
+    # and their PromQL replacements are counters: increase(outreach_sent_total[24h]), ...
+    assert "\noutreach_sent_total " in text
+    assert "\noutreach_owner_sent_total{" in text
+    assert "\noutreach_reply_drafts_decided_total{" in text
