@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -78,6 +79,10 @@ class Result:
     tokens: dict[str, int]
     emails: dict[str, int]
     replies_arrived: int
+    # Where the key went (means over the measurement, sampled each second): the other client's
+    # tokens in the provider's window and our estimate of them, the safety gap a 429 opened, the
+    # limit our pacer held, our tokens in the provider's window, and the pacer's margin.
+    trace: dict[str, float | None]
 
 
 def run(
@@ -137,8 +142,13 @@ def run(
 
         arrive_until(warmup)
         before, t0, sim0 = _used(owners), time.monotonic(), sim.stats()
+        tracer = Tracer(sim=sim, redis_url=settings["REDIS_URL"])
+        tracer.start()
         arrive_until(warmup + seconds)
         after, elapsed_s, sim1 = _used(owners), time.monotonic() - t0, sim.stats()
+        tracer.stop()
+        out_dir().mkdir(parents=True, exist_ok=True)
+        (out_dir() / "tokens_binding-trace.json").write_text(json.dumps(tracer.samples))
     finally:
         group.stop()
         sim.stop()
@@ -165,7 +175,102 @@ def run(
         tokens=tokens,
         emails={name: after[name][1] - before[name][1] for name in after},
         replies_arrived=arrived,
+        trace=tracer.means(tpm=tpm, foreign_tokens=FOREIGN_TOKENS),
     )
+
+
+class Tracer:
+    """Samples, once a second, the provider's window (llm_sim) and the budget's state for the
+    provider's scope (its rate hash in Redis): what `report` breaks the key down into."""
+
+    def __init__(self, *, sim: Any, redis_url: str) -> None:
+        import redis
+
+        self._sim, self._redis = sim, redis.Redis.from_url(redis_url, decode_responses=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.samples: list[dict[str, float]] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self._stop.wait(1.0):
+                self.samples.append(self._sample())
+        finally:
+            connection.close()
+
+    def _sample(self) -> dict[str, float]:
+        from django.db.models import Count
+
+        from outreach.models import Outreach, State
+
+        stats = self._sim.stats()
+        rate: dict[str, float] = {  # every field but the provider's last headers (JSON) is a number
+            str(k): float(v)
+            for k, v in self._redis.hgetall("{llmbudget}:rate:provider").items()
+            if k != "report"
+        }
+        jobs = dict(
+            Outreach.objects.filter(state__in=(State.DISPATCHED, State.GENERATING))
+            .values_list("state")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        seconds, micros = self._redis.time()
+        return {
+            "t": time.monotonic(),
+            "now_ms": seconds * 1000 + micros / 1000,
+            "window": float(stats["window"]["tokens"]),
+            "shared_admitted": float(stats["shared"]["admitted"]),
+            "dispatched": float(jobs.get(State.DISPATCHED, 0)),
+            "generating": float(jobs.get(State.GENERATING, 0)),
+            **rate,
+        }
+
+    @staticmethod
+    def _gap(sample: dict[str, float], *, tpm: int) -> float:
+        """The safety gap in force: as a 429 last set it, closing by a tolerance an interval."""
+        from orchestrator.budget.values import Adaptive
+
+        if "safe_t" not in sample:
+            return 0.0
+        adaptive = Adaptive()
+        closed = adaptive.tolerance(tpm) * (sample["now_ms"] - sample["safe_ms_t"]) / adaptive.interval_ms
+        return max(0.0, sample["safe_t"] - closed)
+
+    def means(self, *, tpm: int, foreign_tokens: int) -> dict[str, float | None]:
+        """Means over the samples a window after the first (the other client's window needs
+        60 s of its admissions)."""
+        import statistics
+
+        rows = []
+        for s in self.samples:
+            past = [p for p in self.samples if p["t"] <= s["t"] - 60]
+            if not past:
+                continue
+            foreign = (s["shared_admitted"] - past[-1]["shared_admitted"]) * foreign_tokens
+            rows.append((s, foreign))
+
+        def mean(values: list[float]) -> float | None:
+            return statistics.fmean(values) if values else None
+
+        return {
+            "samples": float(len(rows)),
+            "other_client_window": mean([f for _, f in rows]),
+            "our_estimate_of_it": mean([s["foreign_t"] / 1000 for s, _ in rows if "foreign_t" in s]),
+            "safety_gap": mean([self._gap(s, tpm=tpm) for s, _ in rows]),
+            "our_limit": mean([s["base_t"] for s, _ in rows if "base_t" in s]),
+            "our_window": mean([s["window"] - f for s, f in rows]),
+            "spread_ms": mean([s["spread"] for s, _ in rows if "spread" in s]),
+        }
 
 
 def _seed(*, backlog: int) -> list[Any]:
@@ -223,6 +328,22 @@ def report(result: Result) -> None:
         f"({_figure(r.share_429, percent=True)})"
     )
     print(f"  Jain's index of token shares across owners     {_figure(r.jain_tokens)}")
+    t = r.trace
+    if t.get("samples"):
+        print(f"  where the key went (means of {t['samples']:.0f} samples a second, a window into the run):")
+        for label, key in (
+            ("the other client's tokens in the window", "other_client_window"),
+            ("our estimate of them", "our_estimate_of_it"),
+            ("the safety gap after 429s", "safety_gap"),
+            ("the limit our pacer held", "our_limit"),
+            ("our tokens in the provider's window", "our_window"),
+        ):
+            value = t.get(key)
+            print(f"    {label:<40} {'n/a' if value is None else f'{value:>9,.0f}'}")
+        spread = t.get("spread_ms")
+        print(
+            f"    {'measured spread (margin = 2x + floor)':<40} {'n/a' if spread is None else f'{spread:>9,.0f} ms'}"
+        )
     out_dir().mkdir(parents=True, exist_ok=True)
     (out_dir() / "tokens_binding.json").write_text(json.dumps(asdict(r), indent=2))
 
