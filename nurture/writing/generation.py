@@ -164,16 +164,22 @@ def _generate(*, outreach: Outreach, budget: Budget) -> State | None:
         return _put_back(outreach=outreach, budget=budget, note=str(exc), reason="", from_=State.GENERATING)
     except NotAnswered as exc:
         # The triage call was made and is settled; not learned as a job (owner_tokens): no draft.
+        # Guarded like a draft: a message that joined during the call was not classified, so
+        # the turn is classified again with it rather than cancelled on the class before it.
         work.job_settle(budget=budget, usage=usage)
         with database_turn():
             call_durations_record(usage.call_durations)
-            transition(
-                outreach_id=outreach.pk,
-                from_=State.GENERATING,
-                to=State.CANCELLED,
-                note=str(exc),
-                **_spent(usage),
-            )
+            try:
+                transition(
+                    outreach_id=outreach.pk,
+                    from_=State.GENERATING,
+                    to=State.CANCELLED,
+                    note=str(exc),
+                    guard=Q(inbound_joined=outreach.inbound_joined),
+                    **_spent(usage),
+                )
+            except TransitionLost:
+                return _rewrite_joined(outreach=outreach)
         return State.CANCELLED
     except OptedOut as exc:
         work.job_settle(budget=budget, usage=usage)

@@ -5,6 +5,7 @@ HTTP (a scripted stub), SMTP to a sink, the budget in Redis, concurrent intake o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,7 @@ from django.db.models import Q
 from django.test import Client
 from django.utils import timezone
 
-from devtools.llm_stub import LLMStub, StubResponse
+from devtools.llm_stub import LLMStub, StubResponse, triage_answered
 from devtools.smtp_sink import SMTPSink
 from nurture.intake.replies import InboundReply, reply_receive, signature_header
 from nurture.mail.sending import outreach_send
@@ -226,6 +227,34 @@ def test_a_complaint_joining_an_answer_queued_again_after_its_triage_is_classifi
     row = Outreach.objects.get(pk=reply_id)
     assert (row.reply_class, row.reply_class_by) == ("complaint", "model")
     assert smtp_sink.messages == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_joined_during_a_triage_that_answers_nothing_is_classified_with_it_not_dropped(
+    budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
+) -> None:
+    # given a lead's "not interested" (an objection: no answer by default) whose triage call is slow
+    lead = make_lead(owner=make_owner(review_required=False))
+    reply_id = _receive(lead, n=1, body="Not interested, thanks.").outreach_id
+    _dispatch(budget, reply_id)
+    llm_stub.triage = lambda request: dataclasses.replace(triage_answered(request), delay_s=1.0)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        job = pool.submit(_generate_on_thread, budget, reply_id)
+        _wait(lambda: len(llm_stub.requests) == 1, what="the triage call")
+        # when the lead writes again while the model reads the first message
+        assert _receive(lead, n=2, body="Actually, what would a pilot cost?").joined is True
+        state = job.result(timeout=30)
+    # then the turn is not cancelled on a class given before that message: it is queued again,
+    # its class emptied, and the next job classifies both messages together
+    assert state == State.QUEUED
+    row = Outreach.objects.get(pk=reply_id)
+    assert (row.state, row.reply_class, row.inbound_joined) == (State.QUEUED, "", 1)
+    _dispatch(budget, reply_id)
+    _generate_on_thread(budget, reply_id)
+    again = _prompt_text(llm_stub.requests[1])
+    assert "Not interested, thanks." in again
+    assert "what would a pilot cost?" in again
+    assert Outreach.objects.get(pk=reply_id).reply_class_by == "model"
 
 
 def _generate_on_thread(budget: Budget, outreach_id: int) -> State | None:
