@@ -20,8 +20,10 @@ the key's token limit the provider counted (this product's and the other client'
 of what the other client left that this product counted, the 429s it answered this product,
 and Jain's index of the tokens each owner's finished jobs used (`Outreach.tokens_used`).
 Issue 27's targets: >= 97% of the limit counted, 0 answered 429, Jain >= 0.99; beside a client
-taking 30%: >= 97% of what it leaves, under 1% answered 429. Prints them and writes
-var/bench/tokens_binding.json. Uses only bench.stack, bench.fairness and llm_sim, so the file
+taking 30%: >= 97% of what it leaves, under 1% answered 429. Prints them, and where the key
+went (the provider's window and the budget's state sampled each second: the other client's
+window and our estimate of it, the safety gap, our pacer's limit, our window), and writes
+var/bench/tokens_binding.json and the samples to var/bench/tokens_binding-trace.json. Uses only bench.stack, bench.fairness and llm_sim, so the file
 alone runs on an older checkout for a "before" figure.
 
 --smoke: 20 intros per owner, 4 replies, 200 ms calls, 300,000 tokens/min (still binding),
