@@ -1,11 +1,14 @@
 """Workers stopped as a platform stops them on a deploy: SIGTERM to the worker's main process,
 then SIGKILL once the service's grace period (docker-compose.yml's `stop_grace_period`; Docker's
-default, 10 s, where none is set) has passed.
+default, 10 s, where none is set) has passed, mid-job:
 
-A generation worker stopped mid LLM call (llm_sim answering each call in 4 s, so a job's three
-calls outlast Docker's default) and a send worker stopped while the mail server holds its
-email (answering after 12 s): each finishes its job before it exits, so nothing is lost,
-nothing is paid for twice or sent twice, and no reservation is left behind.
+- generation and reply (threads pools, soft shutdown): mid LLM call (llm_sim answering each
+  call in 4 s, so a job's calls outlast Docker's default). Each finishes its jobs before it
+  exits, or, past its grace, hands them back after the call in progress;
+- send (threads): while the mail server holds its email (answering after 12 s). It finishes.
+
+Each test checks what the kind could lose: nothing is lost, nothing is paid for twice or sent
+twice, no reservation is left behind, and the worker exits by itself within its grace.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,7 +41,33 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 DOCKER_DEFAULT_GRACE_S = 10.0
-CALLS_PER_JOB = 3  # plan, context, message
+WRITING_CALLS = 3  # plan, context, message
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A writing worker kind: its queue, what it writes, and the LLM calls of one job."""
+
+    queue: Queue
+    kind: Outreach.Kind
+    calls: int  # a reply's job classifies it first (triage), then writes
+
+    def outreach(self, count: int) -> list[int]:
+        """`count` outreach of this lane's kind, of an autonomous owner (written and sent
+        without a person; a reply the classifier reads as interest is answered alone)."""
+        agent = make_owner(organization=make_org(), daily_limit=100)
+        context = {"inbound": INBOUND} if self.kind == Outreach.Kind.REPLY else {}
+        return [
+            make_outreach(lead=make_lead(owner=agent), kind=self.kind, context=context).pk
+            for _ in range(count)
+        ]
+
+
+INBOUND = {"subject": "Re: hi", "body": "Yes, Tuesday works.", "message_id": "<t@x>"}
+LANES = [
+    pytest.param(Lane(Queue.GENERATION, Outreach.Kind.INTRO, calls=WRITING_CALLS), id="generation"),
+    pytest.param(Lane(Queue.REPLY, Outreach.Kind.REPLY, calls=1 + WRITING_CALLS), id="reply"),
+]
 
 
 @pytest.fixture
@@ -73,46 +103,98 @@ def platform_stop(group: ProcessGroup, name: str, *, grace: float) -> bool:
         return False
 
 
+def slots(queue: Queue) -> int:
+    """2 for the threads pools; the prefork kinds run their recipe's one process."""
+    return min(2, WORKERS[queue].concurrency)
+
+
 def start_workers(group: ProcessGroup, *queues: Queue) -> None:
-    """Beat and the workers of `queues` only (2 slots each), named `worker-<queue>`."""
+    """Beat and the workers of `queues` only, named `worker-<queue>`."""
     for queue in queues:
-        group.start(f"worker-{queue.value}", celery_worker(queue, concurrency=2))
+        group.start(f"worker-{queue.value}", celery_worker(queue, concurrency=slots(queue)))
     group.start("beat", celery_beat())
 
 
-def _autonomous_outreach(count: int) -> list[int]:
-    agent = make_owner(organization=make_org(), daily_limit=100)
-    return [make_outreach(lead=make_lead(owner=agent)).pk for _ in range(count)]
+def start_successor(group: ProcessGroup, queue: Queue) -> None:
+    """The worker a deploy starts in place of the stopped one (another node name)."""
+    argv = celery_worker(queue, concurrency=slots(queue), name=f"{queue.value}2")
+    group.start(f"worker-{queue.value}-2", argv)
 
 
-def test_a_generation_worker_stopped_mid_call_finishes_its_jobs_before_it_exits(
-    make_stack: StackFactory, slow_sim: LLMSim, smtp_sink: SMTPSink, figures: dict[str, object]
+# --- the writing workers: generation and reply --------------------------------------------------
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_writing_worker_stopped_mid_call_finishes_its_jobs_before_it_exits(
+    make_stack: StackFactory, slow_sim: LLMSim, smtp_sink: SMTPSink, lane: Lane, figures: dict[str, object]
 ) -> None:
     # given two outreach being written, each job mid its first 4 s call
-    ids = _autonomous_outreach(2)
+    ids = lane.outreach(2)
     stack = make_stack(llm_base_url=slow_sim.base_url, DISPATCH_STUCK_AFTER_S="600")
-    start_workers(stack, Queue.ORCHESTRATOR, Queue.GENERATION, Queue.SEND)
+    start_workers(stack, Queue.ORCHESTRATOR, lane.queue, Queue.SEND)
     wait_until(
         lambda: states(ids)[State.GENERATING] == 2 and slow_sim.stats()["in_flight"] == 2,
         timeout_s=30,
         what="both jobs mid-call",
         group=stack,
     )
-    # when the platform stops the generation worker
+    # when the platform stops the worker, and starts its successor (a deploy)
     stopped_at = time.monotonic()
-    exited = platform_stop(stack, "worker-generation", grace=grace_s(Queue.GENERATION))
+    exited = platform_stop(stack, f"worker-{lane.queue.value}", grace=grace_s(lane.queue))
     stop_s = time.monotonic() - stopped_at
-    # then it exited by itself, its jobs done: each outreach sent once, three calls a job
-    assert exited, f"SIGKILLed after the {grace_s(Queue.GENERATION)} s grace"
+    start_successor(stack, lane.queue)  # a reply's email leaves from its own lane
+    # then it exited by itself, its jobs done (none handed back): each outreach sent once, each
+    # job's calls made once
+    assert exited, f"SIGKILLed after the {grace_s(lane.queue)} s grace"
     assert stop_s < 60, "waited out the whole WORKER_SHUTDOWN_GRACE_S though its jobs were done"
+    assert not OutreachEvent.objects.filter(outreach_id__in=ids, note__contains="handed back").exists()
     wait_until(all_in(ids, State.SENT), timeout_s=30, what="both SENT", group=stack)
-    assert slow_sim.stats()["requests"] == CALLS_PER_JOB * len(ids)
+    assert slow_sim.stats()["requests"] == lane.calls * len(ids)
     assert set(sent_events(ids).values()) == {1}
     assert delivery(smtp_sink, ids).copies == 0
     assert not OutreachEvent.objects.filter(outreach_id__in=ids, error_class="stuck").exists()
     # and no reservation is left outstanding
     assert get_budget().snapshot()["in_flight"] == 0
     figures.update(outreach=len(ids), stop_s=round(stop_s, 1), llm_requests=slow_sim.stats()["requests"])
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_writing_job_outlasting_the_grace_hands_back_and_runs_again_once(
+    make_stack: StackFactory, slow_sim: LLMSim, smtp_sink: SMTPSink, lane: Lane, figures: dict[str, object]
+) -> None:
+    # given one outreach mid its first 4 s call, on a worker whose grace is 1 s
+    ids = lane.outreach(1)
+    stack = make_stack(
+        llm_base_url=slow_sim.base_url, DISPATCH_STUCK_AFTER_S="600", WORKER_SHUTDOWN_GRACE_S="1"
+    )
+    start_workers(stack, Queue.ORCHESTRATOR, lane.queue, Queue.SEND)
+    wait_until(
+        lambda: states(ids)[State.GENERATING] == 1 and slow_sim.stats()["in_flight"] == 1,
+        timeout_s=30,
+        what="the job mid-call",
+        group=stack,
+    )
+    # when the platform stops the worker, then its successor starts
+    exited = platform_stop(stack, f"worker-{lane.queue.value}", grace=grace_s(lane.queue))
+    handed_back = OutreachEvent.objects.filter(
+        outreach_id__in=ids, from_state=State.GENERATING, to_state=State.QUEUED, note__contains="handed back"
+    )
+    assert exited
+    assert handed_back.count() == 1
+    start_successor(stack, lane.queue)
+    # then the job ran again from where it was handed back, with no attempt charged, and was
+    # sent once: the call in progress, then the writing calls (an intro's call in progress was
+    # its plan, thrown away with the job; a reply's was its triage, whose class is kept)
+    wait_until(all_in(ids, State.SENT), timeout_s=40, what="SENT", group=stack)
+    assert set(Outreach.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {0}
+    assert slow_sim.stats()["requests"] == 1 + WRITING_CALLS
+    assert set(sent_events(ids).values()) == {1}
+    # and the reservations of both runs are settled, none left outstanding
+    assert get_budget().snapshot()["in_flight"] == 0
+    figures.update(outreach=1, handed_back=1, llm_requests=slow_sim.stats()["requests"])
+
+
+# --- send ----------------------------------------------------------------------------------------
 
 
 def test_a_send_worker_stopped_mid_send_finishes_its_email_before_it_exits(
@@ -138,36 +220,3 @@ def test_a_send_worker_stopped_mid_send_finishes_its_email_before_it_exits(
     seen = delivery(smtp_sink, ids)
     assert (seen.received, seen.copies) == (1, 0)
     figures.update(outreach=1, stop_s=round(stop_s, 1))
-
-
-def test_a_generation_job_outlasting_the_grace_hands_back_and_runs_again_once(
-    make_stack: StackFactory, slow_sim: LLMSim, smtp_sink: SMTPSink, figures: dict[str, object]
-) -> None:
-    # given one outreach mid its first 4 s call, on a worker whose grace is 1 s
-    ids = _autonomous_outreach(1)
-    stack = make_stack(
-        llm_base_url=slow_sim.base_url, DISPATCH_STUCK_AFTER_S="600", WORKER_SHUTDOWN_GRACE_S="1"
-    )
-    start_workers(stack, Queue.ORCHESTRATOR, Queue.GENERATION, Queue.SEND)
-    wait_until(
-        lambda: states(ids)[State.GENERATING] == 1 and slow_sim.stats()["in_flight"] == 1,
-        timeout_s=30,
-        what="the job mid-call",
-        group=stack,
-    )
-    # when the platform stops the generation worker, then a new one starts
-    exited = platform_stop(stack, "worker-generation", grace=grace_s(Queue.GENERATION))
-    handed_back = OutreachEvent.objects.filter(
-        outreach_id__in=ids, from_state=State.GENERATING, to_state=State.QUEUED, note__contains="handed back"
-    )
-    assert exited
-    assert handed_back.count() == 1
-    stack.start("worker-generation-2", celery_worker(Queue.GENERATION, concurrency=2, name="generation2"))
-    # then the job ran again from the start, with no attempt charged, and was sent once
-    wait_until(all_in(ids, State.SENT), timeout_s=40, what="SENT", group=stack)
-    assert set(Outreach.objects.filter(pk__in=ids).values_list("attempts", flat=True)) == {0}
-    assert slow_sim.stats()["requests"] == 1 + CALLS_PER_JOB  # the call in progress, then a whole job
-    assert set(sent_events(ids).values()) == {1}
-    # and the reservations of both runs are settled, none left outstanding
-    assert get_budget().snapshot()["in_flight"] == 0
-    figures.update(outreach=1, handed_back=1, llm_requests=slow_sim.stats()["requests"])
