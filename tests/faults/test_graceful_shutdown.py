@@ -1,6 +1,7 @@
 """Workers stopped as a platform stops them on a deploy: SIGTERM to the worker's main process,
 then SIGKILL once the service's grace period (docker-compose.yml's `stop_grace_period`; Docker's
-default, 10 s, where none is set) has passed, mid-job:
+default, 10 s, where none is set) has passed. Every worker kind of the recipe (config.workers)
+is stopped mid-job:
 
 - generation and reply (threads pools, soft shutdown): mid LLM call (llm_sim answering each
   call in 4 s, so a job's calls outlast Docker's default). Each finishes its jobs before it
@@ -9,7 +10,12 @@ default, 10 s, where none is set) has passed, mid-job:
 - orchestrator (prefork, warm shutdown): mid dispatch cycle. A cycle takes well under a second
   on its own, so "mid-cycle" is held where a slow database would hold it: the cycle has
   reserved its picks' budget and waits on PostgreSQL (a SHARE lock on the outreach table, as a
-  long transaction or a migration would take) to claim them.
+  long transaction or a migration would take) to claim them;
+- dead_letter (prefork, warm shutdown): mid alert check, its webhook POST held by the receiver
+  (3 s an answer). Its other task, one dead letter's alert line, is a read and a log line with
+  no "mid" to stop it in; it is stopped received-but-not-begun behind the check. The dead-letter
+  record itself is never this worker's to lose: dead_letter() writes it with the move to DEAD,
+  in the failing job's own transaction, and only queues the alert line.
 
 Each test checks what the kind could lose: nothing is lost, nothing is paid for twice or sent
 twice, no reservation is left behind, and the worker exits by itself within its grace. One more
@@ -24,6 +30,7 @@ import re
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -37,8 +44,11 @@ from config.workers import WORKERS
 from devtools.llm_sim import LLMSim
 from devtools.processes import ProcessGroup, celery_beat, celery_worker
 from devtools.smtp_sink import SMTPSink
+from devtools.webhook_sink import WebhookSink
+from orchestrator.failures.dead_letters import dead_letter
+from orchestrator.models import DeadLetter
 from orchestrator.work import get_budget
-from outreach.models import Outreach, OutreachEvent, State
+from outreach.models import ErrorClass, Outreach, OutreachEvent, State
 from tests.e2e.conftest import wait_until
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
@@ -139,6 +149,14 @@ def start_successor(group: ProcessGroup, queue: Queue) -> None:
     """The worker a deploy starts in place of the stopped one (another node name)."""
     argv = celery_worker(queue, concurrency=slots(queue), name=f"{queue.value}2")
     group.start(f"worker-{queue.value}-2", argv)
+
+
+def log_count(group: ProcessGroup, pattern: str) -> int:
+    """Matches of the regular expression `pattern` over every log of the group (old and new
+    workers alike)."""
+    return sum(
+        len(re.findall(pattern, path.read_text(errors="replace"))) for path in group.log_dir.glob("*.log")
+    )
 
 
 # --- the writing workers: generation and reply --------------------------------------------------
@@ -335,3 +353,92 @@ def test_an_orchestrator_killed_mid_cycle_past_its_grace_leaves_its_picks_queued
     # "Findings")
     assert get_budget().snapshot()["in_flight"] == HELD
     figures.update(outreach=len(ids), all_sent_after_kill_s=round(taken_over_s, 1), reservations_left=HELD)
+
+
+# --- dead letters --------------------------------------------------------------------------------
+
+
+def _dead_lettered() -> int:
+    """An outreach whose job failed for good: DEAD with its DeadLetter, written in one
+    transaction by the product's one dead-letter path (which queues its alert line on commit)."""
+    outreach = make_outreach(lead=make_lead(owner=make_owner()), state=State.GENERATING)
+    dead_letter(
+        outreach=outreach,
+        from_=State.GENERATING,
+        failure_class=ErrorClass.PERMANENT,
+        reason="the provider answered 400",
+        job_type="generate",
+    )
+    return outreach.pk
+
+
+CHECK_DONE = r"Task orchestrator\.alerts_check\[[\w-]+\] succeeded"
+
+
+def alert_line(outreach_id: int) -> str:
+    """The dead_letter.alert task's one log line for an outreach's letter."""
+    return rf"dead letter: outreach {outreach_id} \("
+
+
+def test_a_dead_letter_worker_stopped_mid_alert_check_delivers_each_alert_once(
+    make_stack: StackFactory, figures: dict[str, object]
+) -> None:
+    # given a dead letter, and the alert check (every second) posting what is due to a webhook
+    # that answers each POST after 3 s
+    hook = WebhookSink().start()
+    hook.delay_s = 3.0
+    try:
+        first = _dead_lettered()
+        stack = make_stack(
+            DISPATCH_STUCK_AFTER_S="600",
+            ALERT_WEBHOOK_URL=hook.url,
+            ALERT_CHECK_INTERVAL_S="1",
+            ALERT_DEAD_LETTERS_OPEN="0",
+        )
+        start_workers(stack, Queue.ORCHESTRATOR, Queue.DEAD_LETTER)
+        wait_until(
+            lambda: len(hook.received) == 1, timeout_s=30, what="the first alert at the webhook", group=stack
+        )
+        assert "dead letters are open" in hook.texts()[0]
+        # and a second dead letter, its alert line queued while the check is mid-POST
+        second = _dead_lettered()
+        # when the platform stops the dead-letter worker, and starts its successor
+        stopped_at = time.monotonic()
+        exited = platform_stop(stack, "worker-dead_letter", grace=grace_s(Queue.DEAD_LETTER))
+        stop_s = time.monotonic() - stopped_at
+        delivered = len(hook.received)
+        start_successor(stack, Queue.DEAD_LETTER)
+        # then it exited by itself once its check had delivered every alert due, each once
+        assert exited, f"SIGKILLed after the {grace_s(Queue.DEAD_LETTER)} s grace"
+        by_condition = Counter(re.sub(r"\d+", "#", text) for text in hook.texts())
+        assert set(by_condition.values()) == {1}, by_condition
+        # and each dead letter was recorded once and its alert line logged once, the second by
+        # whichever worker ran it (the stopping one gave it back unbegun, or ran it)
+        wait_until(
+            lambda: log_count(stack, alert_line(second)) >= 1,
+            timeout_s=30,
+            what="the second letter's alert line",
+            group=stack,
+        )
+        assert DeadLetter.objects.filter(outreach_id__in=[first, second]).count() == 2
+        assert [log_count(stack, alert_line(pk)) for pk in (first, second)] == [1, 1]
+        # and the successor's checks deliver nothing again: the delivered alerts kept their claims
+        checks = log_count(stack, CHECK_DONE)
+        wait_until(
+            lambda: log_count(stack, CHECK_DONE) >= checks + 3,
+            timeout_s=30,
+            what="three more alert checks",
+            group=stack,
+        )
+        assert len(hook.received) == delivered
+    finally:
+        hook.stop()
+    successor_log = (stack.log_dir / f"worker-{Queue.DEAD_LETTER.value}-2.log").read_text(errors="replace")
+    figures.update(
+        alerts=delivered,
+        webhook_delay_s=hook.delay_s,
+        stop_s=round(stop_s, 1),
+        second_letter_alerted_by="successor"
+        if re.search(alert_line(second), successor_log)
+        else "stopping worker",
+    )
