@@ -2,13 +2,15 @@
 them: for tests of orchestrator.notify, and to watch alerts locally (ALERT_WEBHOOK_URL=its url).
 
 `status` is what it answers (set 500 to play a broken receiver); `received` holds each POST's
-JSON body, whatever the answer.
+JSON body, whatever the answer, recorded as it arrives; `delay_s` holds each answer that long
+after (a slow receiver: the sender is mid-delivery meanwhile).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,6 +18,7 @@ from typing import Any
 class WebhookSink:
     def __init__(self) -> None:
         self.status = 200
+        self.delay_s = 0.0
         self.received: list[Any] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -46,6 +49,7 @@ def _handler_for(sink: WebhookSink) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with sink._lock:
                 sink.received.append(json.loads(body))
+            time.sleep(sink.delay_s)
             self.send_response(sink.status)
             self.send_header("Content-Length", "2")
             self.end_headers()

@@ -1,5 +1,6 @@
-"""Fault-injection tools: an own Redis server, a slow SMTP sink, a time-stamping LLM stub, and the
-outcome counts every fault test asserts (states, SENT events, copies received, Message-IDs).
+"""Fault-injection tools: an own Redis server, a slow SMTP sink, a time-stamping LLM stub, a lock
+on the outreach table, and the outcome counts every fault test asserts (states, SENT events,
+copies received, Message-IDs).
 
 Imported by tests/faults/conftest.py and the tests; nothing here touches product code.
 """
@@ -10,10 +11,15 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+import psycopg
+from django.db import connection
+
+from config.env import database_url
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from devtools.smtp_sink import SMTPSink
 from outreach.models import Outreach, OutreachEvent, State
@@ -56,6 +62,32 @@ class TimedLLMStub(LLMStub):
 def prompt_text(request: StubRequest) -> str:
     messages = request.json.get("messages", []) if isinstance(request.json, dict) else []
     return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+
+
+# --- a slow database ------------------------------------------------------------------------------
+
+
+@contextmanager
+def outreach_table_locked(mode: Literal["ACCESS EXCLUSIVE", "SHARE"] = "ACCESS EXCLUSIVE") -> Iterator[None]:
+    """Hold a lock on the outreach table until the block ends, from a connection of its own (so
+    the test's ORM is not inside the lock's transaction). ACCESS EXCLUSIVE: nobody reads or
+    writes outreach; SHARE: everyone reads (and locks rows), and every write waits."""
+    with psycopg.connect(database_url(connection.settings_dict)) as conn:
+        conn.execute(f"LOCK TABLE {Outreach._meta.db_table} IN {mode} MODE")
+        yield
+        conn.rollback()
+
+
+def writes_waiting() -> int:
+    """Statements that wait for a lock to update the outreach table (pg_stat_activity)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE %s",
+            [f'UPDATE "{Outreach._meta.db_table}"%'],
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 # --- outcomes ------------------------------------------------------------------------------------

@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import psycopg
 import pytest
-from django.db import connection
 
-from config.env import database_url
 from config.queues import Queue
 from config.workers import Pool
 from devtools.processes import ProcessGroup, celery_beat, celery_worker
@@ -26,21 +21,11 @@ from outreach.models import Outreach, OutreachEvent, State
 from tests.e2e.conftest import wait_until
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 from tests.faults.conftest import StackFactory
-from tests.faults.helpers import all_in
+from tests.faults.helpers import all_in, outreach_table_locked
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 LEASE_TTL_S = 2.0
-
-
-@contextmanager
-def outreach_table_locked() -> Iterator[None]:
-    """Nobody reads or writes outreach until the block ends (its own connection, so the test's
-    ORM is not inside the lock's transaction)."""
-    with psycopg.connect(database_url(connection.settings_dict)) as conn:
-        conn.execute(f"LOCK TABLE {Outreach._meta.db_table} IN ACCESS EXCLUSIVE MODE")
-        yield
-        conn.rollback()
 
 
 def received(group: ProcessGroup, name: str) -> int:

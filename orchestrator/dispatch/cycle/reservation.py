@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from fractions import Fraction
 
@@ -93,17 +93,24 @@ def picks_reserve_and_claim(
         capped = [bucket for bucket in stopped_by if bucket.startswith("org:")]
         if capped:
             _say_capped(picks=[pick for pick, _ in group[len(ids) :]], bucket=capped[0])
-    with transaction.atomic():
-        claimed = transition_many(
-            outreach_ids=list(placed), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason="", at=now
-        )
-        _record_reservations({i: placed[i] for i in claimed})
-        replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
-        tasks_enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
-        tasks_enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
-    for outreach_id in set(placed) - set(claimed):  # someone else claimed it: give it back
-        for rid in reservation_ids(placed[outreach_id][0]):
-            budget.refund(reservation_id=rid)
+    try:
+        with transaction.atomic():
+            claimed = transition_many(
+                outreach_ids=list(placed), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason="", at=now
+            )
+            _record_reservations({i: placed[i] for i in claimed})
+            replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
+            tasks_enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
+            tasks_enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
+    except BaseException:
+        # The claim did not commit (a database error, the soft time limit), so no row records
+        # these reservations and nothing else would give them back before they expire. (A
+        # COMMIT whose answer was lost may have moved the rows, but published no task: stuck
+        # recovery requeues them, and its refund finds nothing left to give back.) A SIGKILL
+        # here still leaves them until they expire: docs/reliability.md, "Findings".
+        _refund(placed.keys(), placed=placed, budget=budget)
+        raise
+    _refund(set(placed) - set(claimed), placed=placed, budget=budget)  # someone else claimed them
     used = {label for i in claimed for label in Route.decode(placed[i][1]).labels()}  # type: ignore[union-attr]
     probes_mark(client=client, routing=routing, labels_used=used)
     return claimed
@@ -159,6 +166,13 @@ def _reserve_on(
         for rid in ids[count:]:
             budget.refund(reservation_id=rid)
     return [" ".join(ids[i] for ids in granted) for i in range(count)], stopped_by
+
+
+def _refund(outreach_ids: Iterable[int], *, placed: Mapping[int, tuple[str, str]], budget: Budget) -> None:
+    """Give back the reservations of picks that were not claimed."""
+    for outreach_id in outreach_ids:
+        for rid in reservation_ids(placed[outreach_id][0]):
+            budget.refund(reservation_id=rid)
 
 
 def _say_capped(*, picks: list[Pick], bucket: str) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import redis
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
 from orchestrator.budget import Budget, Limits, Reservation
@@ -17,6 +17,7 @@ from orchestrator.models import Pause
 from outreach.models import Outreach, OutreachEvent, State
 from outreach.tiers import Tier
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
+from tests.faults.helpers import outreach_table_locked
 from tests.subprocesses import claim_overlapping, run_cycles
 
 pytestmark = pytest.mark.django_db
@@ -193,6 +194,25 @@ def test_stuck_work_is_recovered_and_its_reservation_refunded(
     assert budget.headroom().requests >= before + 3 - 3 * len(report.generation) - 0.5
     stuck.refresh_from_db()
     assert stuck.attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_fails_gives_back_the_reservations_made_for_it(budget: Budget) -> None:
+    # given a queued intro, and PostgreSQL refusing the claim: the outreach table is locked
+    # against writes and the cycle's connection waits 100 ms for a lock at most
+    job = make_outreach(lead=make_lead(owner=make_owner(organization=make_org())))
+    with outreach_table_locked("SHARE"), connection.cursor() as cursor:
+        cursor.execute("SET lock_timeout = '100ms'")
+        try:
+            # when a cycle reserves budget for it and then tries to claim it
+            with pytest.raises(OperationalError, match="lock timeout"):
+                dispatch_cycle(budget=budget)
+        finally:
+            cursor.execute("RESET lock_timeout")
+    # then the row is still queued and the reservation made for it was given back, not left to
+    # count as in flight until it expires
+    assert Outreach.objects.get(pk=job.pk).state == State.QUEUED
+    assert budget.snapshot()["in_flight"] == 0
 
 
 @pytest.mark.parametrize("days", [-3, 3])
