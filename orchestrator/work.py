@@ -8,7 +8,8 @@ this module). A job, in the order a worker goes through it:
    within the lease TTL. Every job is leased from receipt as well (`JobLeases.receive`, from
    nurture.tasks), so a lost process's prefetched DISPATCHED rows come back as soon.
 3. budget: `job_budget(...)` is the route and the reservations the dispatcher made for the job;
-   each LLM call waits for `call_slot(...)` and reports `call_done(...)`, `call_refused(...)`,
+   each LLM call waits for `call_slot(...)` and reports `call_done(...)` (the answer's report
+   rides with the job's next budget call), `call_refused(...)`,
    `deployment_fault(...)` or `deployment_down(...)`. A send reserves and releases one message
    of the send budget on the `Budget` (`reserve_send`, `release_send`), after `mailbox_take(...)`
    (the mailbox it leaves from, or why it waits; `Budget.mailbox_release` if it never left).
@@ -27,7 +28,17 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from config.deployments import STEPS, Deployment, deployments, step_models
-from orchestrator.budget import PROVIDER, Budget, CallSlot, SendDenied, SendGrant, get_budget, reservation_ids
+from orchestrator.budget import (
+    PROVIDER,
+    Budget,
+    CallSlot,
+    ProviderReport,
+    ScriptCall,
+    SendDenied,
+    SendGrant,
+    get_budget,
+    reservation_ids,
+)
 from orchestrator.controls.deliverability import deliverability_check
 from orchestrator.controls.mailboxes import mailbox_take
 from orchestrator.controls.pauses import job_pause
@@ -105,6 +116,15 @@ class JobBudget:
     # (step, seconds) of each call, counted with the job's outcome (outreach.counters): one
     # write in a database turn the job takes anyway, not a connection opened per call.
     call_durations: list[tuple[str, float]] = field(default_factory=list)
+    # The answers' reports not sent yet: each rides with the job's next budget call (the next
+    # call's slot, or the settlement), one Redis round trip fewer per call (docs/scaling.md).
+    reports: list[ProviderReport] = field(default_factory=list)
+
+    def reports_take(self, budget: Budget) -> list[ScriptCall]:
+        """The pending reports as script calls, in the order answered; none pending after."""
+        calls = [budget.report_call(report) for report in self.reports]
+        self.reports.clear()
+        return calls
 
     @property
     def requests(self) -> int:
@@ -186,16 +206,23 @@ def reservations_known(*, budget: Budget, outreach: Outreach) -> list[str]:
 def job_settle(*, budget: Budget, usage: JobBudget, refund: bool = False) -> None:
     """Settle each deployment's reservation with what its token limit counted there (prompt +
     max_tokens a call, the unit the pacer and the provider count in; a refund when no call was
-    made, or when `refund` says the calls do not count)."""
+    made, or when `refund` says the calls do not count). The last answers' reports go with the
+    first settlement (or alone, for a job without a reservation)."""
+    also = usage.reports_take(budget)
     for use in usage.uses.values():
         if not use.reservation_id:
             continue
         if refund or use.requests == 0:
-            budget.refund(reservation_id=use.reservation_id)
+            budget.refund(reservation_id=use.reservation_id, also=also)
         else:
             budget.settle(
-                reservation_id=use.reservation_id, actual_tokens=use.counted, actual_requests=use.requests
+                reservation_id=use.reservation_id,
+                actual_tokens=use.counted,
+                actual_requests=use.requests,
+                also=also,
             )
+        also = []
+    budget.also_run(also)
 
 
 @dataclass(frozen=True)
@@ -206,13 +233,15 @@ class PacingWait:
     cause: str
 
 
-def call_slot(*, budget: Budget, use: Usage, tokens: int, max_wait_s: float) -> CallSlot | PacingWait:
+def call_slot(
+    *, budget: Budget, usage: JobBudget, use: Usage, tokens: int, max_wait_s: float
+) -> CallSlot | PacingWait:
     """Wait for room for one call of `tokens` (prompt estimate + max_tokens) on the use's scopes
     (the deployment's, and the organization's cap if any): sleep off short waits; a wait that
     would take the job past `max_wait_s` in all is returned instead. The call is counted on
     the use once granted. Raises ValueError, naming the scope and its limit, for a call larger
     than a scope's tokens/min: it can never be made."""
-    slot = budget.acquire_call(tokens=tokens, scopes=use.scopes)
+    slot = budget.acquire_call(tokens=tokens, scopes=use.scopes, also=usage.reports_take(budget))
     waited = 0.0
     while slot.wait_ms:
         if waited + slot.wait_ms / 1000 > max_wait_s:
@@ -280,14 +309,17 @@ def call_done(
         deployment=deployment, also=lambda pipe: call_latency_stage(pipe, step=step, seconds=seconds)
     )
     usage.call_durations.append((step, seconds))
-    budget.report_provider(
-        remaining_requests=remaining_requests,
-        remaining_tokens=remaining_tokens,
-        reset_requests_s=reset_requests_s,
-        reset_tokens_s=reset_tokens_s,
-        sent_at_ms=slot.at_ms or None,
-        processing_ms=processing_ms,
-        scope=deployment.scope,
+    usage.reports.append(  # sent with the job's next budget call (JobBudget.reports)
+        ProviderReport(
+            remaining_requests=remaining_requests,
+            remaining_tokens=remaining_tokens,
+            reset_requests_s=reset_requests_s,
+            reset_tokens_s=reset_tokens_s,
+            sent_at_ms=slot.at_ms or None,
+            processing_ms=processing_ms,
+            scope=deployment.scope,
+            answered_s=time.monotonic(),
+        )
     )
     use = usage.uses[deployment.label]
     use.tokens += tokens

@@ -326,7 +326,9 @@ def _call(
     if shutdown.handing_back.is_set():
         raise HandedBack()
     try:
-        slot = work.call_slot(budget=budget, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S)
+        slot = work.call_slot(
+            budget=budget, usage=usage, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S
+        )
     except ValueError as exc:  # no window ever holds it: dead-lettered, not retried for ever
         raise PermanentError(f"LLM call too large: {exc}") from exc
     if isinstance(slot, work.PacingWait):

@@ -24,7 +24,7 @@ import threading
 
 from config.redis_client import connect
 from orchestrator.budget.breaker import CircuitBreaker
-from orchestrator.budget.core import BudgetUnavailable
+from orchestrator.budget.core import BudgetUnavailable, ScriptCall
 from orchestrator.budget.mailboxes import (
     Mailboxes,
     MailboxGrant,
@@ -45,6 +45,7 @@ from orchestrator.budget.values import (
     FailurePolicy,
     Headroom,
     Limits,
+    ProviderReport,
     Reservation,
     Spread,
     organization_scope,
@@ -65,7 +66,9 @@ __all__ = [
     "MailboxGrant",
     "MailboxTerms",
     "MailboxUsage",
+    "ProviderReport",
     "Reservation",
+    "ScriptCall",
     "SendDenied",
     "SendGrant",
     "SendRules",

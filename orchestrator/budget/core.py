@@ -21,6 +21,7 @@ Redis errors never leave the budget: they feed the breaker and the failure polic
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
+from redis.commands.core import Script
 
 from config.redis_client import Client
 from orchestrator.budget import lua
@@ -71,6 +73,15 @@ return held
 """
 JOB_TOKENS_TTL_MS: Final = 3_600_000
 JOB_TOKENS_REFRESH_S: Final = 5.0  # how stale another process's bursts may be
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """One budget script call, ready to send: its name (SCRIPTS), KEYS and ARGV."""
+
+    name: str
+    keys: Sequence[str | bytes]
+    args: Sequence[Any]
 
 
 class BudgetUnavailable(Exception):
@@ -119,6 +130,7 @@ class BudgetCore:
         self._clock = clock
         self._redis = redis_client
         self._scripts = {name: redis_client.register_script(getattr(lua, name)) for name in SCRIPTS}
+        self._composites: dict[str, Script] = {}  # a script after reports (`run(also=...)`)
         self._plans: dict[tuple[str, ...], Plan] = {}
 
     def key(self, *parts: str) -> str:
@@ -218,18 +230,48 @@ class BudgetCore:
     def now_arg(self) -> bytes | int:
         return b"" if self._clock is None else self._clock()
 
-    def run(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
-        """One script call behind the breaker; any Redis error becomes BudgetUnavailable."""
+    def run(
+        self, name: str, keys: Sequence[str | bytes], args: Sequence[Any], *, also: Sequence[ScriptCall] = ()
+    ) -> Any:
+        """One script call behind the breaker; any Redis error becomes BudgetUnavailable.
+
+        `also`: provider reports (`Pacing.report_call`) run first in the same script call
+        (`lua.after_reports`: one round trip, one Redis Cluster slot), a failed one ignored."""
+        if any(call.name != "REPORT" for call in also):
+            raise ValueError(f"only reports ride with another call, not {[c.name for c in also]}")
         if not self.breaker.allow():
             raise BudgetUnavailable("circuit open")
         try:
-            result = self._scripts[name](keys=keys, args=args)
+            if also:
+                result = self._after_reports(name)(
+                    keys=[*(k for call in also for k in call.keys), *keys],
+                    args=[
+                        len(also),
+                        *(n for call in also for n in (len(call.keys), len(call.args))),
+                        *(a for call in also for a in call.args),
+                        *args,
+                    ],
+                )
+            else:
+                result = self._scripts[name](keys=keys, args=args)
         except redis.RedisError as exc:
             self.breaker.failure()
             logger.warning("budget: Redis failed in %s (%s); circuit %s", name, exc, self.breaker.state)
             raise BudgetUnavailable(str(exc)) from exc
         self.breaker.success()
         return result
+
+    def also_run(self, calls: Sequence[ScriptCall]) -> None:
+        """Reports that found no budget call to ride with (a job without a reservation): one
+        round trip for all of them, failures ignored."""
+        if calls:
+            with contextlib.suppress(BudgetUnavailable):
+                self.run(calls[-1].name, calls[-1].keys, calls[-1].args, also=calls[:-1])
+
+    def _after_reports(self, name: str) -> Script:
+        if name not in self._composites:
+            self._composites[name] = self._redis.register_script(lua.after_reports(name))
+        return self._composites[name]
 
     def unavailable_wait_ms(self) -> int:
         return max(self.breaker.retry_in_ms(), 1_000)

@@ -23,20 +23,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable
-from orchestrator.budget.values import PROVIDER, CallSlot, Limits
+from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable, ScriptCall
+from orchestrator.budget.values import PROVIDER, CallSlot, Limits, ProviderReport
 
 
 class Pacing(BudgetCore):
-    def acquire_call(self, *, tokens: int, scopes: Sequence[str] = (PROVIDER,)) -> CallSlot:
+    def acquire_call(
+        self, *, tokens: int, scopes: Sequence[str] = (PROVIDER,), also: Sequence[ScriptCall] = ()
+    ) -> CallSlot:
         """Log one provider call of `tokens` (prompt + max output) now, or say how long to wait.
 
         The LLM client calls this right before each HTTP call: sleep `wait_ms` and ask again
         when it is short, re-queue the job when it is long. Never raises on Redis failure.
+        `also`: the job's previous answer's report (`report_call`), sent first in the same
+        round trip, so this call's limits already follow it.
         """
         keys: list[str] = []
         args: list[Any] = [self.now_arg(), tokens, self.adaptive.interval_ms]
@@ -57,7 +62,7 @@ class Pacing(BudgetCore):
                 limits.margin_ms,
             ]
         try:
-            wait, scope_index, kind, now = self.run("ACQUIRE_CALL", keys, args)
+            wait, scope_index, kind, now = self.run("ACQUIRE_CALL", keys, args, also=also)
         except BudgetUnavailable:
             if self.failure_policy == "closed":
                 return CallSlot(wait_ms=self.unavailable_wait_ms(), bucket="redis")
@@ -77,46 +82,66 @@ class Pacing(BudgetCore):
         processing_ms: int | None = None,
         scope: str = PROVIDER,
     ) -> None:
-        """Feed the provider's x-ratelimit-remaining-* (and reset) headers of one response.
+        """Feed the provider's x-ratelimit-remaining-* (and reset) headers of one response now.
 
         `sent_at_ms` is the `CallSlot.at_ms` of that call: the remaining counts describe the
         window ending then, and the time from it to this report, less `processing_ms` (the
         provider's `openai-processing-ms`, if it says), is one sample of the spread that sizes
         the pacer's margin. Reset times are recorded for visibility only: under a sliding
         window the room comes back call by call, and blocking until a full reset would waste
-        the window whenever we run at the limit (remaining 0 is then normal).
+        the window whenever we run at the limit (remaining 0 is then normal). A worker sends
+        its reports with its next budget call instead (`report_call`).
         """
-        limits = self.limits_for(scope)
+        report = ProviderReport(
+            remaining_requests=remaining_requests,
+            remaining_tokens=remaining_tokens,
+            reset_requests_s=reset_requests_s,
+            reset_tokens_s=reset_tokens_s,
+            sent_at_ms=sent_at_ms,
+            processing_ms=processing_ms,
+            scope=scope,
+        )
+        call = self.report_call(report)
+        with contextlib.suppress(BudgetUnavailable):  # advisory: the pacer and the buckets still hold
+            self.run(call.name, call.keys, call.args)
+
+    def report_call(self, report: ProviderReport) -> ScriptCall:
+        """The REPORT script call for `report`, to run now or with another budget call (`also=`)."""
+        limits = self.limits_for(report.scope)
         a = self.adaptive
-        report = json.dumps(
+        headers = json.dumps(
             {
-                "remaining_requests": remaining_requests,
-                "remaining_tokens": remaining_tokens,
-                "reset_requests_s": reset_requests_s,
-                "reset_tokens_s": reset_tokens_s,
-                "sent_at_ms": sent_at_ms,
+                "remaining_requests": report.remaining_requests,
+                "remaining_tokens": report.remaining_tokens,
+                "reset_requests_s": report.reset_requests_s,
+                "reset_tokens_s": report.reset_tokens_s,
+                "sent_at_ms": report.sent_at_ms,
             }
+        )
+        late_ms = (
+            0 if report.answered_s is None else max(0, int((time.monotonic() - report.answered_s) * 1000))
         )
         args = [
             self.now_arg(),
-            "" if sent_at_ms is None else sent_at_ms,
-            "" if remaining_requests is None else remaining_requests,
-            "" if remaining_tokens is None else remaining_tokens,
+            "" if report.sent_at_ms is None else report.sent_at_ms,
+            "" if report.remaining_requests is None else report.remaining_requests,
+            "" if report.remaining_tokens is None else report.remaining_tokens,
             *self._adaptation_args(limits),
             a.tolerance(limits.rpm),
             a.tolerance(limits.tpm),
-            report,
+            headers,
             a.release(limits.rpm),
             a.release(limits.tpm),
-            "" if processing_ms is None else max(0, int(processing_ms)),
+            "" if report.processing_ms is None else max(0, int(report.processing_ms)),
             self.spread.samples,
             self.spread.min_samples,
             self.spread.quantile,
             self.spread.factor,
+            late_ms,
         ]
-        keys = [*self._call_log_keys(scope), self.key("spread", scope)]
-        with contextlib.suppress(BudgetUnavailable):  # advisory: the pacer and the buckets still hold
-            self.run("REPORT", keys, args)
+        return ScriptCall(
+            "REPORT", [*self._call_log_keys(report.scope), self.key("spread", report.scope)], args
+        )
 
     def report_429(
         self, *, retry_after_s: float | None = None, sent_at_ms: int | None = None, scope: str = PROVIDER

@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 
 from orchestrator.budget import maths
-from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable, Plan
+from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable, Plan, ScriptCall
 from orchestrator.budget.values import PROVIDER, Denied, Headroom, Reservation
 
 UNMETERED = "unmetered:"
@@ -126,27 +126,39 @@ class Reservations(BudgetCore):
             for _ in range(count)
         ], None
 
-    def settle(self, *, reservation_id: str, actual_tokens: int, actual_requests: int | None = None) -> bool:
+    def settle(
+        self,
+        *,
+        reservation_id: str,
+        actual_tokens: int,
+        actual_requests: int | None = None,
+        also: Sequence[ScriptCall] = (),
+    ) -> bool:
         """Work done: give back the unused token estimate, or charge the excess. Requests are
         kept unless `actual_requests` says fewer calls were made. False if the reservation is
-        unknown, expired, unmetered or already settled or refunded."""
+        unknown, expired, unmetered or already settled or refunded. `also`: advisory calls
+        (the job's last answer's report) sent in the same round trip."""
         used_requests: int | str = "" if actual_requests is None else actual_requests
-        return self._settle(reservation_id, refund=False, used=(used_requests, actual_tokens))
+        return self._settle(reservation_id, refund=False, used=(used_requests, actual_tokens), also=also)
 
-    def refund(self, *, reservation_id: str) -> bool:
+    def refund(self, *, reservation_id: str, also: Sequence[ScriptCall] = ()) -> bool:
         """Work failed before its calls were made: give all of it back. At most once."""
-        return self._settle(reservation_id, refund=True, used=("", 0))
+        return self._settle(reservation_id, refund=True, used=("", 0), also=also)
 
-    def _settle(self, reservation_id: str, *, refund: bool, used: tuple[int | str, int]) -> bool:
+    def _settle(
+        self, reservation_id: str, *, refund: bool, used: tuple[int | str, int], also: Sequence[ScriptCall]
+    ) -> bool:
         if reservation_id.startswith(UNMETERED):
+            self.also_run(also)
             return False
         try:
             plan = self.plan(reservation_scopes(reservation_id))
         except ValueError:
+            self.also_run(also)
             return False
         args = [self.now_arg(), reservation_id, int(refund), *used, self.adaptive.interval_ms, *plan.args]
         try:
-            return bool(self.run("SETTLE", plan.keys, args) == 1)
+            return bool(self.run("SETTLE", plan.keys, args, also=also) == 1)
         except BudgetUnavailable:
             return False
 

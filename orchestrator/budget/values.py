@@ -213,6 +213,24 @@ class Headroom:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderReport:
+    """What one answer said of the provider's window (its x-ratelimit-* and
+    openai-processing-ms headers), for `Budget.report_provider` now, or to ride with the job's
+    next budget call (`Budget.report_call`: its `also=`), one round trip fewer per LLM call.
+    `answered_s` (time.monotonic) is when the answer came: a report sent later says so, and the
+    spread sample and the estimate's clock are taken at the answer, not at the send."""
+
+    remaining_requests: int | None
+    remaining_tokens: int | None
+    reset_requests_s: float | None = None
+    reset_tokens_s: float | None = None
+    sent_at_ms: int | None = None
+    processing_ms: int | None = None
+    scope: str = PROVIDER
+    answered_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CallSlot:
     """Answer of `Budget.acquire_call`: call now (`wait_ms == 0`; the call was logged at `at_ms`,
     Redis clock: pass it to `report_provider(sent_at_ms=...)`) or wait `wait_ms` and ask again."""

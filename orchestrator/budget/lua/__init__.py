@@ -28,6 +28,51 @@ def _script(body: str, *helpers: str) -> str:
     return "".join((_HERE / f"{name}.lua").read_text() for name in (*helpers, body))
 
 
+def _function(name: str, body: str) -> str:
+    """A script's body as a local function of its own KEYS and ARGV (its top-level `return`
+    returns from the function)."""
+    return f"local function {name}(KEYS, ARGV)\n{(_HERE / f'{body}.lua').read_text()}\nend\n"
+
+
+# What a script after reports is made of (`after_reports`): its body and helpers.
+PARTS = {
+    "ACQUIRE_CALL": ("acquire_call", ("clock", "limits", "call_log")),
+    "SETTLE": ("settle", ("clock", "limits", "bucket")),
+    "REPORT": ("report", ("clock", "limits", "call_log")),
+}
+
+
+def after_reports(name: str) -> str:
+    """`name`'s script run after any number of REPORT calls, in one round trip: a worker's
+    answer reported with its job's next budget call (docs/scaling.md). ARGV: the count of
+    reports n, then each report's KEYS and ARGV counts, then their ARGV and the script's; KEYS:
+    the reports', then the script's. A report that fails (pcall) never stops the script."""
+    body, helpers = PARTS[name]
+    needed = dict.fromkeys((*PARTS["REPORT"][1], *helpers))  # once each, in order
+    prelude = "".join((_HERE / f"{helper}.lua").read_text() for helper in needed)
+    return (
+        prelude
+        + _function("report", "report")
+        + _function("main", body)
+        + """
+local n = tonumber(ARGV[1])
+local ki, ai = 0, 1 + 2 * n
+for i = 1, n do
+  local nk, na = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+  local k, a = {}, {}
+  for j = 1, nk do k[j] = KEYS[ki + j] end
+  for j = 1, na do a[j] = ARGV[ai + j] end
+  ki, ai = ki + nk, ai + na
+  pcall(report, k, a)
+end
+local k, a = {}, {}
+for j = ki + 1, #KEYS do k[#k + 1] = KEYS[j] end
+for j = ai + 1, #ARGV do a[#a + 1] = ARGV[j] end
+return main(k, a)
+"""
+    )
+
+
 RESERVE = _script("reserve", "clock", "limits", "bucket", "records")
 SETTLE = _script("settle", "clock", "limits", "bucket")
 HEADROOM = _script("headroom", "clock", "limits", "bucket")

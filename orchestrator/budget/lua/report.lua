@@ -1,7 +1,8 @@
 -- KEYS: log, meta, rate of one scope, its spread samples (list).
 -- ARGV: now, sent_at ('' = now), remaining r ('' = unknown), remaining t, interval,
 --       configured r/t, step r/t, floor r/t, tolerance r/t, report (JSON, kept for visibility),
---       release r/t, processing ms ('' = unknown), samples kept, min samples, quantile, factor.
+--       release r/t, processing ms ('' = unknown), samples kept, min samples, quantile, factor,
+--       late ms (how long after the answer this report is sent: with the job's next call).
 -- Returns {limit r, limit t, margin ms}.
 --
 -- Limits. The provider's window ending at the call's arrival held our calls and everyone
@@ -19,7 +20,8 @@
 -- arrival: admission to report on Redis's clock, less the provider's own processing time
 -- (without it the whole round trip: an upper bound). The margin in force (limits.lua) is a
 -- factor x a high quantile of the recent samples, plus a floor.
-local now = clock(ARGV[1])
+-- The answer's time: a report sent with the job's next call is that much late (ARGV[22]).
+local now = clock(ARGV[1]) - (tonumber(ARGV[22]) or 0)
 local log, meta, rate, samples = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local interval = tonumber(ARGV[5])
 local at = now

@@ -9,13 +9,14 @@ of the recent samples plus a floor, at most the configured cap, and the cap unti
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from devtools.llm_sim import LLMSim
 from nurture.writing import llm
-from orchestrator.budget import Budget, Limits, Spread
+from orchestrator.budget import Budget, Limits, ProviderReport, ScriptCall, Spread
 from orchestrator.budget.maths import WINDOW_MS
 from tests.orchestrator.conftest import START_MS, FakeClock
 
@@ -115,6 +116,43 @@ def test_an_old_outlier_leaves_the_window_of_samples(make_budget):
     for _ in range(4):
         answer(budget, clock, round_trip_ms=310, processing_ms=300)
     assert margin(budget) == 2 * 10 + 100
+
+
+def test_a_report_sent_with_the_jobs_next_call_samples_the_spread_at_the_answer(make_budget):
+    # given a call answered 300 ms after admission, of which the provider spent 250 ms
+    clock = FakeClock()
+    budget = make_budget(
+        limits=Limits(rpm=1_000, tpm=10**6, strict=False), clock=clock, spread=Spread(min_samples=1)
+    )
+    slot = budget.acquire_call(tokens=10)
+    clock.now += 300
+    # when its report rides with the job's next call, 800 ms after the answer
+    clock.now += 800
+    report = ProviderReport(
+        remaining_requests=None,
+        remaining_tokens=None,
+        sent_at_ms=slot.at_ms,
+        processing_ms=250,
+        answered_s=time.monotonic() - 0.8,
+    )
+    assert budget.acquire_call(tokens=10, also=[budget.report_call(report)]).wait_ms == 0
+    # then the sample is the 50 ms of transit, not 850 (less the few ms this test took since
+    # `answered_s`, which the report also counts as late): 2 x 50 + 100, never the cap's 1,000
+    assert 150 - 2 * 25 <= margin(budget) <= 200
+    assert budget.snapshot()["scopes"]["provider"]["calls_in_window"] == 2
+
+
+def test_a_report_that_fails_never_stops_the_call_it_rides_with(make_budget):
+    # given a report Redis cannot run (a sent-at that is not a number: the script errors)
+    clock = FakeClock()
+    budget = make_budget(clock=clock)
+    good = budget.report_call(ProviderReport(remaining_requests=5, remaining_tokens=None))
+    broken = ScriptCall("REPORT", good.keys, [good.args[0], "not a time", *good.args[2:]])
+    # when the next call carries it
+    slot = budget.acquire_call(tokens=10, also=[broken])
+    # then the call is granted and logged all the same
+    assert slot.wait_ms == 0
+    assert budget.snapshot()["scopes"]["provider"]["calls_in_window"] == 1
 
 
 # --- against a real provider over HTTP ------------------------------------------------------------
