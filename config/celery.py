@@ -9,7 +9,9 @@ demo) has set its environment.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 from typing import Any, cast
 
 from celery import Celery
@@ -44,6 +46,16 @@ def _django_logging(**_: object) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _stacks_on_sigusr2(**_: object) -> None:
+    """`kill -USR2 <pid>` writes every thread's stack to the worker's log, from a worker and
+    from each prefork child (registered again there: a child's signals are reset): what a stuck
+    worker is doing, without a debugger (docs/operators.md). Faults and e2e tests send it to
+    their workers before failing on a timeout (devtools.processes.ProcessGroup.stacks_dump)."""
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
 
 
 # Tracing (config.tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT is set) starts in the process

@@ -220,6 +220,15 @@ class ProcessGroup:
     def dead(self) -> list[str]:
         return [name for name, proc in self.procs.items() if proc.poll() is not None]
 
+    def stacks_dump(self) -> None:
+        """Every Celery worker of the group (and its prefork children) writes its threads'
+        stacks to its log (SIGUSR2: config.celery): what a timed-out test shows of a stuck one.
+        Only workers: SIGUSR2 would end beat, and upgrade gunicorn."""
+        for name, proc in self.procs.items():
+            if name.startswith("worker-") and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGUSR2)
+        time.sleep(1.0)  # each writes from its signal handler
+
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
         proc = self.procs[name]
         if proc.poll() is None:

@@ -96,8 +96,11 @@ def wait_until(
         if group and (dead := group.dead()):
             pytest.fail(f"{', '.join(dead)} exited early; logs in {group.log_dir}")
         time.sleep(0.2)
+    if group:
+        group.stacks_dump()  # what each worker was doing, in its log
     pytest.fail(
-        f"timed out after {timeout_s}s waiting for {what}" + (f"; logs in {group.log_dir}" if group else "")
+        f"timed out after {timeout_s}s waiting for {what}"
+        + (f"; logs (with each worker's stacks) in {group.log_dir}" if group else "")
     )
 
 

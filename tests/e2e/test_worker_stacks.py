@@ -1,0 +1,38 @@
+"""A stuck worker can say what it is doing: SIGUSR2 makes a Celery worker, and each of its
+prefork children, write every thread's stack to its log (config.celery), which is what a faults
+or e2e test's timeout leaves behind (ProcessGroup.stacks_dump, from tests/e2e/conftest.wait_until)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from config.queues import Queue
+from devtools.processes import ProcessGroup, celery_worker
+from tests.e2e.conftest import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_a_prefork_worker_and_its_child_write_their_stacks_on_sigusr2(stack: ProcessGroup) -> None:
+    # given a prefork worker (the orchestrator's recipe: one child) that is ready
+    stack.start("worker-orchestrator", celery_worker(Queue.ORCHESTRATOR, concurrency=1))
+    log = stack.log_dir / "worker-orchestrator.log"
+    wait_until(
+        lambda: log.exists() and " ready." in log.read_text(errors="replace"), timeout_s=60, what="ready"
+    )
+    # when the group dumps its workers' stacks
+    stack.stacks_dump()
+    # then both processes wrote theirs (the thread the signal landed on, then the others) and
+    # kept running: the parent's presence thread is among its stacks
+    deadline = time.monotonic() + 10
+    while (
+        log.read_text(errors="replace").count("(most recent call first)") < 2 and time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    text = log.read_text(errors="replace")
+    assert text.count("Current thread 0x") == 2, text[-3000:]
+    assert "worker_presence.py" in text
+    assert "billiard/pool.py" in text  # the child, waiting for its next task
+    assert stack.dead() == []
