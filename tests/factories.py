@@ -11,6 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
+from orchestrator.budget import Budget, Reservation
 from outreach.models import Lead, Organization, Outreach, Owner, State, owner_daily_sends_record
 
 _seq = itertools.count(1)
@@ -142,6 +143,22 @@ def make_outreach(*, lead: Lead | None = None, state: State = State.QUEUED, **ov
     if outreach.state == State.SENT and outreach.sent_at:  # as the SENT transition counts it
         owner_daily_sends_record(owner_id=outreach.owner_id, sent_at=outreach.sent_at)
     return outreach
+
+
+def make_dispatched_reply(*, budget: Budget, body: str, **organization: Any) -> Outreach:
+    """A reply of an autonomous owner's lead (its organization made with `organization`),
+    dispatched with a reservation for its four calls (triage and the three writing ones), not
+    classified yet: what the generation job of a triage test picks up."""
+    owner = make_owner(organization=make_org(**organization), review_required=False)
+    reservation = budget.reserve(requests=4, tokens=2400)
+    assert isinstance(reservation, Reservation), reservation
+    return make_outreach(
+        lead=make_lead(owner=owner, status=Lead.Status.REPLIED),
+        kind=Outreach.Kind.REPLY,
+        state=State.DISPATCHED,
+        reservation_id=reservation.id,
+        context={"inbound": {"subject": "Re: hi", "body": body, "message_id": f"<i{next(_seq)}@x>"}},
+    )
 
 
 def make_draft(

@@ -7,24 +7,11 @@ import pytest
 
 from devtools.llm_stub import LLMStub
 from nurture.writing.generation import outreach_generate
-from orchestrator.budget import Budget, Reservation
-from outreach.models import Lead, Outreach, State
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from orchestrator.budget import Budget
+from outreach.models import Outreach, State
+from tests.factories import make_dispatched_reply
 
 pytestmark = pytest.mark.django_db
-
-
-def _objection(budget: Budget, **org: object) -> Outreach:
-    owner = make_owner(organization=make_org(**org), review_required=False)
-    reservation = budget.reserve(requests=4, tokens=2400)
-    assert isinstance(reservation, Reservation)
-    return make_outreach(
-        lead=make_lead(owner=owner, status=Lead.Status.REPLIED),
-        kind=Outreach.Kind.REPLY,
-        state=State.DISPATCHED,
-        reservation_id=reservation.id,
-        context={"inbound": {"subject": "Re: hi", "body": "Not interested, thanks.", "message_id": "<n@x>"}},
-    )
 
 
 @pytest.mark.parametrize(
@@ -38,7 +25,7 @@ def _objection(budget: Budget, **org: object) -> Outreach:
 def test_an_objection_is_closed_politely_only_when_the_organization_says_so(
     budget: Budget, llm_stub: LLMStub, org: dict[str, object], state: State, calls: int
 ) -> None:
-    reply = _objection(budget, **org)
+    reply = make_dispatched_reply(budget=budget, body="Not interested, thanks.", **org)
     assert outreach_generate(outreach_id=reply.pk, budget=budget) == state
     assert len(llm_stub.requests) == calls
     assert Outreach.objects.get(pk=reply.pk).reply_class == "objection"

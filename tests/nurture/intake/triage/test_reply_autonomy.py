@@ -10,25 +10,11 @@ import pytest
 
 from devtools.llm_stub import LLMStub, StubRequest, StubResponse
 from nurture.writing.generation import outreach_generate
-from orchestrator.budget import Budget, Reservation
-from outreach.models import Lead, Outreach, State
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from orchestrator.budget import Budget
+from outreach.models import Outreach, State
+from tests.factories import make_dispatched_reply
 
 pytestmark = pytest.mark.django_db
-
-
-def _reply(budget: Budget, body: str, **org: object) -> Outreach:
-    """A dispatched reply of an autonomous owner's lead, not classified yet."""
-    owner = make_owner(organization=make_org(**org), review_required=False)
-    reservation = budget.reserve(requests=4, tokens=2400)
-    assert isinstance(reservation, Reservation)
-    return make_outreach(
-        lead=make_lead(owner=owner, status=Lead.Status.REPLIED),
-        kind=Outreach.Kind.REPLY,
-        state=State.DISPATCHED,
-        reservation_id=reservation.id,
-        context={"inbound": {"subject": "Re: hi", "body": body, "message_id": "<i@x>"}},
-    )
 
 
 @pytest.mark.parametrize(("classes", "state"), [([], State.AWAITING_APPROVAL), (None, State.DISPATCHED)])
@@ -37,7 +23,7 @@ def test_with_no_class_answered_alone_an_interested_reply_waits_for_a_person(
 ) -> None:
     # given an autonomous owner whose organization answers no class alone (or keeps the default)
     org = {} if classes is None else {"reply_autonomous_classes": classes}
-    reply = _reply(budget, "Interested! Let's book a call next week.", **org)
+    reply = make_dispatched_reply(budget=budget, body="Interested! Let's book a call next week.", **org)
     # when its lead's interested reply is classified and answered
     assert outreach_generate(outreach_id=reply.pk, budget=budget) == state
     # then with [] the draft waits in the approval queue; by default it goes out alone
@@ -53,7 +39,7 @@ def test_a_class_the_model_makes_up_waits_for_a_person(budget: Budget, llm_stub:
         return StubResponse(text=json.dumps({"class": "vip", "reason": "an important customer"}))
 
     llm_stub.triage = vip
-    reply = _reply(budget, "Interested! Let's book a call next week.")
+    reply = make_dispatched_reply(budget=budget, body="Interested! Let's book a call next week.")
     # when the reply is classified and answered
     state = outreach_generate(outreach_id=reply.pk, budget=budget)
     # then it is "other", saying why, and its draft waits for a person
