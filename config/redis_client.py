@@ -47,19 +47,25 @@ def connect(url: str, *, timeout_s: float = 0.5) -> Client:
 
 _clients: dict[tuple[str, float], Client] = {}
 _lock = threading.Lock()
+# A forked child's copies of its parent's clients: kept, never used (collecting one would
+# disconnect its pool, which takes the lock a parent thread may hold).
+_inherited: list[Client] = []
 
 
-def _lock_renew_in_child() -> None:
-    """A process forked while another of its parent's threads held the lock (a worker's
-    presence beat building its client as the prefork pool started its child) inherits it held
-    by a thread that does not exist in the child: its first shared() would wait forever, as a
-    prefork orchestrator's first dispatch cycle did. The child starts with a free lock; its
-    clients' connection pools reset themselves after a fork (redis-py checks the pid)."""
+def _renew_in_child() -> None:
+    """A process forked while another of its parent's threads held a lock inherits it held by a
+    thread that does not exist in the child, and would wait on it forever, as prefork
+    orchestrators' first dispatch cycles did: on this module's lock (a worker's presence beat
+    building its client as the pool started its child), and on a client's connection pool's
+    (the beat mid-command: redis-py resets a pool after a fork under that pool's own lock). So
+    the child starts with a free lock and no client: it builds its own."""
     global _lock
     _lock = threading.Lock()
+    _inherited.extend(_clients.values())
+    _clients.clear()
 
 
-os.register_at_fork(after_in_child=_lock_renew_in_child)
+os.register_at_fork(after_in_child=_renew_in_child)
 
 
 def shared(*, timeout_s: float = 0.5) -> Client:
