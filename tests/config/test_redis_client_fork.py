@@ -5,45 +5,53 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 import redis
 
 from config import redis_client
 
 
-def test_a_child_forked_while_a_parent_thread_builds_a_client_gets_its_own_client() -> None:
-    # given a thread of this process holding the clients' lock (as the worker-presence beat does
-    # while it builds its client), when the process forks
+def _child_after_fork_while_held(lock: Any, *, timeout_s: float) -> int | None:
+    """Fork while another thread of this process holds `lock`; the child asks for the shared
+    client of `timeout_s` and pings. The child's exit code, or None when it was still stuck
+    after 10 s (killed then: it would never have run a task)."""
     held, release = threading.Event(), threading.Event()
 
-    def builder() -> None:
-        with redis_client._lock:
+    def holder() -> None:
+        with lock:
             held.set()
             release.wait(10)
 
-    thread = threading.Thread(target=builder)
+    thread = threading.Thread(target=holder)
     thread.start()
     held.wait(5)
     pid = os.fork()
-    if pid == 0:  # the child: a client of a timeout nobody asked for yet, then exit
+    if pid == 0:
         try:
-            redis_client.shared(timeout_s=7.25).ping()
+            redis_client.shared(timeout_s=timeout_s).ping()
             os._exit(0)
         except BaseException:
             os._exit(2)
     release.set()
     thread.join()
-    # then the child gets its client and answers within seconds, instead of waiting forever
-    deadline, exit_code = time.monotonic() + 10, None
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            exit_code = os.waitstatus_to_exitcode(status)
-            break
+            return os.waitstatus_to_exitcode(status)
         time.sleep(0.05)
-    else:  # stuck: it would never have run a task
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+def test_a_child_forked_while_a_parent_thread_builds_a_client_gets_its_own_client() -> None:
+    # given a thread of this process holding the clients' lock (as the worker-presence beat does
+    # while it builds its client), when the process forks and the child asks for a client of a
+    # timeout nobody asked for yet
+    exit_code = _child_after_fork_while_held(redis_client._lock, timeout_s=7.25)
+    # then the child gets its client and answers within seconds, instead of waiting forever
     assert exit_code == 0
 
 
@@ -55,35 +63,8 @@ def test_a_child_forked_while_a_parent_thread_holds_a_clients_pool_lock_gets_a_c
     parent_client = redis_client.shared(timeout_s=6.5)
     parent_client.ping()
     assert isinstance(parent_client, redis.Redis)  # REDIS_URL: one server, one pool
-    held, release = threading.Event(), threading.Event()
-
-    def beat() -> None:
-        with parent_client.connection_pool._lock:
-            held.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=beat)
-    thread.start()
-    held.wait(5)
-    pid = os.fork()
-    if pid == 0:  # the child: the same client as the parent asked for, then exit
-        try:
-            redis_client.shared(timeout_s=6.5).ping()
-            os._exit(0)
-        except BaseException:
-            os._exit(2)
-    release.set()
-    thread.join()
-    # then the child answers within seconds on a client of its own, instead of waiting forever
-    deadline, exit_code = time.monotonic() + 10, None
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            exit_code = os.waitstatus_to_exitcode(status)
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
+    # when the child asks for the same client as the parent
+    exit_code = _child_after_fork_while_held(parent_client.connection_pool._lock, timeout_s=6.5)
+    # then it answers within seconds on a client of its own, instead of waiting forever
     assert exit_code == 0
     assert redis_client.shared(timeout_s=6.5) is parent_client  # the parent keeps its own
