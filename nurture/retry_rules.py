@@ -4,7 +4,9 @@ Each rule is one row of RULES (the error's class, an optional condition, the han
 first row that matches decides, and anything no row matches is retried as transient:
 
 - RateLimited (the provider said 429) or Paced (our own pacer says the window is full): back
-  to the queue with `not_before` = the wait; not a failed attempt. Never slept off in a worker.
+  to the queue with `not_before` = the wait; not a failed attempt. (The generation job waits off
+  the first 429 of a call in the worker when its Retry-After is at most 5 s, and only a second
+  one in a row, or a longer wait, reaches this rule: nurture.writing.generation._call.)
   A provider that keeps refusing is not waited on for ever: after RETRY_MAX_RATE_LIMITED
   re-queues for 429 (since the last replay) the next 429 is a dead letter saying so.
 - PossiblySent (no answer from the mail server after DATA; an email provider's 5xx, or its

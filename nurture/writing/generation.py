@@ -319,41 +319,43 @@ def _call(
     budget: Budget, messages: list[llm.ChatMessage], max_tokens: int, *, usage: JobBudget, step: str
 ) -> str:
     """One provider call on the step's deployment, paced against its window (and the
-    organization's cap, if it has one), its outcome reported through the workers' door."""
+    organization's cap, if it has one), its outcome reported through the workers' door.
+
+    A 429 whose Retry-After fits in `MAX_PACING_WAIT_S` is waited off here, once: the budget
+    learned the refusal (every call is held for the Retry-After), and the call asks it again.
+    Sending the job back to the queue for so short a wait would throw away its reservation
+    and the calls it made; a second 429 in a row, or a longer wait, does send it back."""
     deployment = usage.route[step]
     use = usage.uses[deployment.label]
     estimate = llm.prompt_tokens_estimate(messages) + max_tokens
-    if shutdown.handing_back.is_set():
-        raise HandedBack()
-    try:
-        slot = work.call_slot(
-            budget=budget, usage=usage, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S
-        )
-    except ValueError as exc:  # no window ever holds it: dead-lettered, not retried for ever
-        raise PermanentError(f"LLM call too large: {exc}") from exc
-    if isinstance(slot, work.PacingWait):
-        raise Paced(wait_s=slot.wait_s, cause=slot.cause)
-    started = time.monotonic()
-    try:
-        result = _chat_traced(messages=messages, max_tokens=max_tokens, deployment=deployment, step=step)
-    except RateLimited as exc:
-        work.call_refused(
-            budget=budget,
-            use=use,
-            deployment=deployment,
-            slot=slot,
-            tokens=estimate,
-            retry_after_s=exc.retry_after_s,
-        )
-        raise
-    except ConfigurationFault as exc:
-        reason = work.deployment_fault(
-            deployment=deployment, status=exc.status, code=exc.code, param=exc.param
-        )
-        raise ConfigurationFault(reason, status=exc.status, code=exc.code, param=exc.param) from exc
-    except TransientError as exc:  # down (unreachable, 5xx): its pool or fallback takes over
-        work.deployment_down(deployment=deployment, status=exc.status)
-        raise
+    refused: RateLimited | None = None
+    while True:
+        slot = _call_slot(budget, usage=usage, use=use, estimate=estimate, refused=refused)
+        started = time.monotonic()
+        try:
+            result = _chat_traced(messages=messages, max_tokens=max_tokens, deployment=deployment, step=step)
+        except RateLimited as exc:
+            work.call_refused(
+                budget=budget,
+                use=use,
+                deployment=deployment,
+                slot=slot,
+                tokens=estimate,
+                retry_after_s=exc.retry_after_s,
+            )
+            if refused is not None or exc.retry_after_s > MAX_PACING_WAIT_S:
+                raise
+            refused = exc
+            continue
+        except ConfigurationFault as exc:
+            reason = work.deployment_fault(
+                deployment=deployment, status=exc.status, code=exc.code, param=exc.param
+            )
+            raise ConfigurationFault(reason, status=exc.status, code=exc.code, param=exc.param) from exc
+        except TransientError as exc:  # down (unreachable, 5xx): its pool or fallback takes over
+            work.deployment_down(deployment=deployment, status=exc.status)
+            raise
+        break
     info = result.rate_limits
     work.call_done(
         budget=budget,
@@ -372,6 +374,26 @@ def _call(
         output_tokens=result.completion_tokens,
     )
     return result.text
+
+
+def _call_slot(
+    budget: Budget, *, usage: JobBudget, use: work.Usage, estimate: int, refused: RateLimited | None
+) -> work.CallSlot:
+    """The budget's go for one call, its short waits slept off. A longer wait re-queues the job
+    (Paced), or, waiting after a 429, as that 429 (it counts towards RETRY_MAX_RATE_LIMITED)."""
+    if shutdown.handing_back.is_set():
+        raise HandedBack()
+    try:
+        slot = work.call_slot(
+            budget=budget, usage=usage, use=use, tokens=estimate, max_wait_s=MAX_PACING_WAIT_S
+        )
+    except ValueError as exc:  # no window ever holds it: dead-lettered, not retried for ever
+        raise PermanentError(f"LLM call too large: {exc}") from exc
+    if isinstance(slot, work.PacingWait):
+        if refused is not None:
+            raise refused
+        raise Paced(wait_s=slot.wait_s, cause=slot.cause)
+    return slot
 
 
 def _chat_traced(

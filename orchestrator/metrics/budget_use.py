@@ -35,6 +35,7 @@ class BudgetNow:
     tokens_in_window: int | None = None
     in_flight: int | None = None
     last_429_age_s: float | None = None
+    answered_429: int | None = None  # calls the provider refused since the budget's Redis began
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ def budget_now(*, budget: Budget | None = None) -> BudgetNow:
         tokens_in_window=fields["tokens"],
         in_flight=fields["in_flight"],
         last_429_age_s=(snap["now_ms"] - last_429_ms) / 1000 if last_429_ms else None,
+        answered_429=int(snap["scopes"][PROVIDER].get("answered_429", 0)),
     )
 
 

@@ -183,6 +183,13 @@ def _budget(h: Scrape) -> Iterator[Metric]:
         ("last_429_age_seconds", "Seconds since the provider last answered 429.", b.last_429_age_s),
     ):
         yield _one(f"llm_budget_{name}", doc, value)
+    answered = CounterMetricFamily(
+        "llm_budget_provider_429s",
+        "Calls the provider answered 429, whether the job waited or went back to the queue.",
+    )
+    if b.answered_429 is not None:
+        answered.add_metric([], b.answered_429)
+    yield answered
 
 
 def _in_flight(h: Scrape) -> Iterator[Metric]:

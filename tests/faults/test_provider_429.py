@@ -1,8 +1,9 @@
 """The provider answers 429 to everything for a while (20 s in CI, 60 s under CHAOS=1), then recovers.
 
 What must not happen is a retry storm: every worker hammering the provider as fast as it can.
-A 429 re-queues its job with not_before = Retry-After (never slept off in a worker), and the
-budget holds every call and every dispatch for Retry-After and halves its rate (AIMD). So
+A call's first 429 is waited off in the worker (through the budget, which holds every call for
+Retry-After), a second re-queues its job with not_before = Retry-After, and the budget holds
+every dispatch for Retry-After too and halves its rate (AIMD). So
 during the outage the provider sees about one probe per Retry-After per busy worker, not
 hundreds; no job burns an attempt on a 429; and once the provider answers again, sending
 resumes within a few seconds. Full speed takes longer: each 429 (at most one per 5 s) halved the

@@ -3,6 +3,7 @@ scripted provider and real SMTP to a sink, with the real budget in Redis."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -89,6 +90,40 @@ def test_provider_429_requeues_with_not_before_and_is_not_a_failed_attempt(
     assert 29 <= (outreach.not_before - before).total_seconds() <= 32
     assert OutreachEvent.objects.filter(outreach=outreach, error_class=ErrorClass.RATE_LIMITED).count() == 1
     assert budget.snapshot()["scopes"]["provider"]["last_429_ms"]  # the budget adapted at once
+
+
+def test_a_429_with_a_short_retry_after_is_waited_off_in_the_worker_and_the_job_goes_on(
+    budget: Budget, llm_stub: LLMStub
+) -> None:
+    # given a dispatched intro whose first call the provider refuses for 300 ms
+    llm_stub.push(StubResponse(status=429, headers={"retry-after-ms": "300"}))
+    outreach = _dispatched(budget)
+    # when the generation job runs
+    started = time.monotonic()
+    state = outreach_generate(outreach_id=outreach.pk, budget=budget)
+    took_s = time.monotonic() - started
+    # then it waits the 300 ms out (through the budget, which held every call for them), makes
+    # the call again and writes its draft: the job's reservation and earlier calls are not
+    # thrown away to the queue for a wait shorter than one call
+    assert state == State.DISPATCHED
+    assert len(llm_stub.requests) == 4
+    assert took_s >= 0.3  # the stub answers at once: the rest is the wait
+    assert not OutreachEvent.objects.filter(outreach=outreach, error_class=ErrorClass.RATE_LIMITED).exists()
+    # and the refusal is on record where the operator looks: the budget counted it
+    provider = budget.snapshot()["scopes"]["provider"]
+    assert (provider["answered_429"], provider["last_429_ms"] > 0) == (1, True)
+
+
+def test_a_second_429_in_a_row_sends_the_job_back_to_the_queue(budget: Budget, llm_stub: LLMStub) -> None:
+    # given a provider refusing a call twice, each time for 100 ms
+    for _ in range(2):
+        llm_stub.push(StubResponse(status=429, headers={"retry-after-ms": "100"}))
+    outreach = _dispatched(budget)
+    # when the job runs, then one wait is taken in the worker and the second refusal re-queues it
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.QUEUED
+    assert len(llm_stub.requests) == 2
+    assert OutreachEvent.objects.filter(outreach=outreach, error_class=ErrorClass.RATE_LIMITED).count() == 1
+    assert budget.snapshot()["scopes"]["provider"]["answered_429"] == 2
 
 
 def test_repeated_5xx_retries_with_backoff_then_dead_with_history(

@@ -55,6 +55,7 @@ SERIES: dict[str, str] = {
     'outreach_dead_letters_total{class="policy"}': "0+6x40",
     "outreach_retries_total": "0+30x40",
     "outreach_provider_429s_total": "0+12x40",
+    "llm_budget_provider_429s_total": "0+12x40",
     'outreach_completion_latency_seconds_bucket{tier="reply", le="60"}': "0+6x40",
     'outreach_completion_latency_seconds_bucket{tier="reply", le="300"}': "0+6x40",
     'outreach_completion_latency_seconds_bucket{tier="reply", le="+Inf"}': "0+6x40",

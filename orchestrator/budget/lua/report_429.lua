@@ -64,4 +64,5 @@ else
   end
 end
 redis.call('HSET', rate, 'last_429', int(now), 'blocked', int(math.max(blocked, now + tonumber(ARGV[2]))))
+redis.call('HINCRBY', rate, 'answered_429', 1)  -- every refusal, whatever the job then does
 return {lim_r, lim_t, cut}

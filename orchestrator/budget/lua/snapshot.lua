@@ -16,7 +16,7 @@ for i = 1, (#KEYS - 2) / 4 do
   local k = 2 + (i - 1) * 4
   local b = bucket(KEYS[k + 1], KEYS[k + 2], ARGV, 3 + (i - 1) * 9, interval, now)
   local window = WINDOW + b.margin
-  local r = redis.call('HMGET', KEYS[k + 2], 'last_429', 'report', 'report_ms')
+  local r = redis.call('HMGET', KEYS[k + 2], 'last_429', 'report', 'report_ms', 'answered_429')
   local m = redis.call('HMGET', KEYS[k + 4], 'cum', 'base')
   local f = redis.call('HMGET', KEYS[k + 2], 'foreign_r', 'foreign_t')
   local cum, base = tonumber(m[1]) or 0, tonumber(m[2]) or 0
@@ -25,7 +25,7 @@ for i = 1, (#KEYS - 2) / 4 do
     available_requests = b.r / UNITS, available_tokens = b.t / UNITS, blocked_ms = math.max(0, b.blocked - now),
     calls_in_window = redis.call('ZCOUNT', KEYS[k + 3], '(' .. int(now - window), '+inf'),
     tokens_in_window = cum - cum_at(KEYS[k + 3], base, now - window),
-    last_429_ms = tonumber(r[1]), last_report = r[2] or nil, last_report_ms = tonumber(r[3]),
+    last_429_ms = tonumber(r[1]), answered_429 = tonumber(r[4]) or 0, last_report = r[2] or nil, last_report_ms = tonumber(r[3]),
     margin_ms = b.margin, foreign_requests = f[1] and tonumber(f[1]) / 1000 or nil,
     foreign_tokens = f[2] and tonumber(f[2]) / 1000 or nil,
   }

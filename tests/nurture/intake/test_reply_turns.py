@@ -211,12 +211,14 @@ def test_a_complaint_joining_an_answer_queued_again_after_its_triage_is_classifi
     budget: Budget, llm_stub: LLMStub, smtp_sink: SMTPSink
 ) -> None:
     # given an autonomous owner's answer classified interested by the model, then put back in
-    # the queue by the provider's 429 on its first writing call
+    # the queue by the provider's 429s on its first writing call (the first is waited off in
+    # the worker, the second sends the job back)
     owner = make_owner(review_required=False)
     lead = make_lead(owner=owner)
     reply_id = _receive(lead, n=1, body="Interested!").outreach_id
     _dispatch(budget, reply_id)
-    llm_stub.push(StubResponse(status=429, text="slow down", headers={"retry-after": "0"}))
+    for _ in range(2):
+        llm_stub.push(StubResponse(status=429, text="slow down", headers={"retry-after": "0"}))
     assert _generate_on_thread(budget, reply_id) == State.QUEUED
     assert Outreach.objects.get(pk=reply_id).reply_class == "interested"
     # when a complaint joins it while it waits

@@ -19,6 +19,7 @@ from django.urls import include, path, reverse
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.budget import budget_from_settings
 from orchestrator.controls.retention import retention_prune
 from orchestrator.failures.dead_letters import dead_letter, dead_letter_cancel
 from outreach.counters import call_durations_record
@@ -152,3 +153,15 @@ def test_every_metric_the_rules_and_dashboard_use_is_exposed(redis_client: redis
     used = {name for expr in exprs for name in METRIC.findall(expr)}
     assert len(used) >= 20
     assert used - exposed == set()
+
+
+def test_every_call_the_provider_refused_is_counted_whether_its_job_waited_or_went_back(
+    redis_client: redis.Redis,
+) -> None:
+    # given two calls the provider answered 429 (a worker waits a short one off: no move says so)
+    budget = budget_from_settings()
+    budget.report_429(retry_after_s=0)
+    budget.report_429(retry_after_s=0)
+    # when scraped, then the budget's count of them is a counter
+    samples, _ = _scrape()
+    assert samples[("llm_budget_provider_429s_total", ())] == 2
