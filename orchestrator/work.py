@@ -260,12 +260,33 @@ def call_slot(
 
 
 def call_refused(
-    *, budget: Budget, use: Usage, deployment: Deployment, slot: CallSlot, tokens: int, retry_after_s: float
+    *,
+    budget: Budget,
+    usage: JobBudget,
+    deployment: Deployment,
+    slot: CallSlot,
+    tokens: int,
+    retry_after_s: float,
+    remaining_requests: int | None = None,
+    remaining_tokens: int | None = None,
 ) -> None:
     """The provider answered 429: the call was not counted (by it, nor by our log now), and the
-    scope's window learns the refusal."""
-    use.counted -= tokens
+    scope's window learns the refusal. The refusal's remaining counts, if it carries them, are
+    the freshest view of the window there is (an answer's are as old as the model's latency):
+    they ride with the job's next budget call as an answer's do, after the refusal took the
+    call out of our log, so the estimate of the other clients rises to what they hold now."""
+    usage.uses[deployment.label].counted -= tokens
     budget.report_429(retry_after_s=retry_after_s, sent_at_ms=slot.at_ms or None, scope=deployment.scope)
+    if remaining_requests is not None or remaining_tokens is not None:
+        usage.reports.append(
+            ProviderReport(
+                remaining_requests=remaining_requests,
+                remaining_tokens=remaining_tokens,
+                sent_at_ms=slot.at_ms or None,
+                scope=deployment.scope,
+                answered_s=time.monotonic(),
+            )
+        )
 
 
 def deployment_fault(

@@ -337,11 +337,13 @@ def _call(
         except RateLimited as exc:
             work.call_refused(
                 budget=budget,
-                use=use,
+                usage=usage,
                 deployment=deployment,
                 slot=slot,
                 tokens=estimate,
                 retry_after_s=exc.retry_after_s,
+                remaining_requests=exc.rate_limits.remaining_requests,
+                remaining_tokens=exc.rate_limits.remaining_tokens,
             )
             if refused is not None or exc.retry_after_s > MAX_PACING_WAIT_S:
                 raise

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 from django.utils import timezone
 
 from config import shutdown
@@ -15,7 +16,7 @@ from devtools.smtp_sink import SMTPSink
 from nurture.mail.sending import outreach_send
 from nurture.review import draft_approve
 from nurture.writing.generation import outreach_generate
-from orchestrator.budget import Budget, Reservation
+from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.models import DeadLetter
 from outreach.models import ErrorClass, Lead, Outreach, OutreachEvent, State
@@ -112,6 +113,28 @@ def test_a_429_with_a_short_retry_after_is_waited_off_in_the_worker_and_the_job_
     # and the refusal is on record where the operator looks: the budget counted it
     provider = budget.snapshot()["scopes"]["provider"]
     assert (provider["answered_429"], provider["last_429_ms"] > 0) == (1, True)
+
+
+def test_a_429s_remaining_counts_raise_the_estimate_of_the_other_clients_at_once(
+    redis_client: redis.Redis, llm_stub: LLMStub
+) -> None:
+    # given a key of 300,000 tokens/min whose refusal says 200,000 remain: another client holds
+    # about 100,000 (the refused call is not in the provider's window, nor in our log)
+    budget = Budget(redis_client=redis_client, limits=Limits(rpm=100_000, tpm=300_000, burst_ms=60_000))
+    llm_stub.push(
+        StubResponse(
+            status=429,
+            headers={"retry-after-ms": "50", "x-ratelimit-remaining-tokens": "200000"},
+        )
+    )
+    outreach = _dispatched(budget)
+    # when the job runs (its refused call waited off, the next ones answered without counts)
+    assert outreach_generate(outreach_id=outreach.pk, budget=budget) == State.DISPATCHED
+    # then the budget took the refusal's view of the window: the other client's tokens, and our
+    # limit under them
+    provider = budget.snapshot()["scopes"]["provider"]
+    assert 95_000 <= provider["foreign_tokens"] <= 100_000
+    assert provider["limit_tpm"] <= 200_000
 
 
 def test_a_second_429_in_a_row_sends_the_job_back_to_the_queue(budget: Budget, llm_stub: LLMStub) -> None:
