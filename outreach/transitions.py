@@ -363,13 +363,13 @@ def transition_many(
     with transaction.atomic():
         rows = list(
             Outreach.objects.select_for_update(skip_locked=True)
-            .filter(id__in=outreach_ids, state__in=from_states)
+            .filter(id__any=outreach_ids, state__in=from_states)
             .values_list("id", "state", "attempts", "owner_id")
         )
         ids = [row[0] for row in rows]
         if not ids:
             return []
-        Outreach.objects.filter(id__in=ids, state__in=from_states).update(
+        Outreach.objects.filter(id__any=ids, state__in=from_states).update(
             state=to, state_changed_at=now, updated_at=now, **fields
         )
         OutreachEvent.objects.bulk_create(

@@ -51,7 +51,7 @@ def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
     One query (the send path asks for every email, and most owners may have no mailbox)."""
     found: dict[int, list[Mailbox]] = {}
     links = (
-        Mailbox.owners.through.objects.filter(owner_id__in=list(owner_ids))
+        Mailbox.owners.through.objects.filter(owner_id__any=owner_ids)
         .select_related("mailbox")
         .order_by("mailbox_id")
     )

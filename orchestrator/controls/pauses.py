@@ -107,7 +107,7 @@ def blocking(*, owner_ids: Iterable[int], mailbox_owners: Collection[int] = ()) 
     pauses = active()
     if not pauses:
         return Blocking()
-    rows = Owner.objects.filter(id__in=list(owner_ids)).select_related("organization")
+    rows = Owner.objects.filter(id__any=owner_ids).select_related("organization")
     result = Blocking()
     for owner in rows:
         for p in pauses:  # oldest first: the first pause that applies names the reason

@@ -73,7 +73,7 @@ def active_owners() -> list[ActiveOwner]:
             "draft_ahead_days",
         )
     )
-    orgs = Organization.objects.filter(id__in={row[7] for row in rows}).only("id", "sender_email")
+    orgs = Organization.objects.filter(id__any={row[7] for row in rows}).only("id", "sender_email")
     domains = {org.pk: org.sender_domain for org in orgs}
     return [
         ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[7]], row[8], row[9]) for row in rows
@@ -115,7 +115,7 @@ def committed_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int,
         return {}
     today = Q()
     for day, ids in days.items():
-        today |= Q(day=day, owner_id__in=ids)
+        today |= Q(day=day, owner_id__any=ids)
     sent = dict(OwnerDailySends.objects.filter(today).values_list("owner_id", "sent"))
     wanted = {owner_id for ids in days.values() for owner_id in ids}
     in_flight: Counter[int] = Counter()
@@ -171,7 +171,7 @@ def capped_owner_scopes(*, caps: Mapping[str, Limits], owner_ids: Iterable[int])
     (the selection's budget groups). No query without caps; one with: O(owners)."""
     if not caps:
         return {}
-    rows = Owner.objects.filter(id__in=list(owner_ids)).values_list("id", "organization_id")
+    rows = Owner.objects.filter(id__any=owner_ids).values_list("id", "organization_id")
     scopes = {owner: organization_scope(org) for owner, org in rows}
     return {owner: scope for owner, scope in scopes.items() if scope in caps}
 
@@ -187,7 +187,7 @@ def organization_spend(
     partial in-flight index); no cap, no second query."""
     start, _ = spend_day(now)
     caps: dict[int, Decimal | None] = dict(
-        Organization.objects.filter(owners__id__in=list(owner_ids), daily_spend_cap__isnull=False)
+        Organization.objects.filter(owners__id__any=owner_ids, daily_spend_cap__isnull=False)
         .distinct()
         .values_list("id", "daily_spend_cap")
     )
@@ -219,7 +219,7 @@ def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
     """Row id -> its lead's status, for the rows among these whose lead may not be emailed any
     more (opted out, bounced, complained): one join by primary key over the rows loaded."""
     return dict(
-        Outreach.objects.filter(id__in=list(outreach_ids), lead__status__in=SUPPRESSED).values_list(
+        Outreach.objects.filter(id__any=outreach_ids, lead__status__in=SUPPRESSED).values_list(
             "id", "lead__status"
         )
     )

@@ -49,6 +49,6 @@ def waiting_label(*, ids: Sequence[int], budget: Budget) -> None:
     """Say on approved rows left behind by the rate why they wait (written only on change)."""
     if ids:
         reason = f"send rate {budget.send_rules.rate_label} reached"
-        Outreach.objects.filter(id__in=ids, state=State.APPROVED).exclude(blocked_reason=reason).update(
+        Outreach.objects.filter(id__any=ids, state=State.APPROVED).exclude(blocked_reason=reason).update(
             blocked_reason=reason
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from outreach.models.assignment import AssignmentBatch, AssignmentItem
 from outreach.models.inbound import UnverifiedInbound
 from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField, LeadEvent
+from outreach.models.lookups import AnyOf
 from outreach.models.mailboxes import Mailbox, mailbox_domain_check
 from outreach.models.metrics import MetricCounter
 from outreach.models.organizations import Organization, VerifiedDomain
@@ -44,6 +45,7 @@ __all__ = [
     "MIDNIGHT",
     "NEVER_ALONE",
     "SUPPRESSED",
+    "AnyOf",
     "AssignmentBatch",
     "AssignmentItem",
     "DraftForApproval",

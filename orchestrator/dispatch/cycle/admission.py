@@ -185,7 +185,7 @@ def _say(refused: Mapping[int, str]) -> None:
     for outreach_id, reason in refused.items():
         by_reason.setdefault(reason, []).append(outreach_id)
     for reason, rows in by_reason.items():
-        Outreach.objects.filter(id__in=rows, state=State.QUEUED).update(blocked_reason=reason)
+        Outreach.objects.filter(id__any=rows, state=State.QUEUED).update(blocked_reason=reason)
 
 
 def _without(candidates: Candidates, rows: set[int]) -> Candidates:

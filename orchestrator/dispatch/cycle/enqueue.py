@@ -21,8 +21,8 @@ SEND_TASK = "nurture.send"
 def tasks_enqueue_on_commit(task_name: str, ids: list[int]) -> None:
     """Enqueue one task per id after the claim commits (a worker never finds a row not yet
     DISPATCHED). Ids only in the message: no lead data in the broker or Flower. One producer
-    (one broker connection) publishes the whole batch; batches publish in the order enqueued
-    (replies first).
+    (one broker connection) publishes the whole batch, on Redis pipelined; batches publish in
+    the order enqueued (replies first).
 
     Traced (config.tracing), each outreach starts a trace of its own, linked to the cycle's:
     its generation, LLM calls and send follow in it."""
@@ -31,7 +31,9 @@ def tasks_enqueue_on_commit(task_name: str, ids: list[int]) -> None:
 
 
 def _publish(task_name: str, ids: list[int]) -> None:
-    with app.producer_or_acquire() as producer:
+    # kombu's publish batch: on Redis the batch's LPUSHes go in pipelined round trips (one per
+    # 1,000 commands) instead of one each; on RabbitMQ it publishes each at once, as before.
+    with app.producer_or_acquire() as producer, producer.batch():
         for outreach_id in ids:
             with tracing.trace_start(
                 "outreach.dispatch", {"outreach.id": outreach_id, "celery.task_name": task_name}

@@ -56,7 +56,7 @@ def llm_blocked_note(*, client: Client, reason: str) -> None:
     if (_text(client.get(LLM_BLOCKED_KEY) or b"")) == reason:
         return
     if reason:
-        Outreach.objects.filter(id__in=queued_head(rows=100)).update(blocked_reason=reason)
+        Outreach.objects.filter(id__any=queued_head(rows=100)).update(blocked_reason=reason)
         client.set(LLM_BLOCKED_KEY, reason)
     else:
         client.delete(LLM_BLOCKED_KEY)

@@ -177,7 +177,7 @@ def _refund(outreach_ids: Iterable[int], *, placed: Mapping[int, tuple[str, str]
 
 def _say_capped(*, picks: list[Pick], bucket: str) -> None:
     """Picks an organization's cap refused say why they wait."""
-    Outreach.objects.filter(id__in=[p.outreach_id for p in picks]).update(
+    Outreach.objects.filter(id__any=[p.outreach_id for p in picks]).update(
         blocked_reason=f"organization LLM cap reached ({bucket})"
     )
 

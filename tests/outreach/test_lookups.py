@@ -1,0 +1,37 @@
+"""`field__any=[...]` (outreach.models.lookups): the rows `__in` finds, in one statement whose
+text and parameter count do not grow with the list."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from outreach.models import Outreach, State
+from tests.factories import make_outreach
+
+pytestmark = pytest.mark.django_db
+
+
+def test_any_finds_what_in_finds_with_one_parameter_whatever_the_list() -> None:
+    # given three rows, two of them queued
+    rows = [make_outreach(state=s) for s in (State.QUEUED, State.QUEUED, State.CANCELLED)]
+    ids = [r.pk for r in rows]
+    # when filtered by a short list, a long one (ids that match nothing among them), an empty
+    # one, on the primary key and on a foreign key
+    short = Outreach.objects.filter(id__any=ids, state=State.QUEUED)
+    long = Outreach.objects.filter(id__any=[*ids, *range(10**6, 10**6 + 5000)], state=State.QUEUED)
+    # then the same rows as __in
+    expected = set(Outreach.objects.filter(id__in=ids, state=State.QUEUED).values_list("id", flat=True))
+    assert set(short.values_list("id", flat=True)) == expected == set(long.values_list("id", flat=True))
+    assert list(Outreach.objects.filter(id__any=[])) == []
+    by_owner = Outreach.objects.filter(owner_id__any={rows[0].owner_id})
+    assert set(by_owner.values_list("id", flat=True)) == {rows[0].pk}
+    # and one parameter in one statement text, however many ids
+    sql_short, params_short = short.values_list("id").query.sql_with_params()
+    sql_long, params_long = long.values_list("id").query.sql_with_params()
+    assert sql_short == sql_long
+    assert len(params_short) == len(params_long) == 2  # the id array and the state
+    with CaptureQueriesContext(connection) as queries:
+        assert Outreach.objects.filter(id__any=ids).update(blocked_reason="x") == 3
+    assert "= ANY(" in queries.captured_queries[0]["sql"]
