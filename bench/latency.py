@@ -28,7 +28,8 @@ concurrency, the outreach in DISPATCHED + GENERATING, the process trees of every
   measures how fast the product answers, not the quiet period it is told to wait; with N > 0
   the figure includes it (and a reply joined into a pending one is not a second reply);
 - RSS: the max over samples of each Procfile line's process tree (the prefork children included);
-- CPU ms per outreach: the workers' process-tree CPU in the steady window / outreach sent in it;
+- CPU ms per outreach: the workers' process-tree CPU in the steady window / outreach sent in it,
+  and each Procfile line's part of it;
 - duplicates: Message-IDs the sink received more than once (and SENT rows not received).
 With --kill-generation-at S the generation line's process group is SIGKILLed at S s and started
 again: the report says how many jobs were stranded in DISPATCHED/GENERATING and how long each
@@ -439,6 +440,14 @@ def kill_figures(*, run: Run, pct: Any) -> None:
 # --- report ----------------------------------------------------------------------------------------
 
 
+def _cpu_ms_each(run: Run, line: str) -> str:
+    """One Procfile line's share of the CPU ms per outreach (steady window)."""
+    if not run.cpu_ms_per_outreach or not run.cpu_s_steady:
+        return "-"
+    total_s = sum(run.cpu_s_steady.values())
+    return f"{run.cpu_ms_per_outreach * run.cpu_s_steady.get(line, 0) / total_s:.1f}" if total_s else "-"
+
+
 def table(runs: list[Run], args: argparse.Namespace) -> str:
     def pair(a: Any, b: Any, unit: str = "") -> str:
         return "-" if a is None else f"{a:g} / {b:g}{unit}"
@@ -468,6 +477,7 @@ def table(runs: list[Run], args: argparse.Namespace) -> str:
             "CPU ms per outreach (steady)",
             ["-" if r.cpu_ms_per_outreach is None else f"{r.cpu_ms_per_outreach:g}" for r in runs],
         ),
+        *[(f"  {name}", [_cpu_ms_each(r, name) for r in runs]) for name in LINES],
         *[(f"RSS max MB {name}", [f"{r.rss_mb_max.get(name, 0):.0f}" for r in runs]) for name in LINES],
         (
             "duplicates at the sink",
