@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/dispatch.py [--depths 1000,10000,100000,1000000] [--owners 1000] [--slots 500]
     .venv/bin/python bench/dispatch.py --history 0,100000,1000000 [--depths 10000]
+    .venv/bin/python bench/dispatch.py --owners 10000 --depths 1000,1000000 --controls --events 10000000
 
 For each depth it fills a scratch database (outreach_bench) with that many QUEUED intro rows
 spread over the owners, runs warm-up cycles, then times cycles of `slots` picks (select,
@@ -13,7 +14,14 @@ rows already SENT today (each moved through the in-flight states first, as the p
 so the partial indexes carry the same dead entries), the owners' daily limits unlimited. The
 cycle should not notice: the daily-limit check reads one count per owner, not the sent rows.
 
-    .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000: seconds
+With --controls every control the cycle reads is on, none binding (as the cycle's statement
+test, tests/orchestrator/dispatch/test_cycle_queries.py): two deployments (plan and context on
+one, the message on the other, each priced), the organization's daily spend cap and its own
+LLM cap, a pause of one owner, of the nudge tier and of another sender domain, and a mailbox on
+a verified domain sending for every second owner. With --events N the queued rows carry N
+history events (OutreachEvent rows, spread over them) before the timed cycles.
+
+    .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000, controls on: seconds
 
 --smoke runs the same fill and cycles on its own scratch stores and exits 1 unless every timed
 cycle dispatched a full batch.
@@ -156,6 +164,68 @@ def _add_sent_history(*, templates: Templates, rows: int) -> None:
     )
 
 
+def _controls_on() -> None:
+    """Every control the cycle reads, none binding (the bench's one organization and owners)."""
+    from datetime import date
+    from decimal import Decimal
+
+    from django.conf import settings
+
+    from config.deployments import Deployment
+    from orchestrator.models import Pause
+    from outreach.models import Mailbox, Organization, Owner, VerifiedDomain
+    from outreach.tiers import Tier
+
+    settings.LLM_DEPLOYMENTS = (
+        Deployment(name="small", model="m-small", rpm=10**7, tpm=10**10),
+        Deployment(name="large", model="m-large", rpm=10**7, tpm=10**10),
+    )
+    settings.LLM_STEP_MODELS = {"plan": "small", "context": "small", "message": "large"}
+    settings.LLM_FALLBACKS = {}
+    settings.LLM_RPM, settings.LLM_TPM = 10**7, 10**10  # an organization's cap is held under these
+    settings.LLM_PRICES = {
+        "m-small": (Decimal("0.00015"), Decimal("0.0006")),
+        "m-large": (Decimal("0.0025"), Decimal("0.01")),
+    }
+    org = Organization.objects.get()
+    Organization.objects.filter(pk=org.pk).update(
+        daily_spend_cap=Decimal("1000000"), llm_rpm=10**8, llm_tpm=2 * 10**9
+    )
+    owners = list(Owner.objects.order_by("id").values_list("id", flat=True))
+    Pause.objects.create(owner_id=owners[0], reason="bench: one owner paused")
+    Pause.objects.create(organization=org, tier=int(Tier.NUDGE), reason="bench: nudges paused")
+    Pause.objects.create(sender_domain="paused.example", reason="bench: another domain paused")
+    VerifiedDomain.objects.create(organization=org, domain="boxes.example")
+    box = Mailbox.objects.create(
+        organization=org,
+        address="box@boxes.example",
+        daily_cap=10_000,
+        ramp_from=date(2020, 1, 1),
+        min_spacing_s=0,
+        max_spacing_s=0,
+    )
+    box.owners.add(*owners[1::2])
+
+
+def _add_events(*, events: int) -> None:
+    """`events` history events spread over the queued rows, a day old and older."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO outreach_outreachevent
+                (outreach_id, from_state, to_state, at, attempt, error_class, note, actor_id)
+            SELECT o.ids[1 + g %% o.n], 'queued', 'dispatched',
+                   now() - interval '1 day' - g * interval '1 ms', 0, '', '', NULL
+            FROM generate_series(0, %s - 1) g,
+                 (SELECT array_agg(id) AS ids, count(*) AS n FROM outreach_outreach) o
+            """,
+            [events],
+        )
+        cur.execute("ANALYZE outreach_outreachevent")
+
+
 def _requeue(ids: list[int]) -> None:
     """Put the claimed rows back (untimed, not a transition: the bench's reset, not the
     product's), so every cycle sees the same depth."""
@@ -175,7 +245,16 @@ class Measured:
     seconds: float  # the whole run: fill, warm-up and timed cycles
 
 
-def _measure(*, depth: int, owners: int, slots: int, cycles: int, history: int = 0) -> Measured:
+def _measure(
+    *,
+    depth: int,
+    owners: int,
+    slots: int,
+    cycles: int,
+    history: int = 0,
+    controls: bool = False,
+    events: int = 0,
+) -> Measured:
     import redis
     from django.conf import settings
     from django.db import connection
@@ -189,6 +268,10 @@ def _measure(*, depth: int, owners: int, slots: int, cycles: int, history: int =
     budget = Budget(redis_client=client, limits=Limits(rpm=10**9, tpm=10**12, burst_ms=60_000))
     settings.DISPATCH_MAX_IN_FLIGHT = slots  # the budget is unlimited: this cap is the slot count
     _fill(templates=_seed(owners=owners), depth=depth, history=history)
+    if controls:
+        _controls_on()
+    if events:
+        _add_events(events=events)
     times, dispatched = [], 0
     for i in range(cycles + WARM_UP):
         report = dispatch_cycle(budget=budget)
@@ -233,11 +316,14 @@ def main() -> None:
     parser.add_argument(
         "--history", help="sent-today row counts to try at one fixed depth, e.g. 0,100000,1000000"
     )
+    parser.add_argument("--controls", action="store_true", help="every control on, none binding (see above)")
+    parser.add_argument("--events", type=int, default=0, help="history events over the queued rows")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
     if args.smoke:
         args.owners, args.slots, args.cycles = 20, 50, 3
         args.depths, args.history = "200,2000", args.history and "0,500"
+        args.controls, args.events = True, 1000
     if args.cycles < 1:
         parser.error("--cycles: at least 1")
     if args.smoke:
@@ -250,8 +336,10 @@ def main() -> None:
 
 def _run(*, args: argparse.Namespace) -> list[Measured]:
     django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=14)))
+    on = f", every control on, {args.events:,} events of history" if args.controls else ""
+    on = on or (f", {args.events:,} events of history" if args.events else "")
     print(
-        f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, budget unlimited)"
+        f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, budget unlimited{on})"
     )
     if args.history:
         depth = int((args.depths or "10000").split(",")[0])
@@ -263,7 +351,15 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
     print(f"{label:>26} {'cycle p50 ms':>13} {'cycle p95 ms':>13} {'dispatched/s':>13} {'p50 vs first':>13}")
     runs: list[Measured] = []
     for depth, history in plan:
-        run = _measure(depth=depth, owners=args.owners, slots=args.slots, cycles=args.cycles, history=history)
+        run = _measure(
+            depth=depth,
+            owners=args.owners,
+            slots=args.slots,
+            cycles=args.cycles,
+            history=history,
+            controls=args.controls,
+            events=args.events,
+        )
         first = runs[0].p50_ms if runs else run.p50_ms
         runs.append(run)
         print(

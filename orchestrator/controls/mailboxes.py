@@ -48,15 +48,19 @@ def business_hours_next(*, now: datetime, zone: str, start: int, end: int) -> da
 
 def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
     """Each owner's mailboxes, paused ones included, in a stable order; owners with none are absent.
-    One query (the send path asks for every email, and most owners may have no mailbox)."""
-    found: dict[int, list[Mailbox]] = {}
-    links = (
+    One query (the send path asks for every email, and most owners may have no mailbox), each
+    mailbox loaded once however many owners it serves (a team's shared mailbox: thousands)."""
+    links = list(
         Mailbox.owners.through.objects.filter(owner_id__any=owner_ids)
-        .select_related("mailbox")
         .order_by("mailbox_id")
+        .values_list("owner_id", "mailbox_id")
     )
-    for link in links:
-        found.setdefault(link.owner_id, []).append(link.mailbox)
+    if not links:
+        return {}
+    boxes = Mailbox.objects.in_bulk({mailbox_id for _, mailbox_id in links})
+    found: dict[int, list[Mailbox]] = {}
+    for owner_id, mailbox_id in links:
+        found.setdefault(owner_id, []).append(boxes[mailbox_id])
     return found
 
 

@@ -107,19 +107,31 @@ def blocking(*, owner_ids: Iterable[int], mailbox_owners: Collection[int] = ()) 
     pauses = active()
     if not pauses:
         return Blocking()
-    rows = Owner.objects.filter(id__any=owner_ids).select_related("organization")
+    owner_org = dict(Owner.objects.filter(id__any=owner_ids).values_list("id", "organization_id"))
+    # Per organization and per pause once, not per owner (thousands of owners, a few of each).
+    domain_of = {
+        org.pk: org.sender_domain
+        for org in Organization.objects.filter(id__any=set(owner_org.values())).only("id", "sender_email")
+    }
+    reasons = {p.pk: p.blocked_reason() for p in pauses}
     result = Blocking()
-    for owner in rows:
+    for owner_id, organization_id in owner_org.items():
         for p in pauses:  # oldest first: the first pause that applies names the reason
             scope = (p.organization_id, p.owner_id, None, p.sender_domain)  # some tier of the owner's work
-            if p.sender_domain and owner.pk in mailbox_owners:
+            if p.sender_domain and owner_id in mailbox_owners:
                 continue
-            if not _covers(scope, owner_id=owner.pk, organization=owner.organization, tier=None):
+            if not _covers(
+                scope,
+                owner_id=owner_id,
+                organization_id=organization_id,
+                sender_domain=domain_of[organization_id],
+                tier=None,
+            ):
                 continue
             if p.tier is None:
-                result.owners.setdefault(owner.pk, p.blocked_reason())
+                result.owners.setdefault(owner_id, reasons[p.pk])
             else:
-                result.tiers.setdefault(owner.pk, {}).setdefault(Tier(p.tier), p.blocked_reason())
+                result.tiers.setdefault(owner_id, {}).setdefault(Tier(p.tier), reasons[p.pk])
     return result
 
 
@@ -135,7 +147,11 @@ def job_pause(*, outreach: Outreach) -> Pause | None:
         scopes = cursor.fetchall()
     for pause_id, *scope in scopes:  # oldest first
         if _covers(
-            tuple(scope), owner_id=outreach.owner_id, organization=organization, tier=int(outreach.tier)
+            tuple(scope),
+            owner_id=outreach.owner_id,
+            organization_id=organization.pk,
+            sender_domain=organization.sender_domain,
+            tier=int(outreach.tier),
         ) and not (scope[3] and _sends_from_mailboxes(owner_id=outreach.owner_id)):
             return Pause.objects.select_related("organization", "owner", "created_by").get(pk=pause_id)
     return None
@@ -153,13 +169,16 @@ _ACTIVE_SCOPES = (
 )
 
 
-def _covers(scope: tuple[Any, ...], *, owner_id: int, organization: Organization, tier: int | None) -> bool:
+def _covers(
+    scope: tuple[Any, ...], *, owner_id: int, organization_id: int, sender_domain: str, tier: int | None
+) -> bool:
     """The one pause matcher: does a pause of this scope (organization id, owner id, tier,
-    sender domain; None or "" = any) stop this owner's work in `tier` (None: in some tier)?"""
-    organization_id, paused_owner_id, paused_tier, sender_domain = scope
+    sender domain; None or "" = any) stop the work in `tier` (None: in some tier) of this owner,
+    of that organization sending from `sender_domain`?"""
+    paused_organization_id, paused_owner_id, paused_tier, paused_domain = scope
     return (
-        (organization_id is None or organization_id == organization.pk)
+        (paused_organization_id is None or paused_organization_id == organization_id)
         and (paused_owner_id is None or paused_owner_id == owner_id)
         and (tier is None or paused_tier is None or paused_tier == tier)
-        and (not sender_domain or sender_domain == organization.sender_domain)
+        and (not paused_domain or paused_domain == sender_domain)
     )

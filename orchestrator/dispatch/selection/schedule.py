@@ -109,9 +109,15 @@ class _TierRound:
         self.heap = [(self.clock.first(o), o) for o in owners]
         heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
         self.places: dict[str, dict[int, Fraction]] = {}  # group -> its places in the heap: owner -> tag
+        # group -> its places furthest first, (-tag, -owner), with stale entries (a place since
+        # moved on, or given up) skipped when popped: the furthest in O(log places), not a scan
+        self.furthest: dict[str, list[tuple[Fraction, int]]] = {}
         for tag, o in self.heap:
             if o in groups:
                 self.places.setdefault(groups[o], {})[o] = tag
+                self.furthest.setdefault(groups[o], []).append((-tag, -o))
+        for entries in self.furthest.values():
+            heapq.heapify(entries)
         self.group_rounds = {
             group: _GroupRound(
                 owners=[o for o in owners if groups.get(o) == group],
@@ -150,13 +156,18 @@ class _TierRound:
         self.group_left[group] -= 1
         heapq.heappush(self.heap, (next_tag, place))
         self.places[group][place] = next_tag
+        heapq.heappush(self.furthest[group], (-next_tag, -place))
         self.group_rounds[group].served(more=more)
         if not more:
             # One owner fewer, so one place fewer: the furthest goes, not the emptied owner's own,
             # so the places still due in this round are filled and no owner of the group waits a
             # round while another owner gets a second pick (property-tested).
-            places = self.places[group]
-            del places[max(places, key=lambda o: (places[o], o))]
+            places, furthest = self.places[group], self.furthest[group]
+            while furthest:
+                neg_tag, neg_owner = heapq.heappop(furthest)
+                if places.get(-neg_owner) == -neg_tag:
+                    del places[-neg_owner]
+                    break
 
     def group_positions(self) -> dict[str, Position]:
         return {g: r.position for g, r in self.group_rounds.items() if r.position is not None}
