@@ -7,7 +7,10 @@
 For each depth it fills a scratch database (outreach_bench) with that many QUEUED intro rows
 spread over the owners, runs warm-up cycles, then times cycles of `slots` picks (select,
 reserve, claim, enqueue to Redis db 14), putting the claimed rows back to QUEUED between cycles
-(untimed) so the depth stays constant. Prints median/p95 cycle time and outreach dispatched/s.
+(untimed) so the depth stays constant, and emptying the budget and the broker's queues but not
+the dispatcher's own state (its cursor, the waiting reasons it last wrote: kept from cycle to
+cycle as in production; until 2026-11-27 the bench reset them too, so each cycle rewrote every
+deferred owner's reason). Prints median/p95 cycle time and outreach dispatched/s.
 
 With --history, the depth stays fixed and what grows is the day's history instead: that many
 rows already SENT today (each moved through the in-flight states first, as the pipeline does,
@@ -34,6 +37,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: the repository
 
@@ -226,6 +230,16 @@ def _add_events(*, events: int) -> None:
         cur.execute("ANALYZE outreach_outreachevent")
 
 
+def _reset_all_but_dispatcher(client: Any) -> None:
+    """Between cycles (untimed): the budget and the broker's queues emptied, so the budget stays
+    unlimited and the messages do not pile up; the dispatcher's own state (its cursor, the
+    reasons it last wrote) kept, as it is from one cycle to the next in production."""
+    keep = b"orchestrator:dispatch:"
+    doomed = [key for key in client.scan_iter(count=1000) if not key.startswith(keep)]
+    for start in range(0, len(doomed), 1000):
+        client.delete(*doomed[start : start + 1000])
+
+
 def _requeue(ids: list[int]) -> None:
     """Put the claimed rows back (untimed, not a transition: the bench's reset, not the
     product's), so every cycle sees the same depth."""
@@ -280,7 +294,7 @@ def _measure(
             times.append(report.duration_ms)
             dispatched += len(report.generation)
         _requeue(report.generation)
-        client.flushdb()
+        _reset_all_but_dispatcher(client)
     return Measured(
         depth=depth,
         history=history,
