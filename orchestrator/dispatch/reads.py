@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 
 from orchestrator.budget import (
     PROVIDER,
@@ -104,7 +104,7 @@ def committed_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int,
     Sent: one OwnerDailySends row per owner (kept by the SENT transition), not a count of the
     day's sent rows, so the cost follows the number of owners and not the day's history.
     In flight and drafts: one pass over the partial in-flight, awaiting-approval and approved
-    indexes, whose sizes the in-flight cap and the admission (drafts within an owner's days)
+    indexes (`committed_work`), whose sizes the in-flight cap and the admission (drafts within an owner's days)
     bound, with no owner filter: filtering by owner lets the planner walk each owner's whole
     history through the owner index instead.
     """
@@ -120,16 +120,27 @@ def committed_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int,
     wanted = {owner_id for ids in days.values() for owner_id in ids}
     in_flight: Counter[int] = Counter()
     drafts: Counter[int] = Counter()
-    rows = (
-        Outreach.objects.filter(state__in=(*IN_FLIGHT, *DRAFTS))
+    for owner_id, state, n in committed_work():
+        if owner_id in wanted:
+            (drafts if state in DRAFTS else in_flight)[owner_id] += n
+    return {o: Committed(sent.get(o, 0), in_flight[o], drafts[o]) for o in wanted}
+
+
+def committed_work() -> QuerySet[Outreach, tuple[int, str, int]]:
+    """(owner id, state, rows) of every owner's work in flight and drafts not yet sent.
+
+    One arm per partial index (in flight, awaiting approval, approved), OR-ed: PostgreSQL
+    matches each arm to its index's predicate and ORs the bitmaps. `state IN (all five)` matches
+    no index's predicate, and the planner scanned the whole table, history included (89 ms a
+    cycle at 10^6 rows, growing with it)."""
+    return (
+        Outreach.objects.filter(
+            Q(state__in=IN_FLIGHT) | Q(state=State.AWAITING_APPROVAL) | Q(state=State.APPROVED)
+        )
         .values_list("owner_id", "state")
         .annotate(n=Count("id"))
         .order_by()
     )
-    for owner_id, state, n in rows:
-        if owner_id in wanted:
-            (drafts if state in DRAFTS else in_flight)[owner_id] += n
-    return {o: Committed(sent.get(o, 0), in_flight[o], drafts[o]) for o in wanted}
 
 
 def organization_caps() -> dict[str, Limits]:
