@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
-from outreach.models import Outreach, OutreachEvent, State
+from outreach.models import Outreach, OutreachEvent, Owner, State
 from outreach.tiers import Tier
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
 from tests.faults.helpers import outreach_table_locked
@@ -284,8 +285,9 @@ def test_two_beats_give_one_cycle_at_a_time(redis_client: redis.Redis) -> None:
         assert next_start >= end, "two cycles overlapped"
 
 
-def test_selection_queries_use_the_partial_indexes() -> None:
-    # given enough rows that a sequential scan would be the planner's choice without the index
+def _analyzed_history(*, state_of: Callable[[int], State]) -> tuple[Owner, datetime]:
+    """One owner's 20,000 intros, row i in `state_of(i)`, and the table analyzed: enough rows that
+    a sequential scan would be the planner's choice without a matching partial index."""
     owner = make_owner()
     lead = make_lead(owner=owner)
     now = timezone.now()
@@ -295,15 +297,21 @@ def test_selection_queries_use_the_partial_indexes() -> None:
             owner=owner,
             kind="intro",
             tier=Tier.INTRO,
-            state=State.SENT if i % 10 else State.QUEUED,
+            state=state_of(i),
             not_before=now,
-            idempotency_key=f"explain:{i}",
+            idempotency_key=f"history:{i}",
             state_changed_at=now,
         )
         for i in range(20_000)
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE outreach_outreach")
+    return owner, now
+
+
+def test_selection_queries_use_the_partial_indexes() -> None:
+    # given enough rows that a sequential scan would be the planner's choice without the index
+    owner, now = _analyzed_history(state_of=lambda i: State.SENT if i % 10 else State.QUEUED)
     from orchestrator.dispatch.reads import explain_selection_queries
 
     plans = explain_selection_queries(owner_ids=[owner.pk], now=now)
@@ -314,25 +322,8 @@ def test_selection_queries_use_the_partial_indexes() -> None:
 
 def test_the_owners_committed_work_is_read_through_the_partial_indexes_not_the_history() -> None:
     # given a history of sent rows and a few rows in flight and in review
-    owner = make_owner()
-    lead = make_lead(owner=owner)
-    now = timezone.now()
     states = [State.DISPATCHED, State.GENERATING, State.SENDING, State.AWAITING_APPROVAL, State.APPROVED]
-    Outreach.objects.bulk_create(
-        Outreach(
-            lead=lead,
-            owner=owner,
-            kind="intro",
-            tier=Tier.INTRO,
-            state=states[i % 5] if i < 10 else State.SENT,
-            not_before=now,
-            idempotency_key=f"committed:{i}",
-            state_changed_at=now,
-        )
-        for i in range(20_000)
-    )
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE outreach_outreach")
+    owner, now = _analyzed_history(state_of=lambda i: states[i % 5] if i < 10 else State.SENT)
     from orchestrator.dispatch.reads import active_owners, committed_today, committed_work
 
     # when the cycle reads what each owner has committed, then the plan walks the partial indexes
