@@ -276,7 +276,9 @@ def call_refused(
     they ride with the job's next budget call as an answer's do, after the refusal took the
     call out of our log, so the estimate of the other clients rises to what they hold now."""
     usage.uses[deployment.label].counted -= tokens
-    budget.report_429(retry_after_s=retry_after_s, sent_at_ms=slot.at_ms or None, scope=deployment.scope)
+    budget.report_429(
+        retry_after_s=retry_after_s, sent_at_ms=slot.at_ms or None, tokens=tokens, scope=deployment.scope
+    )
     if remaining_requests is not None or remaining_tokens is not None:
         usage.reports.append(
             ProviderReport(

@@ -144,13 +144,18 @@ class Pacing(BudgetCore):
         )
 
     def report_429(
-        self, *, retry_after_s: float | None = None, sent_at_ms: int | None = None, scope: str = PROVIDER
+        self,
+        *,
+        retry_after_s: float | None = None,
+        sent_at_ms: int | None = None,
+        tokens: int | None = None,
+        scope: str = PROVIDER,
     ) -> None:
         """The provider refused a call: hold calls for Retry-After (default 1 s). While its answers
         carry remaining counts, widen the safety gap under them; otherwise cut the limits if our
         own calls of the last interval were near them (`Adaptive.busy_fraction`). `sent_at_ms`
-        (the call's `CallSlot.at_ms`) takes the refused call out of our log: the provider did
-        not count it."""
+        (the call's `CallSlot.at_ms`) takes the refused call out of our log, its request and its
+        tokens (`tokens`: the one of them logged in that ms): the provider did not count it."""
         a, limits = self.adaptive, self.limits_for(scope)
         retry_ms = 1_000 if retry_after_s is None else max(0, int(retry_after_s * 1000))
         args = [
@@ -162,6 +167,7 @@ class Pacing(BudgetCore):
             a.tolerance(limits.rpm),
             a.tolerance(limits.tpm),
             "" if sent_at_ms is None else sent_at_ms,
+            "" if tokens is None else tokens,
         ]
         with contextlib.suppress(BudgetUnavailable):
             self.run("REPORT_429", self._call_log_keys(scope), args)

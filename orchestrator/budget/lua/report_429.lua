@@ -1,11 +1,12 @@
 -- KEYS: log, meta, rate of one scope.
 -- ARGV: now, retry_after_ms, interval, configured r/t, step r/t, floor r/t, decrease factor,
---       busy fraction, tolerance r/t, sent_at ('' = unknown).
--- Calls are held for Retry-After either way. The refused call leaves our log (one call logged at
--- its sent_at: calls of one ms are alike for counting): the provider did not count it, and
--- counting it as ours would hide as much of another client's use from report.lua, which then
--- let more calls through, which were refused, and so on (5% of 429s in the simulation). Its
--- tokens stay in the cumulative sums: a slight over-count, for at most a minute.
+--       busy fraction, tolerance r/t, sent_at ('' = unknown), its tokens ('' = unknown).
+-- Calls are held for Retry-After either way. The refused call leaves our log, its request and its
+-- tokens (call_log.lua `forget`): the provider did not count it, and counting it as ours would
+-- hide as much of another client's use from report.lua, which then let more calls through,
+-- which were refused, and so on (5% of 429s in the simulation). Its tokens left in the sums for
+-- their minute put the estimate of another client 3-8k tokens under it beside a client taking
+-- 30% of a 150k key (bench/tokens_binding.py), and a 429 after each such minute.
 -- While answers carry the provider's remaining counts (one within the last window), the
 -- limits follow them (report.lua) and a 429 says our estimate of the other clients ran short:
 -- the safety gap under it doubles (at least one tolerance; once per interval), and the limits
@@ -24,10 +25,7 @@ local last = tonumber(redis.call('HGET', rate, 'md_ms'))
 local once = not last or now - last >= interval
 local hdr = tonumber(redis.call('HGET', rate, 'hdr_ms'))
 local cut = 0
-if ARGV[14] ~= '' then
-  local refused = redis.call('ZRANGEBYSCORE', log, ARGV[14], ARGV[14], 'LIMIT', 0, 1)
-  if #refused > 0 then redis.call('ZREM', log, refused[1]) end
-end
+if ARGV[14] ~= '' then forget(log, meta, tonumber(ARGV[14]), tonumber(ARGV[15])) end
 
 local function widen(kind, lim, floor, tol)
   local st = redis.call('HMGET', rate, 'safe_' .. kind, 'safe_ms_' .. kind)
