@@ -101,9 +101,9 @@ class Adaptive:
     When the provider's answers say what is left of its window (x-ratelimit-remaining-*), the
     limits follow them: what the window held beyond our own calls is another client's, and our
     limit is the configured one less that (`report_provider`), up or down, at every answer.
-    The estimate of the other client's use rises at once and falls by at most
-    `release_fraction` of the limit per interval (one answer may see fewer of its calls than
-    the next), and one below `tolerance_fraction` is noise (our calls racing the header). A 429
+    The estimate of the other client's use rises at once, holds its peak for an interval (an
+    answer is as old as the model's latency: the client may be back at its peak already), then
+    falls by at most `release_fraction` of the limit per interval, and one below `tolerance_fraction` is noise (our calls racing the header). A 429
     while answers carry those headers widens a safety gap under that estimate (doubling, once
     per interval; it closes by one tolerance per interval) rather than halving the limits.
 

@@ -9,10 +9,12 @@
 -- else's: configured - remaining - ours is another client's use. Our limit is the configured
 -- one less that, up or down: a report that only cut, with a slow additive climb back, left a
 -- key shared with another client 20-30% idle, and every climb past our share ended in a 429
--- and a halving. The estimate rises at once (another client's burst must not cost us 429s)
--- and falls by at most `release` per interval (answers racing each other see a little fewer
--- of its calls), so it sits at the top of the other client's wobble; one within the tolerance
--- is noise (our calls racing the header), not a client.
+-- and a halving. The estimate rises at once (another client's burst must not cost us 429s),
+-- holds its peak for an interval, then falls by at most `release` per interval, so it sits at
+-- the top of the other client's wobble: an answer is as old as the model's latency, and a
+-- client back at its peak is seen only that much later (released at once, the estimate sat up
+-- to a step under such a client, and our calls filled the difference: a 429 each). One within
+-- the tolerance is noise (our calls racing the header), not a client.
 -- A 429 meanwhile widened a safety gap (report_429.lua), closing by one tolerance per interval.
 -- Such a limit holds for a window (60 s) without answers, then climbs as after a cut.
 --
@@ -33,11 +35,14 @@ local lim_r, lim_t = limits(rate, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber
                             interval, now)
 
 local function follow(kind, remaining, ours, cfg, floor, tol, release)
-  local st = redis.call('HMGET', rate, 'foreign_' .. kind, 'foreign_ms_' .. kind, 'safe_' .. kind, 'safe_ms_' .. kind)
-  local foreign = math.max(0, cfg - remaining - ours)
+  local st = redis.call('HMGET', rate, 'foreign_' .. kind, 'foreign_ms_' .. kind, 'safe_' .. kind, 'safe_ms_' .. kind,
+                        'peak_ms_' .. kind)
+  local seen = math.max(0, cfg - remaining - ours)
+  local foreign, peak = seen, now
   if st[1] then  -- milli-units, so a release of a fraction per report is not rounded away
-    local since = math.max(0, now - tonumber(st[2]))
-    foreign = math.max(foreign, tonumber(st[1]) / 1000 - release * since / interval)
+    local from = math.max(tonumber(st[2]), (tonumber(st[5]) or 0) + interval)
+    local held = tonumber(st[1]) / 1000 - release * math.max(0, now - from) / interval
+    if held > seen then foreign, peak = held, tonumber(st[5]) or 0 end
   end
   local safe = 0
   if st[3] then safe = math.max(0, tonumber(st[3]) - tol * math.max(0, now - tonumber(st[4])) / interval) end
@@ -51,7 +56,7 @@ local function follow(kind, remaining, ours, cfg, floor, tol, release)
   -- nothing is answered, and a climb after one quiet interval took back what the last answer
   -- said was another client's (a 429 each time). A window on, that answer says nothing more.
   redis.call('HSET', rate, 'foreign_' .. kind, int(foreign * 1000), 'foreign_ms_' .. kind, int(now),
-             'base_' .. kind, int(lim), 'cut_' .. kind, int(now + WINDOW), 'hdr_ms', int(now))
+             'peak_ms_' .. kind, int(peak), 'base_' .. kind, int(lim), 'cut_' .. kind, int(now + WINDOW), 'hdr_ms', int(now))
   return lim
 end
 
