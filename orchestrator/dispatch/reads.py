@@ -37,7 +37,7 @@ from orchestrator.controls.spend import spend_day
 from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
 from orchestrator.dispatch.selection import Candidate
 from orchestrator.dispatch.selection.admission import SpendFacts
-from outreach.models import SUPPRESSED, Organization, Outreach, Owner, OwnerDailySends, State
+from outreach.models import SUPPRESSED, Organization, Outreach, Owner, OwnerDailySends, State, int_array
 from outreach.tiers import Tier
 from outreach.transitions import IN_FLIGHT, LLM_IN_FLIGHT
 
@@ -266,7 +266,12 @@ def reasons_write(*, reasons: Mapping[tuple[int, int], str], rows_each: int) -> 
             ) AS head
             WHERE o.id = head.id
             """,
-            [[o for (o, _), _ in pairs], [t for (_, t), _ in pairs], [r for _, r in pairs], rows_each],
+            [
+                int_array(o for (o, _), _ in pairs),
+                int_array(t for (_, t), _ in pairs),
+                [r for _, r in pairs],
+                rows_each,
+            ],
         )
 
 
@@ -288,7 +293,7 @@ def _owners_with_work_sql(*, tier: Tier, owner_ids: list[int], now: datetime) ->
                 AND q.state = 'queued' AND q.not_before <= %s ORDER BY q.not_before LIMIT 1
             ) AS ready
         """
-        return sql, [owner_ids, int(tier), now]
+        return sql, [int_array(owner_ids), int(tier), now]
     marks = ",".join("%s" for _ in owner_ids)
     sql = f"""SELECT DISTINCT owner_id FROM {TABLE} WHERE owner_id IN ({marks}) AND tier = %s
               AND state = 'queued' AND not_before <= %s"""
@@ -320,7 +325,7 @@ def _top_k_sql(
             ) c
             ORDER BY c.owner_id, {outer_order}
         """
-        return sql, [owners, [k_by_owner[o] for o in owners], *params]
+        return sql, [int_array(owners), int_array(k_by_owner[o] for o in owners), *params]
     marks = ",".join("%s" for _ in owners)
     sql = f"""
         SELECT id, owner_id FROM (

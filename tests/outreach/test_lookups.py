@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from outreach.models import Outreach, State
+from outreach.models import Outreach, State, int_array
 from tests.factories import make_outreach
 
 pytestmark = pytest.mark.django_db
@@ -35,3 +35,16 @@ def test_any_finds_what_in_finds_with_one_parameter_whatever_the_list() -> None:
     with CaptureQueriesContext(connection) as queries:
         assert Outreach.objects.filter(id__any=ids).update(blocked_reason="x") == 3
     assert "= ANY(" in queries.captured_queries[0]["sql"]
+
+
+def test_an_int_array_is_read_back_as_the_numbers_it_was_made_of() -> None:
+    # given whole numbers, negative and past 32 bits, and an empty list
+    values = [3, -7, 2**40, 0]
+    # then PostgreSQL reads the literal back as them (the demo's SQLite never gets one)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT %s::bigint[], %s::bigint[]", [int_array(values), int_array([])])
+            assert cursor.fetchone() == (values, [])
+    # and anything but whole numbers is refused before it reaches the text
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        int_array(["1}, {2"])

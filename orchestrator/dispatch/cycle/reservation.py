@@ -21,7 +21,7 @@ from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TA
 from orchestrator.dispatch.deployment_plan import probes_mark, routing_plan
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.selection import Pick
-from outreach.models import Outreach, State
+from outreach.models import Outreach, State, int_array
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
 
@@ -192,7 +192,11 @@ def _record_reservations(placed: Mapping[int, tuple[str, str]]) -> None:
             cursor.execute(
                 f"UPDATE {Outreach._meta.db_table} o SET reservation_id = v.rid, llm_route = v.route "
                 "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v(id, rid, route) WHERE o.id = v.id",
-                [list(placed), [rid for rid, _ in placed.values()], [route for _, route in placed.values()]],
+                [
+                    int_array(placed),
+                    [rid for rid, _ in placed.values()],
+                    [route for _, route in placed.values()],
+                ],
             )
         return
     for i, (rid, route) in placed.items():

@@ -56,9 +56,15 @@ class Cursor:
             raise ValueError("a cursor holds one position per tier and group, in tiers it has served")
         object.__setattr__(self, "positions", tuple(sorted(by_tier.items())))
         object.__setattr__(self, "groups", tuple((t, g, p) for (t, g), p in sorted(by_group.items())))
-        by_lead = {(Tier(t), g, o): Fraction(lead) for t, g, o, lead in self.leads}
+        # Leads number up to one per owner of the tier (thousands at platform scale) and a cycle
+        # builds several cursors: no Fraction or Tier is made again where one is given, and a
+        # Fraction's sign is its numerator's (the denominator is positive).
+        by_lead = {
+            (t if type(t) is Tier else Tier(t), g, o): lead if type(lead) is Fraction else Fraction(lead)
+            for t, g, o, lead in self.leads
+        }
         if len(by_lead) != len(self.leads) or any(
-            t not in by_tier or lead <= 0 for (t, _, _), lead in by_lead.items()
+            t not in by_tier or lead.numerator <= 0 for (t, _, _), lead in by_lead.items()
         ):
             raise ValueError(
                 "a cursor holds one positive lead per tier, group and owner, in tiers it has served"

@@ -37,6 +37,7 @@ class _Clock:
         leads: Mapping[int, Fraction],
     ) -> None:
         self.start, self.weights, self.costs, self.leads = start, weights, costs, leads
+        self.phase = start.phase if start else Fraction(0)  # where owners not ahead start (tokens)
         self.tags: dict[int, Fraction] = {}
         self.last: Fraction | None = None  # the tag of the last pick
 
@@ -44,7 +45,8 @@ class _Clock:
         if self.costs is None:
             tag = _first_tag(start=self.start, owner_id=owner, weight=self.weights.get(owner, 1))
         else:
-            tag = max(self.start.phase if self.start else Fraction(0), self.leads.get(owner, Fraction(0)))
+            lead = self.leads.get(owner)
+            tag = lead if lead is not None and lead > self.phase else self.phase
         self.tags[owner] = tag
         return tag
 
@@ -71,10 +73,11 @@ class _Clock:
         this cycle keep theirs, moved into the new frame."""
         if self.costs is None or self.last is None:
             return None
-        base = math.floor(self.last)
-        phase = self.last - base
+        base, last = math.floor(self.last), self.last
         tags = {**self.leads, **self.tags}
-        return {o: tag - base for o, tag in tags.items() if tag - base > phase}
+        # tag - base > phase is tag > last: the subtraction only for those ahead (Fractions are
+        # slow and a cycle may see thousands of owners)
+        return {o: tag - base for o, tag in tags.items() if tag > last}
 
 
 class _TierRound:
