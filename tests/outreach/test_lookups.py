@@ -3,6 +3,8 @@ text and parameter count do not grow with the list."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -46,5 +48,6 @@ def test_an_int_array_is_read_back_as_the_numbers_it_was_made_of() -> None:
             cursor.execute("SELECT %s::bigint[], %s::bigint[]", [int_array(values), int_array([])])
             assert cursor.fetchone() == (values, [])
     # and anything but whole numbers is refused before it reaches the text
+    hostile: list[Any] = ["1}, {2"]
     with pytest.raises(ValueError, match="invalid literal for int"):
-        int_array(["1}, {2"])
+        int_array(hostile)
