@@ -103,7 +103,8 @@ class Adaptive:
     limit is the configured one less that (`report_provider`), up or down, at every answer.
     The estimate of the other client's use rises at once, holds its peak for an interval (an
     answer is as old as the model's latency: the client may be back at its peak already), then
-    falls by at most `release_fraction` of the limit per interval, and one below `tolerance_fraction` is noise (our calls racing the header). A 429
+    falls by at most `release_fraction` of the limit per interval, and one below
+    `tolerance_fraction` is noise (our calls racing the header). A 429
     while answers carry those headers widens a safety gap under that estimate (doubling, once
     per interval; it closes by one tolerance per interval) rather than halving the limits.
 

@@ -8,8 +8,8 @@ for any list (one plan, one shape in tests/orchestrator/dispatch/test_cycle_quer
 SQLite (the demo) has no arrays: there it is `IN`, as `__in` writes it.
 
 The array goes as its text (`int_array`), cast in the statement: psycopg's list dumper checks
-every element's type in Python, 4-5 ms per 10,000 ids, and a cycle at 10,000 owners sends a
-few dozen such lists (bench/dispatch.py, profiled: 130 ms of a 2 s cycle).
+every element's type in Python, and a cycle at 10,000 owners sends a few dozen such lists
+(bench/dispatch.py, profiled: 130 ms of a 2 s cycle).
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ local function follow(kind, remaining, ours, cfg, floor, tol, release)
   -- nothing is answered, and a climb after one quiet interval took back what the last answer
   -- said was another client's (a 429 each time). A window on, that answer says nothing more.
   redis.call('HSET', rate, 'foreign_' .. kind, int(foreign * 1000), 'foreign_ms_' .. kind, int(now),
-             'peak_ms_' .. kind, int(peak), 'base_' .. kind, int(lim), 'cut_' .. kind, int(now + WINDOW), 'hdr_ms', int(now))
+             'peak_ms_' .. kind, int(peak), 'base_' .. kind, int(lim), 'cut_' .. kind, int(now + WINDOW),
+             'hdr_ms', int(now))
   return lim
 end
 
