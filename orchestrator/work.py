@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from redis.client import Pipeline
+
 from config.deployments import STEPS, Deployment, deployments, step_models
 from orchestrator.budget import (
     PROVIDER,
@@ -48,7 +50,7 @@ from orchestrator.deployments.breaker import (
     fault_reason,
     fault_record,
     has_alternative,
-    success_record,
+    successes_record,
 )
 from orchestrator.deployments.placement import Route
 from orchestrator.dispatch.inflight import call_latency_stage
@@ -106,6 +108,17 @@ class Usage:
     output_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One call the provider answered: on which deployment and step, how long the provider took
+    (no pacing wait), and when (time.monotonic())."""
+
+    deployment: Deployment
+    step: str
+    seconds: float
+    at_s: float
+
+
 @dataclass
 class JobBudget:
     """Where each step runs (the dispatcher's placement, `Outreach.llm_route`) and the budget
@@ -113,12 +126,19 @@ class JobBudget:
 
     route: dict[str, Deployment]
     uses: dict[str, Usage] = field(default_factory=dict)  # by deployment label
-    # (step, seconds) of each call, counted with the job's outcome (outreach.counters): one
-    # write in a database turn the job takes anyway, not a connection opened per call.
-    call_durations: list[tuple[str, float]] = field(default_factory=list)
+    # Each answered call, in order: its deployment's health and its step's latency sample go
+    # to Redis in one round trip when the job settles, and its duration is counted with the
+    # job's outcome (outreach.counters) in a database turn the job takes anyway.
+    answers: list[Answer] = field(default_factory=list)
+    answers_recorded: int = 0  # how many of them went to Redis already
     # The answers' reports not sent yet: each rides with the job's next budget call (the next
     # call's slot, or the settlement), one Redis round trip fewer per call (docs/scaling.md).
     reports: list[ProviderReport] = field(default_factory=list)
+
+    @property
+    def call_durations(self) -> list[tuple[str, float]]:
+        """(step, seconds) of each answered call."""
+        return [(a.step, a.seconds) for a in self.answers]
 
     def reports_take(self, budget: Budget) -> list[ScriptCall]:
         """The pending reports as script calls, in the order answered; none pending after."""
@@ -223,6 +243,25 @@ def job_settle(*, budget: Budget, usage: JobBudget, refund: bool = False) -> Non
             )
         also = []
     budget.also_run(also)
+    _answers_record(usage)
+
+
+def _answers_record(usage: JobBudget) -> None:
+    """The job's answered calls not recorded yet, in one round trip on REDIS_URL: each
+    deployment's last success (it clears the faults recorded before it; a probe's success
+    closes its breaker here, when the job settles) and each call's latency sample."""
+    answers = usage.answers[usage.answers_recorded :]
+    usage.answers_recorded = len(usage.answers)
+    if not answers:
+        return
+    now = time.monotonic()
+    last = {a.deployment: round((now - a.at_s) * 1000) for a in answers}  # the latest wins
+
+    def samples(pipe: Pipeline) -> None:
+        for answer in answers:
+            call_latency_stage(pipe, step=answer.step, seconds=answer.seconds)
+
+    successes_record(answered_ago_ms=last, also=samples)
 
 
 @dataclass(frozen=True)
@@ -326,12 +365,10 @@ def call_done(
 ) -> None:
     """A call answered: its deployment is healthy, its duration sizes the dispatcher's in-flight
     target (the provider's time only, no pacing wait), and the scope learns the provider's
-    rate-limit headers. Its usage is added to the job's."""
-    # One round trip on REDIS_URL for both (docs/scaling.md: round trips per call).
-    success_record(
-        deployment=deployment, also=lambda pipe: call_latency_stage(pipe, step=step, seconds=seconds)
-    )
-    usage.call_durations.append((step, seconds))
+    rate-limit headers. Its usage is added to the job's. Nothing goes to Redis here: the
+    report rides with the job's next budget call, the health and the latency sample with the
+    job's settlement (docs/scaling.md: round trips per call)."""
+    usage.answers.append(Answer(deployment=deployment, step=step, seconds=seconds, at_s=time.monotonic()))
     usage.reports.append(  # sent with the job's next budget call (JobBudget.reports)
         ProviderReport(
             remaining_requests=remaining_requests,

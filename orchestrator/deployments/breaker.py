@@ -9,10 +9,13 @@ its work has somewhere else to go (a pool-mate or a fallback); its failed jobs s
 transient failures, retried with backoff. A lone deployment that is down keeps today's retries.
 While open the dispatcher places nothing on it (its work waits QUEUED, saying why, or runs on
 the pool's other deployments or the fallback); after LLM_FAULT_PROBE_S it is half open and the
-dispatcher sends one job as a probe; the probe's first successful call closes it (any success
-does), a fault opens it again for another LLM_FAULT_PROBE_S.
+dispatcher sends one job as a probe; the probe's successful calls close it when the job
+settles (any success does: a job's successes go in one round trip at its end, with the moment
+each deployment last answered, and clear only the faults recorded before it), a fault opens it
+again for another LLM_FAULT_PROBE_S.
 
-  orchestrator:llm_fault:<scope>  hash  n (faults in a row), reason, opened_ms, probe_ms
+  orchestrator:llm_fault:<scope>  hash  n (faults in a row), reason, last_ms (the last fault),
+                                        opened_ms, probe_ms
 Times are Redis's clock (TIME), shared by all processes.
 """
 
@@ -38,14 +41,23 @@ log = logging.getLogger(__name__)
 KEY_PREFIX: Final = "orchestrator:llm_fault:"
 # Recorded atomically: the count, the reason and the opening (or re-opening after a failed probe).
 _FAULT = """
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
-redis.call('HSET', KEYS[1], 'reason', ARGV[2])
-if n < tonumber(ARGV[1]) then return 0 end
 local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+redis.call('HSET', KEYS[1], 'reason', ARGV[2], 'last_ms', now)
+if n < tonumber(ARGV[1]) then return 0 end
 local was_open = redis.call('HEXISTS', KEYS[1], 'opened_ms')
-redis.call('HSET', KEYS[1], 'opened_ms', t[1] * 1000 + math.floor(t[2] / 1000))
+redis.call('HSET', KEYS[1], 'opened_ms', now)
 redis.call('HDEL', KEYS[1], 'probe_ms')
 return was_open == 1 and 2 or 1
+"""
+# A success answered ARGV[1] ms ago clears the faults recorded before it (and with them an open
+# breaker), not one recorded since: it reaches Redis when its job settles (success_stage).
+_SUCCESS = """
+local t = redis.call('TIME')
+local at = t[1] * 1000 + math.floor(t[2] / 1000) - tonumber(ARGV[1])
+if tonumber(redis.call('HGET', KEYS[1], 'last_ms') or 0) > at then return 0 end
+return redis.call('DEL', KEYS[1])
 """
 # The probe is marked only while the breaker is still open (a success may have closed it).
 _PROBE = """
@@ -134,19 +146,25 @@ def fault_record(*, deployment: Deployment, reason: str) -> None:
         )
 
 
-def success_record(*, deployment: Deployment, also: Callable[[Pipeline], object] = lambda _: None) -> None:
-    """A call succeeded: faults in a row start again from 0, an open breaker closes. `also`
-    stages more of the call's bookkeeping on REDIS_URL in the same round trip (orchestrator.work)."""
-    pipe = health_client().pipeline(transaction=False)
-    pipe.delete(KEY_PREFIX + deployment.scope)
+def successes_record(
+    *, answered_ago_ms: Mapping[Deployment, int], also: Callable[[Pipeline], object]
+) -> None:
+    """Calls succeeded, each deployment's last `answered_ago_ms` ago: faults in a row recorded
+    before it start again from 0 and an open breaker closes. `also` stages more of the job's
+    bookkeeping on REDIS_URL in the same round trip (orchestrator.work). Never raises."""
+    client = health_client()
+    pipe = client.pipeline(transaction=False)
+    for deployment, ago_ms in answered_ago_ms.items():
+        pipe.eval(_SUCCESS, 1, KEY_PREFIX + deployment.scope, max(0, ago_ms))
     also(pipe)
     try:
-        cleared = pipe.execute()[0]
+        cleared = pipe.execute()[: len(answered_ago_ms)]
     except redis.RedisError as exc:
-        log.warning("LLM success not recorded", extra={"deployment": deployment.label, "error": str(exc)})
+        log.warning("LLM successes not recorded", extra={"error": str(exc)})
         return
-    if cleared:
-        log.info("LLM deployment answering again", extra={"deployment": deployment.label})
+    for deployment, was in zip(answered_ago_ms, cleared, strict=True):
+        if was:
+            log.info("LLM deployment answering again", extra={"deployment": deployment.label})
 
 
 def probe_mark(*, client: Client, deployment: Deployment) -> bool:

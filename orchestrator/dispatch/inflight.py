@@ -123,8 +123,9 @@ def in_flight_sizing(
 
 
 def call_latency_record(*, step: str, seconds: float) -> None:
-    """Remember one provider call's duration (the generation worker, after each call). Never
-    fails the job: without the sample the dispatcher sizes on the older ones."""
+    """Remember one provider call's duration (the generation worker stages its calls' with the
+    job's settlement: orchestrator.work). Never fails: without the sample the dispatcher sizes
+    on the older ones."""
     pipe = redis_client.shared().pipeline(transaction=False)
     call_latency_stage(pipe, step=step, seconds=seconds)
     try:
