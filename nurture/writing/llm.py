@@ -21,7 +21,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypedDict
@@ -96,9 +97,10 @@ def chat(
         temperature=temperature,
     )
     try:
-        response = _client_for_settings().post(
-            request.url, params=request.params, content=request.content, headers=request.headers
-        )
+        with _clients_for_settings().lend() as client:
+            response = client.post(
+                request.url, params=request.params, content=request.content, headers=request.headers
+            )
     except httpx2.TimeoutException as exc:
         raise TransientError(f"LLM provider unreachable: request timed out ({exc})") from exc
     except httpx2.HTTPError as exc:  # connection refused or reset, protocol errors
@@ -255,32 +257,69 @@ def _usage(*, usage: Any, messages: Sequence[ChatMessage], text: str) -> dict[st
     }
 
 
-def _client_for_settings() -> httpx2.Client:
+def _clients_for_settings() -> _Clients:
     timeout = float(getattr(settings, "LLM_TIMEOUT_S", 30.0))
     connections = int(getattr(settings, "LLM_MAX_CONNECTIONS", 100))
     # lru_cache does not hold back concurrent misses: without the lock, a threads-pool
-    # worker's first burst of jobs would each build a client (and a pool) of its own.
-    with _client_lock:
-        return _client(timeout, connections, os.getpid())
+    # worker's first burst of jobs would each build clients of their own.
+    with _clients_lock:
+        return _clients(timeout, connections, os.getpid())
 
 
-_client_lock = threading.Lock()
+_clients_lock = threading.Lock()
+# Hosts a lent client keeps a connection to: the deployments' hosts a worker calls.
+HOSTS_PER_CLIENT = 4
+
+
+class _Clients:
+    """The process's HTTP clients to the provider, lent one per call: at most `connections`
+    calls at once (a call past them waits up to the timeout for one, as it would for a pooled
+    connection: then it is a timeout), and each client keeps its connection to each host it
+    called alive for its next call, so as many connections stay open as the worker runs calls.
+    The last client given back is lent first, so a quiet worker reuses warm connections.
+
+    Not one client with a pool of `connections`: its pool's bookkeeping walks every connection
+    on each request and each response (httpcore2 `_assign_requests_to_connections`), about
+    2 ms of CPU a call at 200 connections, a tenth of a generation job's CPU
+    (bench/llm_concurrency.py --rounds, docs/benchmarks.md). A lent client's pool holds a
+    connection or so. They share one TLS context (one CA bundle read, not one per client)."""
+
+    def __init__(self, *, timeout_s: float, connections: int) -> None:
+        self.timeout_s = timeout_s
+        self._timeout = httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0))
+        self._limits = httpx2.Limits(
+            max_connections=HOSTS_PER_CLIENT, max_keepalive_connections=HOSTS_PER_CLIENT
+        )
+        self._tls = httpx2.create_ssl_context()
+        self._calls = threading.BoundedSemaphore(connections)
+        self._idle: list[httpx2.Client] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def lend(self) -> Iterator[httpx2.Client]:
+        if not self._calls.acquire(timeout=self.timeout_s):
+            raise httpx2.PoolTimeout(f"no connection free in {self.timeout_s:g} s (LLM_MAX_CONNECTIONS)")
+        try:
+            with self._lock:
+                client = self._idle.pop() if self._idle else None
+            if client is None:
+                client = httpx2.Client(timeout=self._timeout, limits=self._limits, verify=self._tls)
+            try:
+                yield client
+            finally:
+                with self._lock:
+                    self._idle.append(client)
+        finally:
+            self._calls.release()
 
 
 @lru_cache(maxsize=4)
-def _client(timeout_s: float, connections: int, pid: int) -> httpx2.Client:
-    # Cached per process (pid in the key): one connection pool per worker process, never a
-    # pool inherited across a prefork fork, whose sockets the parent would share. A threads-pool
-    # worker shares it between its threads (the client is thread-safe) and across deployments
-    # (connections are kept per host), so the pool holds as many connections as the worker
-    # runs calls: with fewer, calls would queue for a connection and time out as if the
-    # provider were slow; with fewer kept alive, each call past the keep-alive count would pay
-    # a new TCP and TLS handshake.
+def _clients(timeout_s: float, connections: int, pid: int) -> _Clients:
+    # Cached per process (pid in the key): never clients inherited across a prefork fork, whose
+    # sockets the parent would share. A threads-pool worker's threads share them, and so do
+    # its deployments (a client keeps a connection per host).
     del pid
-    return httpx2.Client(
-        timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
-        limits=httpx2.Limits(max_connections=connections, max_keepalive_connections=connections),
-    )
+    return _Clients(timeout_s=timeout_s, connections=connections)
 
 
 # --- provider headers --------------------------------------------------------------------------

@@ -287,6 +287,36 @@ def test_calls_in_flight_per_process_are_as_many_as_the_client_pool_allows(
         assert stub.peak > 8
 
 
+def test_a_call_that_finds_no_connection_free_within_the_timeout_is_a_transient_failure(
+    settings: Any,
+) -> None:
+    # given a provider taking 1 s a call, one connection per process and a 3 s timeout
+    stub = _CountingStub()
+    stub.start()
+    settings.LLM_BASE_URL, settings.LLM_API_KEY = stub.base_url, "sk-test"
+    settings.LLM_MAX_CONNECTIONS, settings.LLM_TIMEOUT_S = 1, 3.0
+
+    def call(_: int) -> str:
+        try:
+            return chat(messages=MESSAGES, max_tokens=10).text
+        except TransientError as exc:
+            return str(exc)
+
+    # when five threads call at once: the fifth would wait 4 s for the connection
+    try:
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            outcomes = list(pool.map(call, range(5)))
+    finally:
+        stub.stop()
+    # then one call at a time reached the provider, the first ones answered, and a call that
+    # waited past the timeout failed as a timeout naming the setting (retried by the pipeline)
+    waited_out = [o for o in outcomes if "LLM_MAX_CONNECTIONS" in o]
+    assert stub.peak == 1
+    assert len(waited_out) >= 1
+    assert all(o.startswith("LLM provider unreachable: request timed out") for o in waited_out)
+    assert len(stub.requests) == 5 - len(waited_out) >= 2
+
+
 def test_the_client_pool_defaults_to_the_generation_workers_concurrency() -> None:
     from django.conf import settings
 
