@@ -407,6 +407,9 @@ FLOWER_BASIC_AUTH = env_str("FLOWER_BASIC_AUTH", "admin:admin" if DEBUG else REQ
 # --- Celery ---------------------------------------------------------------------------------
 # redis:// (the default: REDIS_URL) or amqp:// (RabbitMQ). The budget and locks stay on REDIS_URL.
 CELERY_BROKER_URL = env_url("CELERY_BROKER_URL", REDIS_URL)
+# Redis: kombu's transport with one redis-py client per pool (config.broker says why); else kombu's.
+_REDIS_BROKER = CELERY_BROKER_URL.split("://", 1)[0] in ("redis", "rediss")
+CELERY_BROKER_TRANSPORT = "config.broker:Transport" if _REDIS_BROKER else None
 CELERY_RESULT_BACKEND = None  # tasks record outcomes in PostgreSQL; nobody reads results
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_ACCEPT_CONTENT = ["json"]
