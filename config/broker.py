@@ -16,17 +16,17 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]
+class Channel(kombu_redis.Channel):
     _sync_client: tuple[Any, Any] | None = None  # (the pool, the client built around it)
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:  # the consumer's own client (BRPOP), cached by kombu already
-            return super()._create_client(asynchronous=True)
+            return super()._create_client(asynchronous=True)  # type: ignore[misc]
         pool, kept = self.pool, self._sync_client
         if kept is None or kept[0] is not pool:
-            kept = self._sync_client = (pool, super()._create_client())
+            kept = self._sync_client = (pool, super()._create_client())  # type: ignore[misc]
         return kept[1]
 
 
-class Transport(kombu_redis.Transport):  # type: ignore[misc]
+class Transport(kombu_redis.Transport):
     Channel = Channel

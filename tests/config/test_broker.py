@@ -4,6 +4,7 @@ and still publishes, delivers and acknowledges through a real Redis."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -23,8 +24,8 @@ def connection() -> Iterator[Connection]:
 def test_a_channel_builds_one_client_per_pool_and_a_new_one_after_its_pool_is_replaced(
     connection: Connection,
 ) -> None:
-    channel = connection.default_channel
-    assert isinstance(channel, Channel)
+    assert isinstance(connection.default_channel, Channel)
+    channel: Any = connection.default_channel
     first = channel._create_client()
     assert channel._create_client() is first
     channel._disconnect_pools()  # what kombu does after a lost connection
@@ -38,7 +39,7 @@ def test_messages_are_published_delivered_and_acknowledged_through_the_kept_clie
 ) -> None:
     exchange = Exchange("test-broker-transport", type="direct")
     queue = Queue("test-broker-transport", exchange, routing_key="test")
-    channel = connection.channel()
+    channel: Any = connection.channel()
     bound = queue(channel)
     bound.declare()
     try:
