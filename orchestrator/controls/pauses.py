@@ -114,9 +114,25 @@ def blocking(*, owner_ids: Iterable[int], mailbox_owners: Collection[int] = ()) 
         for org in Organization.objects.filter(id__any=set(owner_org.values())).only("id", "sender_email")
     }
     reasons = {p.pk: p.blocked_reason() for p in pauses}
+    # Each pause under the narrowest part of its scope, so an owner meets only the pauses that
+    # may cover it (most owners none), not every pause: thousands of owners x every pause was
+    # a tenth of a 10,000-owner cycle (bench/dispatch.py --controls).
+    under: dict[tuple[str, object], list[tuple[int, Pause]]] = {}
+    for n, p in enumerate(pauses):
+        under.setdefault(_narrowest(p), []).append((n, p))
     result = Blocking()
     for owner_id, organization_id in owner_org.items():
-        for p in pauses:  # oldest first: the first pause that applies names the reason
+        found = [
+            *under.get(("owner", owner_id), ()),
+            *under.get(("organization", organization_id), ()),
+            *under.get(("domain", domain_of[organization_id]), ()),
+            *under.get(("all", None), ()),
+        ]
+        if not found:
+            continue
+        for _, p in sorted(
+            found, key=lambda np: np[0]
+        ):  # oldest first: the first that applies names the reason
             scope = (p.organization_id, p.owner_id, None, p.sender_domain)  # some tier of the owner's work
             if p.sender_domain and owner_id in mailbox_owners:
                 continue
@@ -133,6 +149,18 @@ def blocking(*, owner_ids: Iterable[int], mailbox_owners: Collection[int] = ()) 
             else:
                 result.tiers.setdefault(owner_id, {}).setdefault(Tier(p.tier), reasons[p.pk])
     return result
+
+
+def _narrowest(p: Pause) -> tuple[str, object]:
+    """The part of a pause's scope only some owners match: its owner, else its organization,
+    else its sender domain; ("all", None) for a pause of everything (a tier everywhere)."""
+    if p.owner_id is not None:
+        return ("owner", p.owner_id)
+    if p.organization_id is not None:
+        return ("organization", p.organization_id)
+    if p.sender_domain:
+        return ("domain", p.sender_domain)
+    return ("all", None)
 
 
 def job_pause(*, outreach: Outreach) -> Pause | None:

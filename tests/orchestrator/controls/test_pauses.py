@@ -168,3 +168,36 @@ def test_job_pause_finds_the_oldest_pause_that_covers_the_job_and_no_other() -> 
     pauses.resume(pauses=[found], by=by)
     tier, _ = pauses.pause(organization=org, tier=Tier(job.tier), by=by)
     assert pauses.job_pause(outreach=job) == tier
+
+
+def test_the_cycles_view_gives_each_owner_the_oldest_pause_of_every_scope_that_covers_it() -> None:
+    # given owners in three organizations, and pauses of every kind of scope, oldest first
+    a, b, c = (make_org(sender_email=f"sales@{x}.example") for x in "abc")
+    ann, bob, cat, dan = (
+        make_owner(organization=a),
+        make_owner(organization=a),
+        make_owner(organization=b),
+        make_owner(organization=c),
+    )
+    by = make_user()
+    replies, _ = pauses.pause(tier=Tier.REPLY, by=by, reason="replies everywhere")
+    domain, _ = pauses.pause(sender_domain="a.example", by=by, reason="bounces")
+    pauses.pause(owner=ann, by=by, reason="ann, later")
+    nudges, _ = pauses.pause(organization=b, tier=Tier.NUDGE, by=by, reason="b's nudges")
+    org_b, _ = pauses.pause(organization=b, by=by, reason="all of b")
+    pauses.pause(organization=make_org(), by=by, reason="someone else")
+    # when the cycle asks what stops them
+    found = pauses.blocking(owner_ids=[ann.pk, bob.pk, cat.pk, dan.pk])
+    # then each owner is stopped by the oldest pause covering all its work, and each tier by its own
+    assert found.owners == {
+        ann.pk: domain.blocked_reason(),
+        bob.pk: domain.blocked_reason(),
+        cat.pk: org_b.blocked_reason(),
+    }
+    everywhere = {Tier.REPLY: replies.blocked_reason()}
+    assert found.tiers == {
+        ann.pk: everywhere,
+        bob.pk: everywhere,
+        cat.pk: {**everywhere, Tier.NUDGE: nudges.blocked_reason()},
+        dan.pk: everywhere,
+    }
