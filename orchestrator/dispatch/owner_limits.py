@@ -36,6 +36,7 @@ class Capacity:
     owner_id: int
     remaining: int  # emails this owner may still start now (0 = deferred)
     blocked_reason: str = ""
+    open: bool = True  # inside its hours on a working day (False: `blocked_reason` says when it opens)
 
 
 def local_day_start(*, tz: str, now: datetime) -> datetime:
@@ -81,7 +82,9 @@ def owner_capacity(*, rules: OwnerRules, now: datetime, used_today: int) -> Capa
     if not _is_open(rules, local):
         at = next_opening(rules=rules, now=now)
         hours = f"{rules.hours_start:%H:%M}-{rules.hours_end:%H:%M}"
-        return Capacity(rules.owner_id, 0, f"outside operating hours {hours}, {_resumes(rules, at, now)}")
+        return Capacity(
+            rules.owner_id, 0, f"outside operating hours {hours}, {_resumes(rules, at, now)}", open=False
+        )
     remaining = rules.daily_limit - used_today
     if remaining <= 0:
         at = next_opening(rules=rules, now=now, after_today=True)

@@ -60,17 +60,25 @@ def job_pricing(costs: JobCosts) -> Callable[[int, str | None], Decimal]:
     prices, models = settings.LLM_PRICES, [d.model for d in deployments()]
 
     @cache
+    def of_tokens(tokens: int) -> Decimal:  # thousands of owners share a few learned costs
+        return job_cost_estimate(prices=prices, models=models, tokens=tokens)
+
+    @cache
     def cost(owner_id: int, kind: str | None) -> Decimal:
-        return job_cost_estimate(prices=prices, models=models, tokens=costs.of(owner_id, kind).counted)
+        return of_tokens(costs.of(owner_id, kind).counted)
 
     return cost
 
 
 def owners_admit(
-    *, owners: Sequence[reads.ActiveOwner], now: datetime, budget: Budget, costs: JobCosts
+    *,
+    owners: Sequence[reads.ActiveOwner],
+    now: datetime,
+    budget: Budget,
+    price: Callable[[int, str | None], Decimal],
 ) -> Admitted:
     """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains.
-    `costs`: the owners' learned job costs, what their work reserves against a spend cap."""
+    `price`: what an owner's job reserves against a spend cap (`job_pricing`)."""
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now)
     ids = [o.rules.owner_id for o in owners]
     # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
@@ -98,7 +106,6 @@ def owners_admit(
     domains = budget.domain_days(
         domains=sorted({d for f in facts for d in f.sender_domains}), now_ms=int(now.timestamp() * 1000)
     )
-    price = job_pricing(costs)
     spend = reads.organization_spend(owner_ids=ids, now=now, job_cost=price)
     capped = {o.rules.owner_id for o in owners if o.organization_id in spend}
     decisions, shared = owner_admission(

@@ -82,7 +82,8 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     costs = job_costs_load(owner_ids=[o.rules.owner_id for o in owners], default=outreach_cost()[1])
     # One admission (selection.admission's rules, in order) before any LLM work: what each owner
     # may send now, what LLM work it may start, and why not.
-    admitted = owners_admit(owners=owners, now=now, budget=budget, costs=costs)
+    price = job_pricing(costs)  # one pricing for the admission and the picks
+    admitted = owners_admit(owners=owners, now=now, budget=budget, price=price)
     report.deferred = admitted.deferred
     deferrals_note(client=client, deferred=report.deferred, paused_tiers=admitted.paused_tiers)
     paused_tiers = {owner_id: frozenset(tiers) for owner_id, tiers in admitted.paused_tiers.items()}
@@ -105,7 +106,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         paused_tiers=paused_tiers,
         shared=admitted.shared,
         job_costs=costs.among(admitted.llm_room),
-        price=job_pricing(costs),
+        price=price,
         now=now,
         budget=budget,
     )

@@ -128,12 +128,10 @@ def owner_admission(
 def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmission:
     if o.paused:  # rule 1
         return OwnerAdmission(0, 0, o.paused)
-    hours = owner_capacity(rules=o.rules, now=now, used_today=0)  # rule 2
-    if hours.remaining <= 0:
-        return OwnerAdmission(0, 0, hours.blocked_reason)
-    day = owner_capacity(rules=o.rules, now=now, used_today=o.sent_today + o.in_flight)  # rule 3
+    day = owner_capacity(rules=o.rules, now=now, used_today=o.sent_today + o.in_flight)  # rules 2, 3
     days = 1 + (o.draft_ahead_days if o.review_required else 0)
-    if day.remaining <= 0 and days == 1:  # drafting ahead writes tomorrow's once today's are out
+    # Drafting ahead writes tomorrow's once today's are out, inside its hours, with a limit.
+    if day.remaining <= 0 and (days == 1 or not day.open or o.rules.daily_limit <= 0):
         return OwnerAdmission(0, 0, day.blocked_reason)
     rooms: list[tuple[int, str]] = []
     if o.mailbox_room is not None:  # rule 4: what is in flight or drafted leaves from them too

@@ -59,6 +59,14 @@ def _one(facts: OwnerFacts, **kwargs: Any) -> OwnerAdmission:
         ),
         # a draft-ahead day doubles what a review-required owner may hold
         (_owner(sent_today=5, drafts=15, review_required=True, draft_ahead_days=1), 15, 20, ""),
+        # ... but not outside its hours, nor with a limit of none
+        (
+            _owner(days="67", review_required=True, draft_ahead_days=1),
+            0,
+            0,
+            "outside operating hours 09:00-17:00, resumes Sat 09:00 UTC",
+        ),
+        (_owner(limit=0, review_required=True, draft_ahead_days=1), 0, 0, "daily limit 0 reached"),
         # ... and means nothing for an autonomous one
         (_owner(drafts=20, draft_ahead_days=1), 20, 0, "daily limit 20 committed"),
         # the owner's mailboxes' room, less what is in flight or drafted (it leaves from them)
