@@ -220,6 +220,9 @@ class Tracer:
             for k, v in self._redis.hgetall("{llmbudget}:rate:provider").items()
             if k != "report"
         }
+        # The token bucket reservations draw from (units of 1/60000 token): its level shows
+        # whether dispatch waits on it (near 0) or refunds are clipped at its capacity.
+        bucket = self._redis.hmget("{llmbudget}:bucket:provider", "t", "ts")
         jobs = dict(
             Outreach.objects.filter(state__in=(State.DISPATCHED, State.GENERATING))
             .values_list("state")
@@ -234,6 +237,8 @@ class Tracer:
             "shared_admitted": float(stats["shared"]["admitted"]),
             "dispatched": float(jobs.get(State.DISPATCHED, 0)),
             "generating": float(jobs.get(State.GENERATING, 0)),
+            "bucket_t": float(bucket[0]) / 60000 if bucket[0] is not None else -1.0,
+            "bucket_ts": float(bucket[1]) if bucket[1] is not None else -1.0,
             **rate,
         }
 
