@@ -134,9 +134,12 @@ def limits_from_settings(*, rpm: int, tpm: int) -> Limits:
             for limit, amount in ((rpm, calls), (tpm, calls * per_call))
         ),
     )
-    return Limits(
+    limits = Limits(
         rpm=rpm, tpm=tpm, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms, margin_floor_ms=floor_ms
     )
+    return limits.holding(
+        tokens=calls * per_call, interval_ms=interval_ms
+    )  # paced: the token bucket's cycles
 
 
 def organization_limits(*, rpm: int | None, tpm: int | None) -> Limits:

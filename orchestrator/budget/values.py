@@ -40,6 +40,9 @@ class Limits:
     strict: bool = False  # paced, as LLM_BUDGET_STRICT defaults (a test holds them equal)
     margin_ms: int = 1_000  # the most margin, and the margin before any measurement
     margin_floor_ms: int = 100  # added to the measured spread: what the measurement cannot see
+    # Paced: the token bucket's capacity in ms of refill when more than `burst_ms` (`holding`:
+    # PACED_TOKEN_CYCLES cycles of refill plus the costliest job).
+    token_burst_ms: int = 0
 
     def __post_init__(self) -> None:
         if min(self.rpm, self.tpm, self.burst_ms) < 1 or min(self.margin_ms, self.margin_floor_ms) < 0:
@@ -58,25 +61,43 @@ class Limits:
         """Bucket capacities in units (requests, tokens): burst_ms of the fastest refill a
         measured margin can bring, so the bucket still holds a dispatch cycle's refill then."""
         rate_r, rate_t = self._rates(margin_ms=self.fastest_margin_ms)
-        return rate_r * self.burst_ms, rate_t * self.burst_ms
+        return rate_r * self.burst_ms, rate_t * max(self.burst_ms, self.token_burst_ms)
 
     def holding(self, *, tokens: int, interval_ms: int) -> Limits:
         """These limits with a burst that also holds a dispatch cycle's refill plus one job of
         `tokens` (`maths.burst_for_cycle`), so a costly job is never left waiting for a bucket
-        too small to take it. Unchanged when the burst holds it already, or when no burst can:
-        strict limits tend to their limit, and a job beyond it is reserved at the capacity and
-        charged the rest when settled."""
+        too small to take it; paced, a token bucket that holds PACED_TOKEN_CYCLES cycles' refill
+        plus the job (`token_burst_ms`). Unchanged when the bursts hold it already, or when no
+        burst can: strict limits tend to their limit, and a job beyond it is reserved at the
+        capacity and charged the rest when settled."""
+        amount = min(tokens, self.tpm)
+        margin_ms = self.fastest_margin_ms
         try:
             need = maths.burst_for_cycle(
                 limit=self.tpm,
-                amount=min(tokens, self.tpm),
+                amount=amount,
                 interval_ms=interval_ms,
                 strict=self.strict,
-                margin_ms=self.fastest_margin_ms,
+                margin_ms=margin_ms,
             )
         except ValueError:
             return self
-        return self if need <= self.burst_ms else dataclasses.replace(self, burst_ms=need)
+        token_need = 0
+        if not self.strict:
+            token_need = maths.burst_for_cycle(
+                limit=self.tpm,
+                amount=amount,
+                interval_ms=maths.PACED_TOKEN_CYCLES * interval_ms,
+                strict=False,
+                margin_ms=margin_ms,
+            )
+        if need <= self.burst_ms and token_need <= max(self.burst_ms, self.token_burst_ms):
+            return self
+        burst_ms = max(need, self.burst_ms)
+        token_burst_ms = max(token_need, self.token_burst_ms)
+        return dataclasses.replace(
+            self, burst_ms=burst_ms, token_burst_ms=token_burst_ms if token_burst_ms > burst_ms else 0
+        )
 
     def strict_denominator(self) -> int:
         """The Lua side's refill denominator: rate = limit * 60000 / it. 0 for paced limits,

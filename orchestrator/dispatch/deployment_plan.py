@@ -105,7 +105,10 @@ def per_call_tokens(*, budget: Budget, job_tokens: int) -> int | None:
     if not job_tokens:
         return None
     most = min(budget.largest_tokens(scopes=(d.scope,)) for d in deployments())
-    return max(1, math.ceil(min(job_tokens, most) / settings.LLM_CALLS_PER_OUTREACH))
+    calls = settings.LLM_CALLS_PER_OUTREACH
+    # Rounded up, but never past what one reservation holds: a job capped at `most` must still
+    # fit a bucket of `most` (calls x ceil(most / calls) can pass it by a token or two).
+    return max(1, min(math.ceil(job_tokens / calls), most // calls))
 
 
 def probes_mark(*, client: Client, routing: Routing, labels_used: set[str]) -> None:

@@ -414,6 +414,7 @@ def test_snapshot_shows_what_the_budget_decides_on(make_budget):
             "strict": True,
             "margin_ms": 1_000,
             "margin_floor_ms": 100,
+            "token_burst_ms": 0,
         }
     }
     assert (snap["in_flight"], snap["outstanding_requests"], snap["outstanding_tokens"]) == (1, 3, 1_800)

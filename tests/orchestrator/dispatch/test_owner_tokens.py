@@ -15,7 +15,7 @@ from devtools.llm_stub import LLMStub, StubRequest
 from devtools.processes import free_port
 from nurture.writing.generation import outreach_generate
 from nurture.writing.llm import prompt_tokens_estimate
-from orchestrator.budget import Budget, Limits, Reservation, limits_from_settings
+from orchestrator.budget import Budget, Limits, Reservation, limits_from_settings, maths
 from orchestrator.budget.maths import UNITS
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
 from orchestrator.dispatch.owner_tokens import (
@@ -211,49 +211,64 @@ def test_each_step_is_learned_apart_and_stands_for_its_owners_jobs_once_learned(
 
 
 @pytest.mark.parametrize("strict", [False, True])
-def test_a_burst_holding_a_job_holds_a_cycles_refill_on_top_of_it(strict: bool) -> None:
-    # given limits whose burst was sized for the configured 1,800-token job
+def test_a_burst_holding_a_job_holds_the_refill_of_the_cycles_between_draws_on_top_of_it(
+    strict: bool,
+) -> None:
+    # given limits whose bursts were sized for the configured 1,800-token job
     limits = limits_from_settings_for(tpm=150_000, strict=strict)
-    # when they must hold a 12,000-token job
-    held = limits.holding(tokens=12_000, interval_ms=2_000)
-    # then the token bucket takes the job plus one dispatch cycle's refill (none is lost while
-    # the job waits for room), and a smaller job changes nothing
-    rate_t = held.capacities()[1] / held.burst_ms
-    assert held.capacities()[1] >= 12_000 * UNITS + rate_t * 2_000 > limits.capacities()[1]
+    # when they must hold a 40,000-token job
+    held = limits.holding(tokens=40_000, interval_ms=2_000)
+    # then the token bucket takes the job plus the refill of one dispatch cycle (strict) or of
+    # PACED_TOKEN_CYCLES (paced: the dispatcher skips cycles, and none is lost meanwhile), the
+    # request bucket one cycle's, and a smaller job changes nothing
+    rate_r, rate_t = (
+        maths.bucket_rate(
+            limit=limit, burst_ms=held.burst_ms, strict=strict, margin_ms=held.fastest_margin_ms
+        )
+        for limit in (100_000, 150_000)
+    )
+    cycles = 1 if strict else maths.PACED_TOKEN_CYCLES
+    assert held.capacities()[1] >= 40_000 * UNITS + rate_t * 2_000 * cycles > limits.capacities()[1]
+    assert held.capacities()[0] == rate_r * held.burst_ms  # requests: no more than one cycle's past the job
     assert limits.holding(tokens=1_000, interval_ms=2_000) == limits
 
 
 def limits_from_settings_for(*, tpm: int, strict: bool) -> Limits:
-    return Limits(rpm=100_000, tpm=tpm, burst_ms=2_722, strict=strict, margin_ms=1_000, margin_floor_ms=100)
+    """As limits_from_settings sizes them, for the configured 3 x 600-token job and 2 s cycles."""
+    limits = Limits(rpm=100_000, tpm=tpm, burst_ms=2_722, strict=strict, margin_ms=1_000, margin_floor_ms=100)
+    return limits.holding(tokens=1_800, interval_ms=2_000)
 
 
 @pytest.mark.django_db
 def test_a_long_reply_reserves_all_it_will_be_counted_and_the_intros_behind_it_the_cycles_refill(
     settings: Any, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
 ) -> None:
-    # given a key binding on tokens (150,000/min) whose bucket the settings size for the
-    # configured 3 x 600-token job (about 6,800 tokens: it can never hold a long reply), on a
-    # frozen clock, and an owner whose replies were counted 12,000 tokens and intros 1,200
+    # given a key binding on tokens (150,000/min) whose token bucket the settings size for the
+    # configured 3 x 600-token job (about 26,800 tokens: five 2 s cycles of refill and the job;
+    # it cannot hold a long reply), on a frozen clock, and an owner whose replies were counted
+    # 40,000 tokens and intros 1,200
     settings.LLM_EST_TOKENS_PER_CALL, settings.DISPATCH_INTERVAL = 600, 2
     budget = Budget(
         redis_client=redis_client, limits=limits_from_settings(rpm=100_000, tpm=150_000), clock=FakeClock()
     )
-    assert budget.largest_tokens() < 12_000
+    assert budget.largest_tokens() < 40_000
     owner = make_owner(daily_limit=500)
-    owner_tokens_record(owner_id=owner.pk, settled=9_000, counted=12_000, kind="reply")
+    owner_tokens_record(owner_id=owner.pk, settled=30_000, counted=40_000, kind="reply")
     owner_tokens_record(owner_id=owner.pk, settled=600, counted=1_200, kind="intro")
     reply = make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY)
-    intros = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(10)]
+    intros = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(40)]
     # when a cycle runs
     with django_capture_on_commit_callbacks(execute=False):
         claimed = dispatch_cycle(budget=budget).generation
-    # then the reply goes holding all 12,000 tokens the provider will count (the bucket was
-    # widened to hold it and a cycle's refill: Budget.hold_job), and intros of 1,200 take the
-    # rest, so no refill is lost while the reply waits (main: 6,793 held, no intro went)
+    # then the reply goes holding all 40,000 tokens the provider will count (the bucket was
+    # widened to hold it and the cycles' refill: Budget.hold_job), and intros of 1,200 take the
+    # rest of the (full) bucket, so no refill is lost while the reply waits (before the
+    # widening: 6,793 held, no intro went)
     reply.refresh_from_db()
     assert claimed[0] == reply.pk
-    assert _text(redis_client.hget(budget.key("res"), reply.reservation_id)).split(":")[1] == "12000"
-    assert len(set(claimed) & set(intros)) == 4  # (16,994 - 12,000) // 1,200
+    assert _text(redis_client.hget(budget.key("res"), reply.reservation_id)).split(":")[1] == "40000"
+    assert budget.largest_tokens() > 40_000
+    assert len(set(claimed) & set(intros)) == (budget.largest_tokens() - 40_000) // 1_200
 
 
 @pytest.mark.django_db
