@@ -52,11 +52,13 @@ redis.call('HDEL', KEYS[1], 'probe_ms')
 return was_open == 1 and 2 or 1
 """
 # A success answered ARGV[1] ms ago clears the faults recorded before it (and with them an open
-# breaker), not one recorded since: it reaches Redis when its job settles (success_stage).
+# breaker), not one recorded since: it reaches Redis when its job settles (successes_record).
+# Its moment is known to within the round trip that carries it (the age is measured before
+# it), so a fault in the same millisecond stands.
 _SUCCESS = """
 local t = redis.call('TIME')
 local at = t[1] * 1000 + math.floor(t[2] / 1000) - tonumber(ARGV[1])
-if tonumber(redis.call('HGET', KEYS[1], 'last_ms') or 0) > at then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'last_ms') or 0) >= at then return 0 end
 return redis.call('DEL', KEYS[1])
 """
 # The probe is marked only while the breaker is still open (a success may have closed it).

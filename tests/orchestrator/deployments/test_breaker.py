@@ -4,6 +4,7 @@ later, and must not clear it; a fault before it is cleared as before (real Redis
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -16,6 +17,10 @@ from orchestrator.dispatch.reads import organization_caps_load
 from orchestrator.work import JobBudget, Usage
 
 pytestmark = pytest.mark.django_db  # the organizations' caps are loaded with the deployments' limits
+
+# Between a call's answer and a fault in another job: the success says how long ago it
+# answered, measured before its round trip, so its moment is known to within that round trip.
+LATER_S = 0.1
 
 SMALL = Deployment(name="small", model="m-small", rpm=6000, tpm=6_000_000)
 
@@ -60,9 +65,11 @@ def _job() -> JobBudget:
 def test_a_success_recorded_after_a_later_fault_leaves_that_fault_standing(
     budget: Budget, redis_client: Any, one_deployment: Deployment
 ) -> None:
-    # given a job whose call answered, and another job's call refused after it (its first fault)
+    # given a job whose call answered, and another job's call refused after it (its first fault;
+    # later by more than a round trip to Redis, the success's moment being known to that)
     job = _job()
     _answered(budget, job)
+    time.sleep(LATER_S)
     _refused(1)
     # when the first job settles (its success reaches Redis now)
     work.job_settle(budget=budget, usage=job)
@@ -78,6 +85,7 @@ def test_a_success_clears_the_faults_before_it_when_its_job_settles(
     # given an open breaker, and a probe job whose call then answered
     _refused(2)
     assert healths(client=redis_client, deployments=[SMALL])[SMALL.label].state == "open"
+    time.sleep(LATER_S)
     job = _job()
     _answered(budget, job)
     # when the job settles, then the breaker is closed and its faults start again from 0
