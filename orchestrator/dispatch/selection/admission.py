@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 
 from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.budget.sends import DomainDay, day_cap_reason
@@ -133,25 +134,37 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
     # Drafting ahead writes tomorrow's once today's are out, inside its hours, with a limit.
     if day.remaining <= 0 and (days == 1 or not day.open or o.rules.daily_limit <= 0):
         return OwnerAdmission(0, 0, day.blocked_reason)
-    rooms: list[tuple[int, str]] = []
+    # Each room with what names it when it refuses (the reason is written only then: a cycle
+    # judges thousands of owners and most pass).
+    rooms: list[tuple[int, Callable[[], str]]] = []
     if o.mailbox_room is not None:  # rule 4: what is in flight or drafted leaves from them too
         pending, left = o.in_flight + o.drafts, sum(o.mailbox_room.values())
-        reason = _mailbox_reason(left, pending) if o.mailbox_room else MAILBOXES_PAUSED
-        rooms.append((left - pending, reason))
+        rooms.append(
+            (left - pending, partial(_mailbox_reason, left, pending) if o.mailbox_room else _mailboxes_paused)
+        )
     # Rule 5: within one day it also keeps rule 3 (committed includes sent and in flight).
-    rooms.append((o.rules.daily_limit * days - o.committed, _committed_reason(o, days)))
+    rooms.append((o.rules.daily_limit * days - o.committed, partial(_committed_reason, o, days)))
     capped = _all_capped(o.sender_domains, shared.domain_room)  # rule 6
     if capped:
-        rooms.append((sum(max(0, shared.domain_room[d]) for d in capped), shared.domain_reason[capped[0]]))
+        rooms.append(
+            (
+                sum(max(0, shared.domain_room[d]) for d in capped),
+                partial(shared.domain_reason.__getitem__, capped[0]),
+            )
+        )
     if o.organization_id in shared.spend_left:  # rule 7
         room = _spend_room(shared.spend_left[o.organization_id], shared.job_cost.get(o.rules.owner_id))
         if room is not None:
-            rooms.append((room, shared.spend_reason[o.organization_id]))
+            rooms.append((room, partial(shared.spend_reason.__getitem__, o.organization_id)))
     send = max(0, day.remaining)
     for room, reason in rooms:
         if room <= 0:
-            return OwnerAdmission(send, 0, reason)
+            return OwnerAdmission(send, 0, reason())
     return OwnerAdmission(send, min(room for room, _ in rooms))
+
+
+def _mailboxes_paused() -> str:
+    return MAILBOXES_PAUSED
 
 
 def _all_capped(domains: Sequence[str], room: Mapping[str, int]) -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from types import MappingProxyType
 
 from outreach.tiers import Tier
 
@@ -46,6 +47,11 @@ class Cursor:
     positions: tuple[tuple[Tier, Position], ...] = ()
     groups: tuple[tuple[Tier, str, Position], ...] = ()
     leads: tuple[tuple[Tier, str, int, Fraction], ...] = ()
+    # `leads` by round, (tier, group) -> owner -> lead: what the schedule reads (derived, so
+    # not compared)
+    _rounds: dict[tuple[Tier, str], dict[int, Fraction]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         by_tier = {Tier(tier): position for tier, position in self.positions}
@@ -72,14 +78,16 @@ class Cursor:
         object.__setattr__(
             self, "leads", tuple((t, g, o, lead) for (t, g, o), lead in sorted(by_lead.items()))
         )
+        for t, g, o, lead in self.leads:
+            self._rounds.setdefault((t, g), {})[o] = lead
 
     def position(self, tier: Tier, group: str | None = None) -> Position | None:
         if group is not None:
             return next((p for t, g, p in self.groups if (t, g) == (tier, group)), None)
         return dict(self.positions).get(tier)
 
-    def leads_of(self, tier: Tier, group: str = "") -> dict[int, Fraction]:
-        return {o: lead for t, g, o, lead in self.leads if (t, g) == (tier, group)}
+    def leads_of(self, tier: Tier, group: str = "") -> Mapping[int, Fraction]:
+        return MappingProxyType(self._rounds.get((tier, group), {}))
 
     def moved(
         self,
@@ -90,23 +98,38 @@ class Cursor:
         leads: Mapping[str, Mapping[int, Fraction]] | None = None,
     ) -> Cursor:
         """`leads` replaces the tier's leads of the rounds it names ("" the tier's, else a group's)."""
-        if position is None:
+        return self.moved_tiers({tier: Move(position=position, groups=groups or {}, leads=leads or {})})
+
+    def moved_tiers(self, moves: Mapping[Tier, Move]) -> Cursor:
+        """`moved` for several tiers in one new cursor (its leads are sorted once, and a cycle's
+        may number one per owner); a tier whose move has no position stays where it was."""
+        moves = {tier: move for tier, move in moves.items() if move.position is not None}
+        if not moves:
             return self
-        groups, leads = groups or {}, leads or {}
+        new_groups = {(t, g): p for t, m in moves.items() for g, p in m.groups.items()}
+        new_leads = {(t, g): by_owner for t, m in moves.items() for g, by_owner in m.leads.items()}
         return Cursor(
-            positions=(*((t, p) for t, p in self.positions if t != tier), (tier, position)),
-            groups=(
-                *((t, g, p) for t, g, p in self.groups if t != tier or g not in groups),
-                *((tier, g, p) for g, p in groups.items()),
+            positions=(
+                *((t, p) for t, p in self.positions if t not in moves),
+                *((t, m.position) for t, m in moves.items() if m.position is not None),
             ),
-            leads=(
-                *((t, g, o, x) for t, g, o, x in self.leads if t != tier or g not in leads),
-                *((tier, g, o, x) for g, by_owner in leads.items() for o, x in by_owner.items()),
+            groups=(
+                *((t, g, p) for t, g, p in self.groups if (t, g) not in new_groups),
+                *((t, g, p) for (t, g), p in new_groups.items()),
+            ),
+            leads=tuple(
+                (t, g, o, lead)
+                for (t, g), by_owner in {**self._rounds, **new_leads}.items()
+                for o, lead in by_owner.items()
             ),
         )
 
     def keeping_groups(self, groups: Collection[str]) -> Cursor:
         """Only the positions of these groups (the shell drops organizations no longer capped)."""
+        if all(g in groups for _, g, _ in self.groups) and all(
+            g == "" or g in groups for _, g in self._rounds
+        ):
+            return self
         return Cursor(
             positions=self.positions,
             groups=tuple(x for x in self.groups if x[1] in groups),
@@ -138,7 +161,7 @@ class Cursor:
                 for group, gpos in _mapping(pos.get("groups", {})).items()
             )
             leads = tuple(
-                (Tier[name.upper()], _str(group), int(owner), Fraction(_str(lead)))
+                (Tier[name.upper()], _str(group), int(owner), _fraction(_str(lead)))
                 for name, pos in data.items()
                 for group, by_owner in _mapping(pos.get("leads", {})).items()
                 for owner, lead in _mapping(by_owner).items()
@@ -161,6 +184,16 @@ class Cursor:
         return cls.from_dict(data)
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Where one tier's schedule stopped in a selection (`Cursor.moved_tiers`): its position,
+    its groups' positions, and the leads of the rounds it names ("" the tier's, else a group's)."""
+
+    position: Position | None
+    groups: Mapping[str, Position] = field(default_factory=dict)
+    leads: Mapping[str, Mapping[int, Fraction]] = field(default_factory=dict)
+
+
 def _pos_dict(pos: Position) -> dict[str, object]:
     return {"owner_id": pos.owner_id, "phase": str(pos.phase)}
 
@@ -168,6 +201,16 @@ def _pos_dict(pos: Position) -> dict[str, object]:
 def _position(data: object) -> Position:
     pos = _mapping(data)
     return Position(owner_id=_int(pos["owner_id"]), phase=Fraction(str(pos["phase"])))
+
+
+def _fraction(text: str) -> Fraction:
+    """ "7/3" or "2" as a Fraction: parsed as two ints (Fraction's own parser is a regular
+    expression, and a cursor carries up to one lead per owner)."""
+    numerator, slash, denominator = text.partition("/")
+    try:
+        return Fraction(int(numerator), int(denominator)) if slash else Fraction(int(numerator))
+    except ValueError:
+        return Fraction(text)  # anything else Fraction reads ("0.5"), or its ValueError
 
 
 def _mapping(value: object) -> Mapping[str, object]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
 
-from orchestrator.dispatch.selection.cursor import Cursor, Position
+from orchestrator.dispatch.selection.cursor import Cursor, Move, Position
 from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard
 from outreach.tiers import Tier
 
@@ -26,6 +26,11 @@ class _Clock:
     Tokens: a pick moves the owner's tag by cost / (weight * TOKEN_UNIT); an owner starts at its
     lead from the cursor, or at the start position's phase when it has none (it is not ahead).
     `tags` keeps each owner's next tag, so `leads_after` can carry the ones still ahead.
+
+    Tags are exact: kept as ints in units of 1 / `scale`, the least common denominator of the
+    start's phase, the leads and every step of the round's `owners`, so the heaps compare ints
+    (a round may hold thousands of owners; Fractions made it the cycle's costliest part). The
+    cursor still gets Fractions: a position's phase and the leads.
     """
 
     def __init__(
@@ -35,37 +40,55 @@ class _Clock:
         weights: Mapping[int, int],
         costs: Mapping[int, int] | None,
         leads: Mapping[int, Fraction],
+        owners: Collection[int],
     ) -> None:
         self.start, self.weights, self.costs, self.leads = start, weights, costs, leads
-        self.phase = start.phase if start else Fraction(0)  # where owners not ahead start (tokens)
-        self.tags: dict[int, Fraction] = {}
-        self.last: Fraction | None = None  # the tag of the last pick
+        unit = 1 if costs is None else TOKEN_UNIT
+        self.scale = math.lcm(
+            start.phase.denominator if start else 1,
+            *{lead.denominator for lead in leads.values()},
+            *{weights.get(o, 1) * unit for o in owners},
+        )
+        # where owners not ahead start (tokens)
+        self.phase = _scaled(start.phase, self.scale) if start else 0
+        self.tags: dict[int, int] = {}
+        self.last: int | None = None  # the tag of the last pick
 
-    def first(self, owner: int) -> Fraction:
+    def first(self, owner: int) -> int:
         if self.costs is None:
-            tag = _first_tag(start=self.start, owner_id=owner, weight=self.weights.get(owner, 1))
+            tag = self._first_counted(owner)
         else:
             lead = self.leads.get(owner)
-            tag = lead if lead is not None and lead > self.phase else self.phase
+            tag = self.phase if lead is None else max(self.phase, _scaled(lead, self.scale))
         self.tags[owner] = tag
         return tag
 
-    def after(self, *, owner: int, tag: Fraction, cost_of: int | None = None) -> Fraction:
+    def _first_counted(self, owner: int) -> int:
+        """The owner's first tag k/weight whose (tag, owner_id) comes strictly after the start."""
+        if self.start is None:
+            return 0
+        weight = self.weights.get(owner, 1)
+        k = -(-self.phase * weight // self.scale)  # ceil(phase * weight)
+        if k * self.scale == self.phase * weight and owner <= self.start.owner_id:
+            k += 1  # same tag as the last pick: owners up to it were served in this round already
+        return k * (self.scale // weight)
+
+    def after(self, *, owner: int, tag: int, cost_of: int | None = None) -> int:
         """The owner's next tag after a pick at `tag`; `cost_of` names whose job the pick was
         (a group's place is filled by another owner of the group)."""
         weight = self.weights.get(owner, 1)
         self.last = tag
         step = (
-            Fraction(1, weight)
+            self.scale // weight
             if self.costs is None
-            else Fraction(self.costs[owner if cost_of is None else cost_of], weight * TOKEN_UNIT)
+            else self.costs[owner if cost_of is None else cost_of] * (self.scale // (weight * TOKEN_UNIT))
         )
         self.tags[owner] = tag + step
         return tag + step
 
     def position(self, owner: int) -> Position:
         assert self.last is not None
-        return Position(owner_id=owner, phase=self.last - math.floor(self.last))
+        return Position(owner_id=owner, phase=Fraction(self.last % self.scale, self.scale))
 
     def leads_after(self) -> dict[int, Fraction] | None:
         """The leads to persist (tokens only): every owner's next tag, in the frame of the last
@@ -73,11 +96,20 @@ class _Clock:
         this cycle keep theirs, moved into the new frame."""
         if self.costs is None or self.last is None:
             return None
-        base, last = math.floor(self.last), self.last
-        tags = {**self.leads, **self.tags}
-        # tag - base > phase is tag > last: the subtraction only for those ahead (Fractions are
-        # slow and a cycle may see thousands of owners)
-        return {o: tag - base for o, tag in tags.items() if tag > last}
+        rounds, last, scale = self.last // self.scale, self.last, self.scale
+        base = rounds * scale
+        leads = {
+            o: lead if rounds == 0 else lead - rounds
+            for o, lead in self.leads.items()
+            if o not in self.tags and _scaled(lead, scale) > last
+        }
+        leads.update((o, Fraction(tag - base, scale)) for o, tag in self.tags.items() if tag > last)
+        return leads
+
+
+def _scaled(value: Fraction, scale: int) -> int:
+    """`value` in units of 1 / `scale` (a multiple of its denominator)."""
+    return value.numerator * (scale // value.denominator)
 
 
 class _TierRound:
@@ -107,31 +139,38 @@ class _TierRound:
     ) -> None:
         self.rows, self.weights, self.groups, self.group_left = rows_by_owner, weights, groups, group_left
         self.position = cursor.position(tier)
-        self.clock = _Clock(start=self.position, weights=weights, costs=costs, leads=cursor.leads_of(tier))
         owners = [o for o, rows in rows_by_owner.items() if rows]
+        self.clock = _Clock(
+            start=self.position, weights=weights, costs=costs, leads=cursor.leads_of(tier), owners=owners
+        )
         self.heap = [(self.clock.first(o), o) for o in owners]
         heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
-        self.places: dict[str, dict[int, Fraction]] = {}  # group -> its places in the heap: owner -> tag
+        self.places: dict[str, dict[int, int]] = {}  # group -> its places in the heap: owner -> tag
         # group -> its places furthest first, (-tag, -owner), with stale entries (a place since
         # moved on, or given up) skipped when popped: the furthest in O(log places), not a scan
-        self.furthest: dict[str, list[tuple[Fraction, int]]] = {}
+        self.furthest: dict[str, list[tuple[int, int]]] = {}
         for tag, o in self.heap:
             if o in groups:
                 self.places.setdefault(groups[o], {})[o] = tag
                 self.furthest.setdefault(groups[o], []).append((-tag, -o))
         for entries in self.furthest.values():
             heapq.heapify(entries)
+        members: dict[str, list[int]] = {}
+        for o in owners:
+            if o in groups:
+                members.setdefault(groups[o], []).append(o)
         self.group_rounds = {
             group: _GroupRound(
-                owners=[o for o in owners if groups.get(o) == group],
+                owners=owners_of,
                 clock=_Clock(
                     start=cursor.position(tier, group),
                     weights=weights,
                     costs=costs,
                     leads=cursor.leads_of(tier, group),
+                    owners=owners_of,
                 ),
             )
-            for group in self.places
+            for group, owners_of in members.items()
         }
         self.taken: dict[int, int] = {}
 
@@ -155,7 +194,7 @@ class _TierRound:
                 heapq.heappush(self.heap, (next_tag, place))
         return chosen
 
-    def _group_served(self, *, group: str, place: int, next_tag: Fraction, more: bool) -> None:
+    def _group_served(self, *, group: str, place: int, next_tag: int, more: bool) -> None:
         self.group_left[group] -= 1
         heapq.heappush(self.heap, (next_tag, place))
         self.places[group][place] = next_tag
@@ -188,7 +227,7 @@ class _GroupRound:
         self.clock, self.position = clock, clock.start
         self.heap = [(clock.first(o), o) for o in owners]
         heapq.heapify(self.heap)
-        self.current: tuple[Fraction, int] | None = None
+        self.current: tuple[int, int] | None = None
 
     def next(self) -> int:
         self.current = heapq.heappop(self.heap)
@@ -202,16 +241,6 @@ class _GroupRound:
         assert self.current is not None, "served() follows next()"
         if more:
             heapq.heappush(self.heap, (self.next_tag, self.current[1]))
-
-
-def _first_tag(*, start: Position | None, owner_id: int, weight: int) -> Fraction:
-    """The owner's first tag k/weight whose (tag, owner_id) comes strictly after the cursor position."""
-    if start is None:
-        return Fraction(0)
-    k = math.ceil(start.phase * weight)
-    if Fraction(k, weight) == start.phase and owner_id <= start.owner_id:
-        k += 1  # same tag as the last pick: owners up to it were served in this round already
-    return Fraction(k, weight)
 
 
 def schedule_run(
@@ -248,9 +277,10 @@ def schedule_run(
             taken = rounds[tier].take(want)
             chosen[tier] += taken
             left -= len(taken)
-    new_cursor = cursor
-    for tier, round_ in rounds.items():
-        new_cursor = new_cursor.moved(
-            tier=tier, position=round_.position, groups=round_.group_positions(), leads=round_.leads()
-        )
+    new_cursor = cursor.moved_tiers(
+        {
+            tier: Move(position=round_.position, groups=round_.group_positions(), leads=round_.leads())
+            for tier, round_ in rounds.items()
+        }
+    )
     return chosen, new_cursor

@@ -3,9 +3,7 @@ bounded by slots and active owners, never by queue depth."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping, Sequence
-from fractions import Fraction
 
 
 def rows_per_owner(*, slots: int, owners_with_work: int, weight: int = 1) -> int:
@@ -59,17 +57,26 @@ def rows_to_load(
         if o in groups:
             members.setdefault(groups[o], []).append(o)
 
-    def largest_step(round_: Sequence[int]) -> Fraction:
-        return max(Fraction(costs[o], weights.get(o, 1)) for o in round_) if costs else Fraction(1)
+    def largest_step(round_: Sequence[int]) -> tuple[int, int]:
+        """The round's largest cost / weight, as (cost, weight): compared and divided in ints,
+        since a round may hold thousands of owners."""
+        if not costs:
+            return 1, 1
+        cost, weight = 0, 1
+        for o in round_:
+            if costs[o] * weight > cost * weights.get(o, 1):
+                cost, weight = costs[o], weights.get(o, 1)
+        return cost, weight
 
     # One largest step per round, not per owner: a cycle may judge thousands of owners.
     largest = {name: largest_step(round_) for name, round_ in members.items()}
-    largest_free = largest_step(free) if free else Fraction(1)
+    largest_free = largest_step(free) if free else (1, 1)
 
-    def per_round(owner: int, largest: Fraction) -> int:
+    def per_round(owner: int, largest: tuple[int, int]) -> int:
         if costs is None:
             return weights.get(owner, 1)
-        return math.floor(largest / Fraction(costs[owner], weights.get(owner, 1))) + 1
+        cost, weight = largest  # floor(largest step / the owner's step) + 1
+        return cost * weights.get(owner, 1) // (weight * costs[owner]) + 1
 
     return {
         o: (
