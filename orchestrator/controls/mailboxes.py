@@ -141,18 +141,24 @@ def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[in
     domain's day bounds it). An owner whose mailboxes are all paused has {} (no room)."""
     today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
     every = mailboxes_of(owner_ids=owner_ids)
-    paused = _paused_domains() if every else set()
-    boxes = {owner: mailboxes_usable(theirs, paused=paused) for owner, theirs in every.items()}
-    usage = budget.mailbox_usage(mailbox_ids=sorted({b.pk for per in boxes.values() for b in per}))
+    # Each mailbox judged once, not once per owner it serves (a team's shared mailbox: thousands)
+    distinct = {b.pk: b for theirs in every.values() for b in theirs}
+    usable = mailboxes_usable(distinct.values(), paused=_paused_domains() if every else set())
+    usage = budget.mailbox_usage(mailbox_ids=sorted(b.pk for b in usable))
+    left = {
+        b.pk: (b.domain, max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today))
+        for b in usable
+    }
     room: dict[int, dict[str, int] | None] = {}
     for owner_id in owner_ids:
-        if owner_id not in boxes:
+        if owner_id not in every:
             room[owner_id] = None
             continue
         by_domain: dict[str, int] = {}
-        for b in boxes[owner_id]:
-            left = max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today)
-            by_domain[b.domain] = by_domain.get(b.domain, 0) + left
+        for b in every[owner_id]:
+            if b.pk in left:
+                domain, n = left[b.pk]
+                by_domain[domain] = by_domain.get(domain, 0) + n
         room[owner_id] = by_domain
     return room
 

@@ -121,34 +121,64 @@ def blocking(*, owner_ids: Iterable[int], mailbox_owners: Collection[int] = ()) 
     for n, p in enumerate(pauses):
         under.setdefault(_narrowest(p), []).append((n, p))
     result = Blocking()
+    # An owner without a pause of its own is judged by its organization's pauses, its domain's
+    # and the global ones alone: one verdict per (organization, sends from mailboxes), shared.
+    shared: dict[tuple[int, bool], tuple[str, dict[Tier, str]]] = {}
     for owner_id, organization_id in owner_org.items():
-        found = [
-            *under.get(("owner", owner_id), ()),
-            *under.get(("organization", organization_id), ()),
-            *under.get(("domain", domain_of[organization_id]), ()),
-            *under.get(("all", None), ()),
-        ]
-        if not found:
-            continue
-        for _, p in sorted(
-            found, key=lambda np: np[0]
-        ):  # oldest first: the first that applies names the reason
-            scope = (p.organization_id, p.owner_id, None, p.sender_domain)  # some tier of the owner's work
-            if p.sender_domain and owner_id in mailbox_owners:
-                continue
-            if not _covers(
-                scope,
+        own = under.get(("owner", owner_id), ())
+        key = (organization_id, owner_id in mailbox_owners)
+        verdict = shared.get(key) if not own else None
+        if verdict is None:
+            found = [
+                *own,
+                *under.get(("organization", organization_id), ()),
+                *under.get(("domain", domain_of[organization_id]), ()),
+                *under.get(("all", None), ()),
+            ]
+            found.sort(key=lambda np: np[0])  # oldest first: the first that applies names the reason
+            verdict = _verdict(
+                [p for _, p in found],
                 owner_id=owner_id,
                 organization_id=organization_id,
                 sender_domain=domain_of[organization_id],
-                tier=None,
-            ):
-                continue
-            if p.tier is None:
-                result.owners.setdefault(owner_id, reasons[p.pk])
-            else:
-                result.tiers.setdefault(owner_id, {}).setdefault(Tier(p.tier), reasons[p.pk])
+                from_mailboxes=key[1],
+                reasons=reasons,
+            )
+            if not own:
+                shared[key] = verdict
+        stopped, tiers = verdict
+        if stopped:
+            result.owners[owner_id] = stopped
+        if tiers:
+            result.tiers[owner_id] = dict(tiers)
     return result
+
+
+def _verdict(
+    pauses: Iterable[Pause],
+    *,
+    owner_id: int,
+    organization_id: int,
+    sender_domain: str,
+    from_mailboxes: bool,
+    reasons: dict[int, str],
+) -> tuple[str, dict[Tier, str]]:
+    """What these pauses (oldest first) stop of one owner's work: the reason all of it stops
+    ("" = it does not), and the reason per paused tier."""
+    stopped, tiers = "", dict[Tier, str]()
+    for p in pauses:
+        if p.sender_domain and from_mailboxes:
+            continue
+        scope = (p.organization_id, p.owner_id, None, p.sender_domain)  # some tier of the owner's work
+        if not _covers(
+            scope, owner_id=owner_id, organization_id=organization_id, sender_domain=sender_domain, tier=None
+        ):
+            continue
+        if p.tier is None:
+            stopped = stopped or reasons[p.pk]
+        else:
+            tiers.setdefault(Tier(p.tier), reasons[p.pk])
+    return stopped, tiers
 
 
 def _narrowest(p: Pause) -> tuple[str, object]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from outreach.models import DAY_NAMES, MIDNIGHT, Owner
@@ -39,11 +40,15 @@ class Capacity:
     open: bool = True  # inside its hours on a working day (False: `blocked_reason` says when it opens)
 
 
+@lru_cache(maxsize=1024)
+def _local(tz: str, now: datetime) -> datetime:
+    """`now` in zone `tz`: the cycle asks once per time zone, not once per owner of it."""
+    return now.astimezone(ZoneInfo(tz))
+
+
 def local_day_start(*, tz: str, now: datetime) -> datetime:
     """The owner's local midnight today, as an aware datetime (compare it with UTC columns)."""
-    zone = ZoneInfo(tz)
-    local = now.astimezone(zone)
-    return datetime.combine(local.date(), time(0), tzinfo=zone)
+    return datetime.combine(_local(tz, now).date(), time(0), tzinfo=ZoneInfo(tz))
 
 
 def _is_open(rules: OwnerRules, local: datetime) -> bool:
@@ -78,7 +83,7 @@ def owner_capacity(*, rules: OwnerRules, now: datetime, used_today: int) -> Capa
     `used_today` counts emails sent in the owner's local day plus those already in flight,
     so a cycle never hands out more than the limit however many are mid-generation.
     """
-    local = now.astimezone(ZoneInfo(rules.timezone))
+    local = _local(rules.timezone, now)
     if not _is_open(rules, local):
         at = next_opening(rules=rules, now=now)
         hours = f"{rules.hours_start:%H:%M}-{rules.hours_end:%H:%M}"

@@ -201,3 +201,23 @@ def test_the_cycles_view_gives_each_owner_the_oldest_pause_of_every_scope_that_c
         cat.pk: {**everywhere, Tier.NUDGE: nudges.blocked_reason()},
         dan.pk: everywhere,
     }
+
+
+def test_owners_of_one_organization_share_its_verdict_but_not_one_owners_own_pause() -> None:
+    # given one organization whose sender domain is paused, an owner of it with a pause of its
+    # own (nudges), one sending from mailboxes of its own, and two others
+    org = make_org(sender_email="sales@d.example")
+    own, plain, boxed, other = (make_owner(organization=org) for _ in range(4))
+    by = make_user()
+    domain, _ = pauses.pause(sender_domain="d.example", by=by, reason="bounces")
+    nudges, _ = pauses.pause(owner=own, tier=Tier.NUDGE, by=by, reason="own's nudges")
+    # when the cycle asks what stops them (the owner with a pause of its own asked first)
+    found = pauses.blocking(owner_ids=[own.pk, plain.pk, boxed.pk, other.pk], mailbox_owners={boxed.pk})
+    # then the domain's pause stops each owner sending from it, the mailbox owner is judged by
+    # its mailboxes instead, and only the owner with the nudge pause has it
+    assert found.owners == {
+        own.pk: domain.blocked_reason(),
+        plain.pk: domain.blocked_reason(),
+        other.pk: domain.blocked_reason(),
+    }
+    assert found.tiers == {own.pk: {Tier.NUDGE: nudges.blocked_reason()}}
