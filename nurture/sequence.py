@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import F
 
 from orchestrator.work import Pause, deliverability_check
-from outreach.models import SUPPRESSED, Lead, LeadEvent, Outreach, State
+from outreach.models import SUPPRESSED, Lead, LeadEvent, Outreach, State, lead_status
 from outreach.services.operations import NotActionable
 from outreach.services.queue import outreach_enqueue
 from outreach.transitions import AT_REST, ENDED_UNSENT, transition_many
@@ -227,11 +227,13 @@ def lead_get(*, lead_id: int) -> Lead:
 
 @dataclass(frozen=True)
 class Gate:
-    """May a sequence email go ahead now? `wait` and `stop` say why not."""
+    """May a sequence email go ahead now? `wait` and `stop` say why not. `lead_status`: the
+    lead's status the gate read (None for a reply, which it lets go unread)."""
 
     go: bool
     stop: bool = False
     reason: str = ""
+    lead_status: str | None = None
 
 
 GO = Gate(go=True)
@@ -247,11 +249,12 @@ def sequence_gate(*, outreach: Outreach) -> Gate:
     """
     if outreach.kind == Outreach.Kind.REPLY:
         return GO
-    status = Lead.objects.filter(id=outreach.lead_id).values_list("status", flat=True).first()
+    status = lead_status(lead_id=outreach.lead_id)
     if status != Lead.Status.ACTIVE:
-        return Gate(go=False, stop=True, reason=f"lead {status}: sequence stopped")
+        return Gate(go=False, stop=True, reason=f"lead {status}: sequence stopped", lead_status=status)
+    go = Gate(go=True, lead_status=status)
     if outreach.step == 0:
-        return GO
+        return go
     previous = (
         # The newest row of the step: a step stopped by a reply and started again
         # (sequence_resume) has a cancelled row and its new one.
@@ -261,9 +264,12 @@ def sequence_gate(*, outreach: Outreach) -> Gate:
         .first()
     )
     if previous is None or previous == State.SENT:
-        return GO
+        return go
     if previous in ENDED_UNSENT:
         return Gate(
-            go=False, stop=True, reason=f"step {outreach.step - 1} ended {previous}: sequence stopped"
+            go=False,
+            stop=True,
+            reason=f"step {outreach.step - 1} ended {previous}: sequence stopped",
+            lead_status=status,
         )
-    return Gate(go=False, reason=f"waiting for step {outreach.step - 1} to be sent")
+    return Gate(go=False, reason=f"waiting for step {outreach.step - 1} to be sent", lead_status=status)

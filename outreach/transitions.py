@@ -109,9 +109,13 @@ def transition(
     error_class: ErrorClass | str = "",
     actor_id: int | None = None,
     guard: Q | None = None,
+    owner_timezone: str | None = None,
+    then: Callable[[], None] | None = None,
     **fields: Any,
 ) -> None:
     """Move one outreach from `from_` (one state or several) to `to`, setting `fields` too.
+    `owner_timezone`: for SENT, the owner's time zone when the caller has it loaded (the day's
+    count is kept in the owner's day; None: it is read). `then` runs once the move commits.
 
     `guard`: the row must match it too, checked under the same lock (e.g. "no message joined
     this reply since its draft was started": nurture.writing.generation). Raises IllegalTransition if
@@ -138,7 +142,7 @@ def transition(
         if previous is None:
             raise TransitionLost(outreach_id, from_states, to)
         if to == S.SENT:
-            owner_daily_sends_record(owner_id=previous[2], sent_at=fields["sent_at"])
+            owner_daily_sends_record(owner_id=previous[2], sent_at=fields["sent_at"], zone=owner_timezone)
         # Counted by the winner of the move only, committed (or rolled back) with it.
         counted = Move(
             from_state=previous[0],
@@ -158,6 +162,8 @@ def transition(
             organization_id = Owner.objects.filter(pk=previous[2]).values_list("organization_id", flat=True)
             counted = dataclasses.replace(counted, organization_id=organization_id.first())
         counters_add(move_increments(counted))
+        if then is not None:
+            transaction.on_commit(then)
     log.info(
         "outreach %s: %s -> %s%s",
         outreach_id,
@@ -303,10 +309,7 @@ def transition_durably(
     pauses = () if connection.in_atomic_block else DURABLE_RETRY_PAUSES_S
     for pause in (*pauses, None):
         try:
-            with transaction.atomic():
-                transition(outreach_id=outreach_id, from_=from_, to=to, **kwargs)
-                if then is not None:
-                    transaction.on_commit(then)
+            transition(outreach_id=outreach_id, from_=from_, to=to, then=then, **kwargs)
             return
         except TransitionLost:
             if retried and Outreach.objects.filter(pk=outreach_id, state=to).exists():

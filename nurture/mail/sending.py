@@ -55,7 +55,7 @@ from orchestrator.work import (
     mailbox_take,
     replay_outcome_success,
 )
-from outreach.models import Mailbox, Outreach, State
+from outreach.models import Mailbox, Outreach, PreparedGet, State
 from outreach.transitions import TransitionLost, transition, transition_durably
 
 log = logging.getLogger(__name__)
@@ -71,10 +71,14 @@ MAX_SEND_WAIT_S = 5.0
 SEND_ALIGN_S = 1.0
 
 
+# The job's outreach with what sending it reads (its SQL compiled once: outreach.models.prepared)
+_LOAD = PreparedGet(lambda: Outreach.objects.select_related("lead__organization", "owner", "mailbox"))
+
+
 def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | None:
     """Send one dispatched draft; return the state it ends in (None: another delivery had it)."""
     budget = budget or get_budget()
-    outreach = Outreach.objects.select_related("lead__organization", "owner", "mailbox").get(pk=outreach_id)
+    outreach = _LOAD.get(outreach_id)
     if (stop := job_pause(outreach=outreach)) is not None:
         return _put_back(outreach=outreach, reason=stop.blocked_reason())
     mailbox = mailbox_take(outreach=outreach, budget=budget)
@@ -126,7 +130,9 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
         return State.CANCELLED
     try:
         sent = send_outreach_email(
-            outreach=outreach, before_send=lambda: time.sleep(max(0.0, slot - time.monotonic()))
+            outreach=outreach,
+            before_send=lambda: time.sleep(max(0.0, slot - time.monotonic())),
+            lead_status_now=gate.lead_status,
         )
     except OptedOut as exc:
         budget.release_send(reservation_id=grant.id, sent=False)
@@ -151,6 +157,7 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
         to=State.SENT,
         last_error="",
         esp_message_id=sent.esp_message_id[: Outreach._meta.get_field("esp_message_id").max_length],
+        owner_timezone=outreach.owner.timezone,
     )
     replay_outcome_success(outreach_id=outreach_id)  # a replayed job that got this far succeeded
     return State.SENT

@@ -51,7 +51,7 @@ from nurture.errors import (
     TransientError,
 )
 from nurture.mail.compliance import email_body
-from outreach.models import SUPPRESSED, Lead, Outreach
+from outreach.models import SUPPRESSED, Outreach, lead_status
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +69,21 @@ class SentEmail:
     esp_message_id: str  # the email provider's id for it (anymail); empty over SMTP
 
 
-def send_outreach_email(*, outreach: Outreach, before_send: Callable[[], None] = lambda: None) -> SentEmail:
+def send_outreach_email(
+    *, outreach: Outreach, before_send: Callable[[], None] = lambda: None, lead_status_now: str | None = None
+) -> SentEmail:
     """Send the outreach's draft to its lead; return the Message-IDs it went out with.
 
     Raises OptedOut (cancel, do not retry), TransientError or PermanentError. Call it outside
     any transaction: it does network I/O. `before_send` runs with the connection open, right
     before the message goes (MAIL FROM): the send budget's slot is kept there, as close to the
-    provider's count as we can get.
+    provider's count as we can get. `lead_status_now`: the lead's status, read by the caller
+    just before (the sequence gate reads it for an intro or nudge); None: read here.
     """
     # Read the status fresh, not from a cached relation: an opt-out may have landed since the
     # outreach was loaded, and this is the last moment we can still honour it.
-    if Lead.objects.filter(id=outreach.lead_id, status__in=SUPPRESSED).exists():
+    status = lead_status(lead_id=outreach.lead_id) if lead_status_now is None else lead_status_now
+    if status in SUPPRESSED:
         raise OptedOut(
             f"lead {outreach.lead_id} opted out, bounced or complained: outreach {outreach.id} not sent"
         )

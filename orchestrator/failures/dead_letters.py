@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from config.celery import app
@@ -78,7 +78,7 @@ def dead_letter(
             last_error=reason,
         )
         # Dying again is the outcome of any replay of this outreach still waiting for one.
-        _pending_replays(outreach_id=outreach.pk).update(replay_succeeded=False)
+        _replays_finished(outreach_id=outreach.pk, succeeded=False)
         history = list(
             OutreachEvent.objects.filter(outreach=outreach)
             .exclude(error_class="")
@@ -176,7 +176,7 @@ def dead_letter_escalate(*, dead_letter: DeadLetter, by_id: int | None = None, n
 
 def replay_outcome_success(*, outreach_id: int) -> None:
     """The replayed outreach got through (SENT or AWAITING_APPROVAL): its replays succeeded."""
-    _pending_replays(outreach_id=outreach_id).update(replay_succeeded=True)
+    _replays_finished(outreach_id=outreach_id, succeeded=True)
 
 
 def replay_success_rate() -> float | None:
@@ -188,10 +188,16 @@ def replay_success_rate() -> float | None:
     return counts["ok"] / finished if finished else None
 
 
-def _pending_replays(*, outreach_id: int) -> QuerySet[DeadLetter]:
-    return DeadLetter.objects.filter(
-        outreach_id=outreach_id, status=DeadLetter.Status.REPLAYED, replay_succeeded__isnull=True
-    )
+def _replays_finished(*, outreach_id: int, succeeded: bool) -> None:
+    """Its REPLAYED letters still waiting for the replay's outcome get it. A plain statement:
+    every finished job runs it (a replayed one is rare), and the ORM's compiling of the update
+    cost more than running it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {DeadLetter._meta.db_table} SET replay_succeeded = %s"
+            " WHERE outreach_id = %s AND status = %s AND replay_succeeded IS NULL",
+            [succeeded, outreach_id, DeadLetter.Status.REPLAYED.value],
+        )
 
 
 def _lock_actionable(

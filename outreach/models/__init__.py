@@ -25,7 +25,8 @@ from outreach.models.outreach import (
     State,
 )
 from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
-from outreach.models.queries import owner_daily_sends_record
+from outreach.models.prepared import PreparedGet
+from outreach.models.queries import lead_status, owner_daily_sends_record
 from outreach.models.referrals import ReferralProposal
 from outreach.models.triage import AUTONOMOUS_DEFAULT, NEVER_ALONE, ReplyClass, TriageBy
 from outreach.models.validators import (
@@ -60,6 +61,7 @@ __all__ = [
     "OutreachEvent",
     "Owner",
     "OwnerDailySends",
+    "PreparedGet",
     "ReferralProposal",
     "ReplyClass",
     "State",
@@ -67,6 +69,7 @@ __all__ = [
     "UnverifiedInbound",
     "VerifiedDomain",
     "int_array",
+    "lead_status",
     "mailbox_domain_check",
     "owner_daily_sends_record",
     "validate_nudge_days",

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from outreach.models import Outreach, OwnerDailySends, State
@@ -38,6 +39,24 @@ def test_each_send_counts_on_the_owners_local_day() -> None:
     _send(later, at=datetime(2026, 3, 29, 12, 0, tzinfo=UTC))
     # then the counts follow the Berlin calendar, not UTC's
     assert _counts(owner.pk) == {"2026-03-28": 1, "2026-03-29": 2}
+
+
+def test_a_send_given_the_owners_time_zone_counts_on_its_day_without_reading_the_owner() -> None:
+    # given an owner in Berlin, and a send job that loaded it (as nurture.mail.sending does)
+    owner = make_owner(timezone="Europe/Berlin")
+    outreach = make_outreach(lead=make_lead(owner=owner), state=State.SENDING)
+    # when its email is recorded SENT at 23:30 UTC (00:30 on the 29th in Berlin), zone given
+    with CaptureQueriesContext(connection) as queries:
+        transition(
+            outreach_id=outreach.pk,
+            from_=State.SENDING,
+            to=State.SENT,
+            sent_at=datetime(2026, 3, 28, 23, 30, tzinfo=UTC),
+            owner_timezone=owner.timezone,
+        )
+    # then it counts on Berlin's day, and the owner was not read again
+    assert _counts(owner.pk) == {"2026-03-29": 1}
+    assert not [q for q in queries.captured_queries if '"outreach_owner"' in q["sql"]]
 
 
 def test_counts_equal_the_sent_rows_per_owner_and_day() -> None:
