@@ -6,6 +6,7 @@ stop() sends SIGTERM, waits, then SIGKILLs whatever is left. Nothing is left run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -235,14 +236,47 @@ class ProcessGroup:
             os.killpg(proc.pid, sig)
 
     def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM to each line's whole process group, then SIGKILL to what is left of it after
+        `timeout`. A line is a shell running the worker (the Procfile's `env ... celery`): the
+        shell ends at once, so waiting for it alone left a slow worker running on, busy
+        reconnecting to its stopped broker beside the next bench's measurement."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for proc in self.procs.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if not _group_ended(proc.pid, by=deadline):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+                _group_ended(proc.pid, by=time.monotonic() + 5)  # SIGKILL lands when it is scheduled
         self.procs.clear()
+
+
+def _group_ended(pgid: int, *, by: float) -> bool:
+    """Wait until no process of the group runs, or the monotonic time `by`; whether it ended."""
+    while _group_alive(pgid):
+        if time.monotonic() >= by:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of this group still runs (a zombie awaiting its reaper does not)."""
+    proc_dir = Path("/proc")
+    if not proc_dir.is_dir():  # not Linux: the group exists while any member does, zombies too
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc_dir.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # it ended while we looked
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

@@ -39,11 +39,15 @@ def deferrals_note(
         heads = [int(tier)] if tier else [int(t) for t in Tier if f"{owner_id}:{int(t)}" not in notes]
         writes |= {(int(owner_id), t): reason for t in heads}
     reasons_write(reasons=writes, rows_each=NOTE_ROWS)
-    pipe = client.pipeline()
-    pipe.delete(DEFERRED_KEY)
-    if notes:
-        pipe.hset(DEFERRED_KEY, mapping=cast("dict[Any, str]", notes))  # redis-py's key union
-    pipe.execute()
+    # What changed, not the whole map again: a tier paused everywhere is one key per owner
+    removed = [key for key in previous if key not in notes]
+    if removed or changed:
+        pipe = client.pipeline()
+        if removed:
+            pipe.hdel(DEFERRED_KEY, *removed)
+        if changed:
+            pipe.hset(DEFERRED_KEY, mapping=cast("dict[Any, str]", changed))  # redis-py's key union
+        pipe.execute()
 
 
 def _text(value: bytes | str) -> str:
