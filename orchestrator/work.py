@@ -23,6 +23,7 @@ What the mail side learns about a lead goes through `deliverability_check(...)`.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -255,7 +256,10 @@ def _answers_record(usage: JobBudget) -> None:
     if not answers:
         return
     now = time.monotonic()
-    last = {a.deployment: round((now - a.at_s) * 1000) for a in answers}  # the latest wins
+    # Each deployment's latest answer (later ones overwrite), its age rounded up: placed a
+    # little earlier than it came, a fault recorded just after it stands; placed later, the
+    # success would clear it.
+    last = {a.deployment: math.ceil((now - a.at_s) * 1000) for a in answers}
 
     def samples(pipe: Pipeline) -> None:
         for answer in answers:
