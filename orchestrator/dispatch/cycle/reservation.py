@@ -95,9 +95,18 @@ def picks_reserve_and_claim(
             _say_capped(picks=[pick for pick, _ in group[len(ids) :]], bucket=capped[0])
     try:
         with transaction.atomic():
-            claimed = transition_many(
-                outreach_ids=list(placed), from_=State.QUEUED, to=State.DISPATCHED, blocked_reason="", at=now
+            moved = set(
+                transition_many(
+                    outreach_ids=list(placed),
+                    from_=State.QUEUED,
+                    to=State.DISPATCHED,
+                    blocked_reason="",
+                    at=now,
+                )
             )
+            # In pick order (the claim returns rows in the table's order): the tasks go to the
+            # broker in the schedule's order, so the workers start them in it.
+            claimed = [i for i in placed if i in moved]
             _record_reservations({i: placed[i] for i in claimed})
             replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
             tasks_enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])

@@ -4,6 +4,7 @@ import itertools
 import multiprocessing
 from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from orchestrator.budget import Budget, Limits, Reservation
-from orchestrator.dispatch.cycle import dispatch_cycle
+from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
+from orchestrator.dispatch.cycle.generation import _cursor_load, _cursor_store
+from orchestrator.dispatch.selection import Cursor, Position
 from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
 from outreach.models import Outreach, OutreachEvent, Owner, State
@@ -237,12 +240,45 @@ def test_a_cycle_decides_and_stamps_its_claims_on_the_clock_it_is_given(
     assert _cycle(budget, django_capture_on_commit_callbacks, now=now + timedelta(seconds=601)).recovered == 2
 
 
+def test_the_claimed_rows_go_out_in_the_schedules_order_not_the_tables(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given two owners' intros, then a reply (a later row in the table, first in the schedule)
+    a, b = make_owner(), make_owner()
+    intros = [make_outreach(lead=make_lead(owner=owner)).pk for owner in (a, b, a, b)]
+    reply = make_outreach(lead=make_lead(owner=b), kind=Outreach.Kind.REPLY)
+    # when a cycle claims them all
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then what it claimed (and so enqueued) is in the order it picked: the reply first
+    assert set(report.generation) == {reply.pk, *intros}
+    assert report.generation == [pick.outreach_id for pick in report.picks]
+    assert report.generation[0] == reply.pk
+
+
 def test_second_dispatcher_skips_while_the_lease_is_held(budget: Budget, redis_client: redis.Redis) -> None:
     make_outreach()
     with dispatch_lease(redis_client, ttl_s=30) as lease:
         assert lease is not None
         assert dispatch_cycle(budget=budget).ran is False
     assert Outreach.objects.get().state == State.QUEUED
+
+
+def test_the_cursor_this_process_wrote_is_read_back_without_parsing_and_any_other_is_parsed(
+    redis_client: redis.Redis,
+) -> None:
+    # given a cursor persisted by this process while it held the lease
+    written = Cursor(positions=((Tier.INTRO, Position(owner_id=3, phase=Fraction(1, 3))),))
+    with dispatch_lease(redis_client, ttl_s=30) as lease:
+        assert lease is not None
+        _cursor_store(lease, written)
+    # when the next cycle reads it, it gets that very cursor back
+    assert _cursor_load(redis_client) is written
+    # and when another dispatcher has written since (or the key is gone), what is there is parsed
+    other = Cursor(positions=((Tier.INTRO, Position(owner_id=9)),))
+    redis_client.set(CURSOR_KEY, other.to_json())
+    assert _cursor_load(redis_client) == other
+    redis_client.delete(CURSOR_KEY)
+    assert _cursor_load(redis_client) == Cursor()
 
 
 @pytest.mark.django_db(transaction=True)
