@@ -89,20 +89,11 @@ class Cursor:
     def leads_of(self, tier: Tier, group: str = "") -> Mapping[int, Fraction]:
         return MappingProxyType(self._rounds.get((tier, group), {}))
 
-    def moved(
-        self,
-        *,
-        tier: Tier,
-        position: Position | None,
-        groups: Mapping[str, Position] | None = None,
-        leads: Mapping[str, Mapping[int, Fraction]] | None = None,
-    ) -> Cursor:
-        """`leads` replaces the tier's leads of the rounds it names ("" the tier's, else a group's)."""
-        return self.moved_tiers({tier: Move(position=position, groups=groups or {}, leads=leads or {})})
-
-    def moved_tiers(self, moves: Mapping[Tier, Move]) -> Cursor:
-        """`moved` for several tiers in one new cursor (its leads are sorted once, and a cycle's
-        may number one per owner); a tier whose move has no position stays where it was."""
+    def moved(self, moves: Mapping[Tier, Move]) -> Cursor:
+        """Where each tier's schedule stopped, in one new cursor (its leads are sorted once, and
+        a cycle's may number one per owner). A move replaces its tier's position, its groups'
+        positions and the leads of the rounds it names ("" the tier's, else a group's); a tier
+        whose move has no position stays where it was."""
         moves = {tier: move for tier, move in moves.items() if move.position is not None}
         if not moves:
             return self
@@ -186,7 +177,7 @@ class Cursor:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """Where one tier's schedule stopped in a selection (`Cursor.moved_tiers`): its position,
+    """Where one tier's schedule stopped in a selection (`Cursor.moved`): its position,
     its groups' positions, and the leads of the rounds it names ("" the tier's, else a group's)."""
 
     position: Position | None

@@ -277,7 +277,7 @@ def schedule_run(
             taken = rounds[tier].take(want)
             chosen[tier] += taken
             left -= len(taken)
-    new_cursor = cursor.moved_tiers(
+    new_cursor = cursor.moved(
         {
             tier: Move(position=round_.position, groups=round_.group_positions(), leads=round_.leads())
             for tier, round_ in rounds.items()
