@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
@@ -250,11 +251,11 @@ def sequence_gate(*, outreach: Outreach) -> Gate:
     if outreach.kind == Outreach.Kind.REPLY:
         return GO
     status = lead_status(lead_id=outreach.lead_id)
+    gate = partial(Gate, lead_status=status)  # every answer says what it read
     if status != Lead.Status.ACTIVE:
-        return Gate(go=False, stop=True, reason=f"lead {status}: sequence stopped", lead_status=status)
-    go = Gate(go=True, lead_status=status)
+        return gate(go=False, stop=True, reason=f"lead {status}: sequence stopped")
     if outreach.step == 0:
-        return go
+        return gate(go=True)
     previous = (
         # The newest row of the step: a step stopped by a reply and started again
         # (sequence_resume) has a cancelled row and its new one.
@@ -264,12 +265,9 @@ def sequence_gate(*, outreach: Outreach) -> Gate:
         .first()
     )
     if previous is None or previous == State.SENT:
-        return go
+        return gate(go=True)
     if previous in ENDED_UNSENT:
-        return Gate(
-            go=False,
-            stop=True,
-            reason=f"step {outreach.step - 1} ended {previous}: sequence stopped",
-            lead_status=status,
+        return gate(
+            go=False, stop=True, reason=f"step {outreach.step - 1} ended {previous}: sequence stopped"
         )
-    return Gate(go=False, reason=f"waiting for step {outreach.step - 1} to be sent", lead_status=status)
+    return gate(go=False, reason=f"waiting for step {outreach.step - 1} to be sent")

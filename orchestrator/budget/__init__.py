@@ -137,9 +137,8 @@ def limits_from_settings(*, rpm: int, tpm: int) -> Limits:
     limits = Limits(
         rpm=rpm, tpm=tpm, burst_ms=burst_ms, strict=strict, margin_ms=margin_ms, margin_floor_ms=floor_ms
     )
-    return limits.holding(
-        tokens=calls * per_call, interval_ms=interval_ms
-    )  # paced: the token bucket's cycles
+    # Paced, the token bucket also holds PACED_TOKEN_CYCLES cycles of refill (Limits.holding)
+    return limits.holding(tokens=calls * per_call, interval_ms=interval_ms)
 
 
 def organization_limits(*, rpm: int | None, tpm: int | None) -> Limits:

@@ -44,11 +44,12 @@ class PreparedGet(Generic[M]):
 
     def __init__(self, queryset: Callable[[], QuerySet[M]]) -> None:
         self._queryset = queryset
+        self._model: type[M] | None = None  # the queryset's, known once it was built
         self._compiled: dict[str, _Compiled] = {}
         self._lock = threading.Lock()
 
     def get(self, pk: int) -> M:
-        model = self._queryset().model
+        model = self._model or self._model_known()
         db = router.db_for_read(model)
         compiled = self._compiled.get(db) or self._compile(db)
         params = [pk if p == _PK else p for p in compiled.params]
@@ -68,6 +69,10 @@ class PreparedGet(Generic[M]):
         for populator in compiled.related:
             populator.populate(row, obj)
         return obj
+
+    def _model_known(self) -> type[M]:
+        self._model = self._queryset().model
+        return self._model
 
     def _compile(self, db: str) -> _Compiled:
         with self._lock:
