@@ -55,7 +55,7 @@ from orchestrator.work import (
     mailbox_take,
     replay_outcome_success,
 )
-from outreach.models import Mailbox, Outreach, PreparedGet, State
+from outreach.models import Mailbox, Outreach, Prepared, State
 from outreach.transitions import TransitionLost, transition, transition_durably
 
 log = logging.getLogger(__name__)
@@ -72,13 +72,15 @@ SEND_ALIGN_S = 1.0
 
 
 # The job's outreach with what sending it reads (its SQL compiled once: outreach.models.prepared)
-_LOAD = PreparedGet(lambda: Outreach.objects.select_related("lead__organization", "owner", "mailbox"))
+_LOAD = Prepared(
+    lambda pk: Outreach.objects.select_related("lead__organization", "owner", "mailbox").filter(pk=pk)
+)
 
 
 def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | None:
     """Send one dispatched draft; return the state it ends in (None: another delivery had it)."""
     budget = budget or get_budget()
-    outreach = _LOAD.get(outreach_id)
+    outreach = _LOAD.get(pk=outreach_id)
     if (stop := job_pause(outreach=outreach)) is not None:
         return _put_back(outreach=outreach, reason=stop.blocked_reason())
     mailbox = mailbox_take(outreach=outreach, budget=budget)

@@ -61,7 +61,7 @@ from nurture.writing.draft_policy import check_draft
 from orchestrator import work
 from orchestrator.work import Budget, JobBudget
 from outreach.counters import call_durations_record
-from outreach.models import SUPPRESSED, Outreach, PreparedGet, State, TriageBy
+from outreach.models import SUPPRESSED, Outreach, Prepared, State, TriageBy
 from outreach.tiers import Tier
 from outreach.transitions import TransitionLost, transition, transition_durably
 
@@ -77,14 +77,16 @@ MAX_PACING_WAIT_S = 5.0
 
 
 # The job's outreach with what writing it reads (its SQL compiled once: outreach.models.prepared)
-_LOAD = PreparedGet(lambda: Outreach.objects.select_related("lead__organization", "owner__organization"))
+_LOAD = Prepared(
+    lambda pk: Outreach.objects.select_related("lead__organization", "owner__organization").filter(pk=pk)
+)
 
 
 def outreach_generate(*, outreach_id: int, budget: Budget | None = None) -> State | None:
     """Generate the draft for one dispatched outreach; return the state it ends in (None: not ours)."""
     budget = budget or work.get_budget()
     with database_turn():
-        outreach = _LOAD.get(outreach_id)
+        outreach = _LOAD.get(pk=outreach_id)
         stop = work.job_pause(outreach=outreach)
         if stop is None:
             try:

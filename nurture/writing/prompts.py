@@ -19,7 +19,7 @@ from typing import Any
 
 from nurture.writing.draft_policy import SUBJECT_CHARS, check_subject
 from nurture.writing.llm import ChatMessage
-from outreach.models import Outreach, State
+from outreach.models import Outreach, Prepared, State
 
 THREAD_EMAILS = 6  # the earlier emails shown to the model: the recent ones matter
 THREAD_BODY_CHARS = 1500
@@ -179,16 +179,21 @@ def _inbound_later(context: Any) -> list[dict[str, str]]:
     return later[-INBOUND_LATER_MAX:]
 
 
-def _thread(*, outreach: Outreach) -> list[dict[str, str]]:
-    """Earlier emails with this lead, oldest first: what we sent, and the replies we answered."""
-    earlier = (
-        Outreach.objects.filter(lead_id=outreach.lead_id, state=State.SENT)
-        .exclude(id=outreach.id)
+# The lead's latest emails sent before this one (its SQL compiled once: outreach.models.prepared)
+_EARLIER = Prepared(
+    lambda lead, outreach: (
+        Outreach.objects.filter(lead_id=lead, state=State.SENT)
+        .exclude(id=outreach)
         .order_by("-sent_at", "-id")
         .only("draft_subject", "draft_body", "context", "sent_at")[:THREAD_EMAILS]
     )
+)
+
+
+def _thread(*, outreach: Outreach) -> list[dict[str, str]]:
+    """Earlier emails with this lead, oldest first: what we sent, and the replies we answered."""
     emails: list[dict[str, str]] = []
-    for sent in reversed(earlier):
+    for sent in reversed(_EARLIER.all(lead=outreach.lead_id, outreach=outreach.id)):
         inbound = _inbound(sent.context)
         if inbound:
             emails.append({"from": "prospect", **inbound})

@@ -26,7 +26,7 @@ from orchestrator.budget import Budget, MailboxGrant, MailboxTerms, SendDenied, 
 from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.controls.deliverability import mailbox_rates
 from orchestrator.models import Pause
-from outreach.models import Mailbox, Outreach
+from outreach.models import Mailbox, Outreach, Prepared
 
 # A send held by a paused mailbox is looked at again after this long (a resume is a person's act).
 PAUSED_WAIT_MS = 15 * 60_000
@@ -62,6 +62,11 @@ def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
     for owner_id, mailbox_id in links:
         found.setdefault(owner_id, []).append(boxes[mailbox_id])
     return found
+
+
+# One owner's mailboxes, as mailboxes_of orders them: what every send asks (its SQL compiled
+# once: outreach.models.prepared).
+_OWNER_MAILBOXES = Prepared(lambda owner: Mailbox.objects.filter(owners=owner).order_by("pk"))
 
 
 def mailboxes_usable(
@@ -116,7 +121,7 @@ def mailbox_take(*, outreach: Outreach, budget: Budget) -> MailboxGrant | SendDe
         if opening is not None:
             reason = f"recipient's business hours {start}-{end} {outreach.lead.timezone}: waits until {opening:%Y-%m-%d %H:%M} UTC"
             return SendDenied(max(1, int((opening - now).total_seconds() * 1000)), reason)
-    every = mailboxes_of(owner_ids=[outreach.owner_id]).get(outreach.owner_id, [])
+    every = _OWNER_MAILBOXES.all(owner=outreach.owner_id)
     boxes = mailboxes_usable(every)
     if outreach.mailbox_id is not None:  # a resend leaves from the mailbox of its first try
         boxes = [box for box in boxes if box.pk == outreach.mailbox_id]

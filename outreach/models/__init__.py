@@ -25,7 +25,7 @@ from outreach.models.outreach import (
     State,
 )
 from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
-from outreach.models.prepared import PreparedGet
+from outreach.models.prepared import Prepared
 from outreach.models.queries import lead_status, owner_daily_sends_record
 from outreach.models.referrals import ReferralProposal
 from outreach.models.triage import AUTONOMOUS_DEFAULT, NEVER_ALONE, ReplyClass, TriageBy
@@ -61,7 +61,7 @@ __all__ = [
     "OutreachEvent",
     "Owner",
     "OwnerDailySends",
-    "PreparedGet",
+    "Prepared",
     "ReferralProposal",
     "ReplyClass",
     "State",

@@ -1,4 +1,4 @@
-"""`PreparedGet` returns what the ORM's get returns, related rows loaded, with one statement."""
+"""`Prepared` returns what the ORM's queryset returns, related rows loaded, with one statement."""
 
 from __future__ import annotations
 
@@ -9,13 +9,23 @@ from django.db import connection
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
-from outreach.models import Mailbox, Outreach, PreparedGet
+from outreach.models import Mailbox, Outreach, Prepared, State
 from tests.factories import make_lead, make_outreach
 
 pytestmark = pytest.mark.django_db
 
-LOAD = PreparedGet(
-    lambda: Outreach.objects.select_related("lead__organization", "owner__organization", "mailbox")
+LOAD = Prepared(
+    lambda pk: Outreach.objects.select_related("lead__organization", "owner__organization", "mailbox").filter(
+        pk=pk
+    )
+)
+EARLIER = Prepared(
+    lambda lead, outreach: (
+        Outreach.objects.filter(lead_id=lead, state=State.SENT)
+        .exclude(id=outreach)
+        .order_by("-id")
+        .only("draft_subject", "context")[:2]
+    )
 )
 
 
@@ -41,7 +51,7 @@ def test_it_loads_the_row_and_its_related_rows_as_the_orm_does_in_one_statement(
         ).get(pk=outreach.pk)
         # when it is loaded
         with CaptureQueriesContext(connection) as queries:
-            loaded = LOAD.get(outreach.pk)
+            loaded = LOAD.get(pk=outreach.pk)
             related = (
                 loaded.lead,
                 loaded.lead.organization,
@@ -68,9 +78,42 @@ def test_it_loads_the_row_and_its_related_rows_as_the_orm_does_in_one_statement(
 
 def test_a_missing_row_raises_the_models_does_not_exist() -> None:
     with pytest.raises(Outreach.DoesNotExist):
-        LOAD.get(2**40)
+        LOAD.get(pk=2**40)
 
 
-def test_a_query_that_does_not_take_the_primary_key_alone_is_refused() -> None:
-    with pytest.raises(ValueError, match="primary key"):
-        PreparedGet(lambda: Outreach.objects.filter(pk=-987_654_321)).get(1)
+def test_each_parameter_goes_where_it_was_used_and_every_row_comes_back_in_order() -> None:
+    # given a lead with three sent emails and a queued one, and another lead's sent email
+    lead = make_lead()
+    sent = [
+        make_outreach(lead=lead, state=State.SENT, context={"n": n}, draft_subject=f"s{n}") for n in range(3)
+    ]
+    make_outreach(lead=lead, state=State.QUEUED)
+    make_outreach(state=State.SENT)
+    for excluding in (sent[2], sent[0]):  # the second run is the compiled SQL with other values
+        expected = list(
+            Outreach.objects.filter(lead_id=lead.pk, state=State.SENT)
+            .exclude(id=excluding.pk)
+            .order_by("-id")
+            .only("draft_subject", "context")[:2]
+        )
+        # when the prepared query runs
+        with CaptureQueriesContext(connection) as queries:
+            found = EARLIER.all(lead=lead.pk, outreach=excluding.pk)
+        # then it is the queryset's rows, in its order, the deferred fields deferred, in one statement
+        assert len(queries) == 1
+        assert [(o.pk, o.draft_subject, o.context) for o in found] == [
+            (o.pk, o.draft_subject, o.context) for o in expected
+        ]
+        assert all(
+            o.get_deferred_fields() == e.get_deferred_fields() for o, e in zip(found, expected, strict=True)
+        )
+    assert EARLIER.all(lead=2**40, outreach=0) == []
+
+
+def test_a_parameter_not_used_once_as_a_filter_value_is_refused() -> None:
+    unused = Prepared(lambda pk, other: Outreach.objects.filter(pk=pk))
+    with pytest.raises(ValueError, match="'other' must be used once"):
+        unused.get(pk=1, other=2)
+    twice = Prepared(lambda pk: Outreach.objects.filter(pk=pk) | Outreach.objects.filter(lead_id=pk))
+    with pytest.raises(ValueError, match="'pk' must be used once"):
+        twice.all(pk=1)
