@@ -135,25 +135,32 @@ def generation_dispatch(
     return Generation(slots=slots, picks=picks, claimed=claimed)
 
 
-# The cursor this process persisted last, as written: the next cycle reads the same text back
-# and takes this cursor instead of parsing it (up to one lead per owner: 50 ms of a 10,000-owner
-# cycle). Any other text (another dispatcher's, or none) is parsed.
-_persisted: list[tuple[bytes, Cursor]] = []
+@dataclass(slots=True)
+class _Persisted:
+    """The cursor this process persisted last, with the text it wrote: the next cycle reads the
+    same text back and takes this cursor instead of parsing it (up to one lead per owner: 50 ms
+    of a 10,000-owner cycle). Any other text (another dispatcher's, or none) is parsed."""
+
+    text: bytes | None = None
+    cursor: Cursor | None = None
+
+
+_persisted = _Persisted()
 
 
 def _cursor_load(client: Client) -> Cursor:
     text = client.get(CURSOR_KEY)
-    if _persisted and text == _persisted[0][0]:
-        return _persisted[0][1]
+    if _persisted.cursor is not None and text == _persisted.text:
+        return _persisted.cursor
     return Cursor.from_json(text)
 
 
 def _cursor_store(lease: Lease, cursor: Cursor) -> None:
     """Persist the cursor while the lease is held."""
     text = cursor.to_json()
-    _persisted.clear()
+    _persisted.text = _persisted.cursor = None
     if lease.set_if_held(CURSOR_KEY, text):
-        _persisted.append((text.encode(), cursor))
+        _persisted.text, _persisted.cursor = text.encode(), cursor
 
 
 def _guard() -> StarvationGuard | None:
