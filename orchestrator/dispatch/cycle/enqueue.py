@@ -5,6 +5,8 @@ Task names live here, for the LLM work and the sends alike.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 
 from config import tracing
@@ -33,9 +35,14 @@ def tasks_enqueue_on_commit(task_name: str, ids: list[int]) -> None:
 def _publish(task_name: str, ids: list[int]) -> None:
     # kombu's publish batch: on Redis the batch's LPUSHes go in pipelined round trips (one per
     # 1,000 commands) instead of one each; on RabbitMQ it publishes each at once, as before.
+    # The first message declares its queue (once per connection: kombu remembers it); the rest
+    # of the batch goes to the same queue on the same connection and skips kombu's check, which
+    # copies and binds the queue again for every message (a sixth of a publish's CPU).
+    declare: dict[str, Any] = {}
     with app.producer_or_acquire() as producer, producer.batch():
         for outreach_id in ids:
             with tracing.trace_start(
                 "outreach.dispatch", {"outreach.id": outreach_id, "celery.task_name": task_name}
             ):
-                app.send_task(task_name, args=[outreach_id], producer=producer)
+                app.send_task(task_name, args=[outreach_id], producer=producer, **declare)
+            declare = {"declare": []}
