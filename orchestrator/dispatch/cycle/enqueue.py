@@ -44,5 +44,14 @@ def _publish(task_name: str, ids: list[int]) -> None:
             with tracing.trace_start(
                 "outreach.dispatch", {"outreach.id": outreach_id, "celery.task_name": task_name}
             ):
-                app.send_task(task_name, args=[outreach_id], producer=producer, **declare)
+                app.send_task(
+                    task_name,
+                    args=[outreach_id],
+                    # What Celery's saferepr would write for Flower, written directly (saferepr
+                    # was an eighth of a publish).
+                    argsrepr=f"[{outreach_id}]",
+                    kwargsrepr="{}",
+                    producer=producer,
+                    **declare,
+                )
             declare = {"declare": []}
