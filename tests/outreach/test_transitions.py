@@ -122,6 +122,35 @@ def test_transition_many_moves_only_rows_still_in_from_state() -> None:
     assert OutreachEvent.objects.filter(to_state=State.DISPATCHED).count() == 3
 
 
+@pytest.mark.django_db
+def test_transition_many_writes_each_moved_rows_event_from_the_state_it_left() -> None:
+    # given rows in two states, one with earlier attempts, and one in neither
+    generating = make_outreach(state=State.GENERATING, attempts=2)
+    dispatched = make_outreach(state=State.DISPATCHED)
+    sent = make_outreach(state=State.SENT)
+    before = timezone.now()
+    # when the bulk move takes both states back to the queue
+    moved = transition_many(
+        outreach_ids=[generating.pk, dispatched.pk, sent.pk],
+        from_=[State.GENERATING, State.DISPATCHED],
+        to=State.QUEUED,
+        note="worker lost: it's back",
+        error_class="transient",
+        at=before - timedelta(days=1),  # the rows' clock; the events keep the wall clock
+    )
+    # then each moved row has one event: from its own state, its attempts, the note and class
+    assert sorted(moved) == sorted([generating.pk, dispatched.pk])
+    events = {
+        e.outreach_id: (e.from_state, e.to_state, e.attempt, e.error_class, e.note, e.actor_id)
+        for e in OutreachEvent.objects.all()
+    }
+    assert events == {
+        generating.pk: ("generating", "queued", 2, "transient", "worker lost: it's back", None),
+        dispatched.pk: ("dispatched", "queued", 0, "transient", "worker lost: it's back", None),
+    }
+    assert all(before <= e.at <= timezone.now() for e in OutreachEvent.objects.all())
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_processes_racing_the_same_transition_exactly_one_wins() -> None:
