@@ -67,6 +67,7 @@ from bench.stack import (
     bench_lead,
     database_for,
     first_wait,
+    llm_sim_argv,
     out_dir,
     private_redis_django,
     process_trees,
@@ -184,30 +185,17 @@ def run_once(*, args: argparse.Namespace, rpm: int, redis_url: str) -> Run:
 
 
 def sim_command(*, args: argparse.Namespace, rpm: int, port: int) -> list[str]:
-    shared_rps = args.foreign_share * rpm / 60
-    return [
-        sys.executable,
-        "manage.py",
-        "llm_sim",
-        "--port",
-        str(port),
-        "--rpm",
-        str(rpm),
-        "--tpm",
-        str(args.tpm or rpm * 10_000),
-        "--mode",
-        "window",
-        "--latency-median-ms",
-        str(args.median_ms),
-        "--latency-sigma",
-        str(args.sigma),
-        "--shared-rps",
-        f"{shared_rps:.6f}",
-        "--seed",
-        str(args.seed),
-        "--log-every",
-        "10",
-    ]
+    return llm_sim_argv(
+        port=port,
+        rpm=rpm,
+        tpm=args.tpm or rpm * 10_000,
+        mode="window",
+        latency_median_ms=args.median_ms,
+        latency_sigma=args.sigma,
+        shared_rps=f"{args.foreign_share * rpm / 60:.6f}",
+        seed=args.seed,
+        log_every=10,
+    )
 
 
 def wait_healthy(url: str, *, timeout_s: float = 30.0) -> None:

@@ -168,27 +168,14 @@ def _wait_healthy(url: str, *, timeout_s: float = 60.0) -> None:
 
 def _compare(*, calls: int, rounds: int, latency_ms: float) -> dict[str, dict[str, float]]:
     """Start llm_sim, measure each mode in a fresh interpreter; mode -> its figures."""
+    from bench.stack import llm_sim_argv
     from devtools.processes import free_port
 
     port = free_port()
     sim = subprocess.Popen(
-        [
-            sys.executable,
-            "manage.py",
-            "llm_sim",
-            "--port",
-            str(port),
-            "--rpm",
-            "1000000",
-            "--tpm",
-            "1000000000",
-            "--latency-ms",
-            str(latency_ms),
-            "--jitter-ms",
-            "0",
-            "--log-every",
-            "0",
-        ],
+        llm_sim_argv(
+            port=port, rpm=1_000_000, tpm=1_000_000_000, latency_ms=latency_ms, jitter_ms=0, log_every=0
+        ),
         cwd=ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DJANGO_DEBUG": "1"},
         stdout=subprocess.DEVNULL,

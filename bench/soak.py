@@ -54,6 +54,7 @@ from bench.stack import (
     SMOKE_HELP,
     bench_lead,
     database_for,
+    llm_sim_argv,
     out_dir,
     private_redis_django,
     process_trees,
@@ -157,29 +158,17 @@ def environment(*, sim_port: int, smtp_port: int, redis_url: str, args: argparse
 
 
 def sim_command(*, args: argparse.Namespace, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "manage.py",
-        "llm_sim",
-        "--port",
-        str(port),
-        "--rpm",
-        str(args.rpm),
-        "--tpm",
-        str(args.tpm),
-        "--mode",
-        "window",
-        "--latency-median-ms",
-        str(args.median_ms),
-        "--latency-sigma",
-        str(args.sigma),
-        "--fail-rate",
-        str(args.fail_rate),
-        "--seed",
-        str(args.seed),
-        "--log-every",
-        "60",
-    ]
+    return llm_sim_argv(
+        port=port,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        mode="window",
+        latency_median_ms=args.median_ms,
+        latency_sigma=args.sigma,
+        fail_rate=args.fail_rate,
+        seed=args.seed,
+        log_every=60,
+    )
 
 
 @dataclass(frozen=True)

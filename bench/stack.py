@@ -291,6 +291,15 @@ def private_redis_django(*, db_name: str) -> Iterator[str]:
         redis_server.stop()
 
 
+def llm_sim_argv(*, port: int, rpm: int, tpm: int, **options: str | int | float) -> list[str]:
+    """`manage.py llm_sim` (devtools.llm_sim) on `port`, the key's limits `rpm` and `tpm`, and
+    `options` as its flags (`latency_median_ms=3000` -> `--latency-median-ms 3000`)."""
+    argv = [sys.executable, "manage.py", "llm_sim", "--port", str(port), "--rpm", str(rpm), "--tpm", str(tpm)]
+    for name, value in options.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
 SEND_LINES = ("orchestrator", "send", "beat")  # the Procfile's lines approved drafts need: no generation
 
 
