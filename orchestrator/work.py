@@ -44,7 +44,7 @@ from orchestrator.budget import (
 )
 from orchestrator.controls.deliverability import deliverability_check
 from orchestrator.controls.mailboxes import mailbox_take
-from orchestrator.controls.pauses import job_pause
+from orchestrator.controls.pauses import active_pause_scopes, job_pause
 from orchestrator.controls.spend import Prices, llm_cost
 from orchestrator.deployments.breaker import (
     down_reason,
@@ -72,6 +72,8 @@ __all__ = [
     "SendDenied",
     "SendGrant",
     "Usage",
+    "active_pause_scopes",
+    "active_pause_scopes",
     "attempts_exhausted",
     "call_done",
     "call_refused",

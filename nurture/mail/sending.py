@@ -50,12 +50,13 @@ from orchestrator.work import (
     Budget,
     SendDenied,
     SendGrant,
+    active_pause_scopes,
     get_budget,
     job_pause,
     mailbox_take,
     replay_outcome_success,
 )
-from outreach.models import Mailbox, Outreach, Prepared, State
+from outreach.models import Outreach, Prepared, State
 from outreach.transitions import TransitionLost, transition, transition_durably
 
 log = logging.getLogger(__name__)
@@ -81,13 +82,12 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
     """Send one dispatched draft; return the state it ends in (None: another delivery had it)."""
     budget = budget or get_budget()
     outreach = _LOAD.get(pk=outreach_id)
-    if (stop := job_pause(outreach=outreach)) is not None:
+    scopes = active_pause_scopes()
+    if (stop := job_pause(outreach=outreach, scopes=scopes)) is not None:
         return _put_back(outreach=outreach, reason=stop.blocked_reason())
-    mailbox = mailbox_take(outreach=outreach, budget=budget)
+    mailbox = mailbox_take(outreach=outreach, budget=budget, scopes=scopes)
     if isinstance(mailbox, SendDenied):
         return send_later(outreach_id=outreach_id, denied=mailbox)
-    if mailbox.mailbox_id is not None:
-        outreach.mailbox = Mailbox.objects.get(pk=mailbox.mailbox_id)
     message_id = outreach.message_id or outreach_message_id(outreach=outreach)
     reply_token = outreach.reply_token or reply_token_new()
     asked = time.monotonic()

@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from django.db.models import Q
-
 from orchestrator.budget import Budget, MailboxGrant, MailboxTerms, SendDenied, ramp_cap, spacing_draw
 from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.controls.deliverability import mailbox_rates
-from orchestrator.models import Pause
+from orchestrator.controls.pauses import PauseScope, paused_sender_domains
 from outreach.models import Mailbox, Outreach, Prepared
 
 # A send held by a paused mailbox is looked at again after this long (a resume is a person's act).
@@ -46,10 +44,19 @@ def business_hours_next(*, now: datetime, zone: str, start: int, end: int) -> da
     return opening.astimezone(UTC)
 
 
+# One owner's mailboxes, in mailboxes_of's order.
+_OWNER_MAILBOXES = Prepared(lambda owner: Mailbox.objects.filter(owners=owner).order_by("pk"))
+
+
 def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
     """Each owner's mailboxes, paused ones included, in a stable order; owners with none are absent.
     One query (the send path asks for every email, and most owners may have no mailbox), each
-    mailbox loaded once however many owners it serves (a team's shared mailbox: thousands)."""
+    mailbox loaded once however many owners it serves (a team's shared mailbox: thousands).
+    One owner's (what every send asks) runs SQL compiled once (outreach.models.prepared)."""
+    owner_ids = list(owner_ids)
+    if len(owner_ids) == 1:
+        theirs = _OWNER_MAILBOXES.all(owner=owner_ids[0])
+        return {owner_ids[0]: theirs} if theirs else {}
     links = list(
         Mailbox.owners.through.objects.filter(owner_id__any=owner_ids)
         .order_by("mailbox_id")
@@ -64,20 +71,15 @@ def mailboxes_of(*, owner_ids: Iterable[int]) -> dict[int, list[Mailbox]]:
     return found
 
 
-# One owner's mailboxes, as mailboxes_of orders them: what every send asks (its SQL compiled
-# once: outreach.models.prepared).
-_OWNER_MAILBOXES = Prepared(lambda owner: Mailbox.objects.filter(owners=owner).order_by("pk"))
-
-
 def mailboxes_usable(
     boxes: Iterable[Mailbox], *, paused: set[tuple[str, int | None]] | None = None
 ) -> list[Mailbox]:
-    """The active ones not on a paused sender domain (`paused`: _paused_domains(), read here
-    when not given; a caller judging many owners reads it once)."""
+    """The active ones not on a paused sender domain (`paused`: paused_sender_domains(), read
+    here when not given; a caller judging many owners reads it once)."""
     active = [box for box in boxes if box.active]
     if not active:
         return []
-    paused = _paused_domains() if paused is None else paused
+    paused = paused_sender_domains() if paused is None else paused
     return [
         box
         for box in active
@@ -108,10 +110,14 @@ def mailbox_cap_today(*, mailbox: Mailbox, today: date) -> int:
     )
 
 
-def mailbox_take(*, outreach: Outreach, budget: Budget) -> MailboxGrant | SendDenied:
+def mailbox_take(
+    *, outreach: Outreach, budget: Budget, scopes: list[PauseScope] | None = None
+) -> MailboxGrant | SendDenied:
     """The mailbox this email leaves from, or why it waits (business hours, the recipient
     domain's day, every mailbox full or too recently used). `outreach` has its lead's
-    organization loaded."""
+    organization loaded; on a grant from one of the owner's mailboxes, `outreach.mailbox` is
+    that mailbox. `scopes`: the active pauses (orchestrator.controls.pauses), read here when
+    not given and needed."""
     organization = outreach.lead.organization
     now_ms = budget.clock_ms()
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
@@ -121,21 +127,24 @@ def mailbox_take(*, outreach: Outreach, budget: Budget) -> MailboxGrant | SendDe
         if opening is not None:
             reason = f"recipient's business hours {start}-{end} {outreach.lead.timezone}: waits until {opening:%Y-%m-%d %H:%M} UTC"
             return SendDenied(max(1, int((opening - now).total_seconds() * 1000)), reason)
-    every = _OWNER_MAILBOXES.all(owner=outreach.owner_id)
-    boxes = mailboxes_usable(every)
+    every = mailboxes_of(owner_ids=[outreach.owner_id]).get(outreach.owner_id, [])
+    boxes = mailboxes_usable(every, paused=None if scopes is None else paused_sender_domains(scopes))
     if outreach.mailbox_id is not None:  # a resend leaves from the mailbox of its first try
         boxes = [box for box in boxes if box.pk == outreach.mailbox_id]
         if not boxes:
             return SendDenied(PAUSED_WAIT_MS, f"mailbox {outreach.mailbox} is paused")
     elif every and not boxes:
         return SendDenied(PAUSED_WAIT_MS, MAILBOXES_PAUSED)
-    return budget.mailbox_reserve(
+    taken = budget.mailbox_reserve(
         owner_id=outreach.owner_id,
         organization_id=organization.pk,
         mailboxes=mailbox_terms(mailboxes=boxes, today=now.date()),
         recipient_domain=outreach.lead.email.rpartition("@")[2],
         recipient_cap=organization.recipient_domain_daily_cap,
     )
+    if isinstance(taken, MailboxGrant) and taken.mailbox_id is not None:
+        outreach.mailbox = next(box for box in boxes if box.pk == taken.mailbox_id)
+    return taken
 
 
 def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[int, dict[str, int] | None]:
@@ -148,7 +157,7 @@ def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[in
     every = mailboxes_of(owner_ids=owner_ids)
     # Each mailbox judged once, not once per owner it serves (a team's shared mailbox: thousands)
     distinct = {b.pk: b for theirs in every.values() for b in theirs}
-    usable = mailboxes_usable(distinct.values(), paused=_paused_domains() if every else set())
+    usable = mailboxes_usable(distinct.values(), paused=paused_sender_domains() if every else set())
     usage = budget.mailbox_usage(mailbox_ids=sorted(b.pk for b in usable))
     left = {
         b.pk: (b.domain, max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today))
@@ -223,11 +232,3 @@ def mailbox_status(
             )
         )
     return found
-
-
-def _paused_domains() -> set[tuple[str, int | None]]:
-    """(sender domain, organization or None) of the active sender-domain pauses."""
-    rows = Pause.objects.filter(resumed_at__isnull=True, owner__isnull=True, tier__isnull=True).filter(
-        ~Q(sender_domain="")
-    )
-    return {(d.lower(), o) for d, o in rows.values_list("sender_domain", "organization_id")}

@@ -193,17 +193,25 @@ def _narrowest(p: Pause) -> tuple[str, object]:
     return ("all", None)
 
 
-def job_pause(*, outreach: Outreach) -> Pause | None:
-    """The active pause that stops this outreach, if any. Every job asks once, and there is
-    almost never a pause: one plain indexed read of the active pauses' scopes (no ORM query
-    to build: that cost a worker more CPU than the read), matched here; the pause itself is
-    loaded only when one applies. The outreach's owner and organization must be loaded
-    (select_related)."""
-    organization = outreach.lead.organization
+# An active pause's scope: id, organization id, owner id, tier, sender domain (None or "": any)
+PauseScope = tuple[int, int | None, int | None, int | None, str]
+
+
+def active_pause_scopes() -> list[PauseScope]:
+    """The active pauses' scopes, oldest first. Every job asks, and there is almost never a
+    pause: one plain indexed read (no ORM query to build: that cost a worker more CPU than the
+    read)."""
     with connection.cursor() as cursor:
         cursor.execute(_ACTIVE_SCOPES)
-        scopes = cursor.fetchall()
-    for pause_id, *scope in scopes:  # oldest first
+        return cursor.fetchall()
+
+
+def job_pause(*, outreach: Outreach, scopes: list[PauseScope] | None = None) -> Pause | None:
+    """The active pause that stops this outreach, if any, matched against `scopes`
+    (active_pause_scopes(), read here when not given); the pause itself is loaded only when one
+    applies. The outreach's owner and organization must be loaded (select_related)."""
+    organization = outreach.lead.organization
+    for pause_id, *scope in active_pause_scopes() if scopes is None else scopes:  # oldest first
         if _covers(
             tuple(scope),
             owner_id=outreach.owner_id,
@@ -213,6 +221,18 @@ def job_pause(*, outreach: Outreach) -> Pause | None:
         ) and not (scope[3] and _sends_from_mailboxes(owner_id=outreach.owner_id)):
             return Pause.objects.select_related("organization", "owner", "created_by").get(pk=pause_id)
     return None
+
+
+def paused_sender_domains(scopes: list[PauseScope] | None = None) -> set[tuple[str, int | None]]:
+    """(sender domain, organization id or None: every organization) of the active pauses of a
+    whole sender domain, from `scopes` (active_pause_scopes(), read here when not given)."""
+    return {
+        (domain.lower(), organization_id)
+        for _, organization_id, owner_id, tier, domain in (
+            active_pause_scopes() if scopes is None else scopes
+        )
+        if domain and owner_id is None and tier is None
+    }
 
 
 def _sends_from_mailboxes(*, owner_id: int) -> bool:

@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 from typing import Any
 
 import pytest
@@ -26,8 +27,8 @@ from devtools.smtp_sink import SMTPSink
 from nurture.mail.sending import outreach_send
 from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Reservation, SendRules
-from outreach.models import Outreach, State
-from tests.factories import make_outreach
+from outreach.models import Mailbox, Outreach, State, VerifiedDomain
+from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -96,3 +97,38 @@ def test_one_outreach_costs_these_statements_and_round_trips(
     assert len(llm_stub.requests) == 6
     assert _figures(generation_sql, generation_trips) == GENERATION
     assert _figures(send_sql, send_trips) == SEND
+
+
+def test_a_send_from_an_owner_s_mailbox_reads_no_more_than_one_from_the_organization_s_sender(
+    budget: Budget, smtp_sink: SMTPSink
+) -> None:
+    # given an owner who sends from two mailboxes of its own, and a send worker that has sent once
+    budget.send_rules = SendRules(per_second=10, domain_daily=1000)
+    owner = make_owner(organization=make_org(sender_email="team@corp.example"))
+    VerifiedDomain.objects.create(organization=owner.organization, domain="corp.example")
+    for name in ("ann", "bob"):
+        box = Mailbox.objects.create(
+            organization=owner.organization,
+            address=f"{name}@corp.example",
+            daily_cap=40,
+            ramp_from=date(2026, 1, 1),
+            min_spacing_s=0,
+            max_spacing_s=0,
+        )
+        box.owners.add(owner)
+    first, outreach = (
+        make_outreach(
+            lead=make_lead(owner=owner), state=State.DISPATCHED, draft_subject="Hi", draft_body="A body."
+        )
+        for _ in range(2)
+    )
+    assert outreach_send(outreach_id=first.pk, budget=budget) == State.SENT
+    # when the next one is sent
+    with CaptureQueriesContext(connection) as send_sql:
+        assert outreach_send(outreach_id=outreach.pk, budget=budget) == State.SENT
+    # then the mailbox it chose was read with the owner's mailboxes, not once more
+    sent = Outreach.objects.select_related("mailbox").get(pk=outreach.pk)
+    assert sent.mailbox is not None
+    assert sent.mailbox_id != Outreach.objects.get(pk=first.pk).mailbox_id  # the owner's other one
+    assert sent.mailbox.address in smtp_sink.wait_for(2)[-1].mail_from
+    assert _figures(send_sql, Counter())["statements"] == SEND["statements"]
