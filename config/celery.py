@@ -18,6 +18,7 @@ from celery import Celery
 from celery.signals import beat_init, setup_logging, worker_init, worker_process_init, worker_process_shutdown
 from kombu.utils.objects import cached_property  # what Celery's own Worker property is
 
+from config.memory import MallocTrimStep
 from config.worker_presence import PresenceStep
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -50,6 +51,7 @@ app = App("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.steps["worker"].add(PresenceStep)  # each worker says which queues it consumes (/metrics)
+app.steps["worker"].add(MallocTrimStep)  # freed heap memory back to the system (config.memory)
 
 
 @setup_logging.connect

@@ -445,6 +445,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 # and a margin: docker-compose.yml's stop_grace_period is 120 s for the defaults. 0: no wait.
 WORKER_SHUTDOWN_GRACE_S = env_float("WORKER_SHUTDOWN_GRACE_S", 60.0, minimum=0.0)
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = WORKER_SHUTDOWN_GRACE_S
+# Seconds between a worker's hand-backs of freed heap memory to the system (config.memory:
+# glibc's malloc_trim; a threads-pool worker's RSS otherwise keeps its busiest minutes). 0: never.
+WORKER_MALLOC_TRIM_S = env_float("WORKER_MALLOC_TRIM_S", 60.0, minimum=0.0)
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_SEND_TASK_EVENTS = True  # Flower
