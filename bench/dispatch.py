@@ -10,7 +10,8 @@ reserve, claim, enqueue to Redis db 14), putting the claimed rows back to QUEUED
 (untimed) so the depth stays constant, and emptying the budget and the broker's queues but not
 the dispatcher's own state (its cursor, the waiting reasons it last wrote: kept from cycle to
 cycle as in production; until 2026-11-27 the bench reset them too, so each cycle rewrote every
-deferred owner's reason). Prints median/p95 cycle time and outreach dispatched/s.
+deferred owner's reason). Prints median/p95 cycle time and outreach dispatched/s, and each
+phase's median (CycleReport.phases_ms: where the cycle's time goes).
 
 With --history, the depth stays fixed and what grows is the day's history instead: that many
 rows already SENT today (each moved through the in-flight states first, as the pipeline does,
@@ -257,6 +258,7 @@ class Measured:
     dispatched: int  # in the timed cycles
     per_s: float | None  # outreach dispatched per second of cycle time
     seconds: float  # the whole run: fill, warm-up and timed cycles
+    phases_p50_ms: dict[str, float]  # each phase's median over the timed cycles (CycleReport.phases_ms)
 
 
 def _measure(
@@ -286,12 +288,13 @@ def _measure(
         _controls_on()
     if events:
         _add_events(events=events)
-    times, dispatched = [], 0
+    times, dispatched, phases = [], 0, []
     for i in range(cycles + WARM_UP):
         report = dispatch_cycle(budget=budget)
         connection.close_if_unusable_or_obsolete()
         if i >= WARM_UP:
             times.append(report.duration_ms)
+            phases.append(report.phases_ms)
             dispatched += len(report.generation)
         _requeue(report.generation)
         _reset_all_but_dispatcher(client)
@@ -304,6 +307,9 @@ def _measure(
         dispatched=dispatched,
         per_s=ratio(dispatched, sum(times) / 1000),
         seconds=time.perf_counter() - started,
+        phases_p50_ms={
+            phase: percentile(values=[p[phase] for p in phases], fraction=0.5) or 0.0 for phase in phases[0]
+        },
     )
 
 
@@ -381,6 +387,7 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
             f"{run.per_s or 0:>13,.0f} {ratio(run.p50_ms, first) or 0:>12.2f}x   (run {run.seconds:.0f}s)",
             flush=True,
         )
+        print(f"{'phases p50 ms':>26}  " + "  ".join(f"{k} {v:.1f}" for k, v in run.phases_p50_ms.items()))
     return runs
 
 

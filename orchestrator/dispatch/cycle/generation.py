@@ -8,6 +8,7 @@ cursor that carries the schedule to the next cycle.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,11 +43,13 @@ CURSOR_KEY = "orchestrator:dispatch:cursor"
 
 @dataclass(frozen=True, slots=True)
 class Generation:
-    """What the cycle's LLM part did: the slots it had, the picks it made, the rows it claimed."""
+    """What the cycle's LLM part did: the slots it had, the picks it made, the rows it claimed,
+    and how long the claim took (reserve, move, publish)."""
 
     slots: int
     picks: list[Pick]
     claimed: list[int]
+    claim_ms: float = 0.0
 
 
 def generation_dispatch(
@@ -110,6 +113,7 @@ def generation_dispatch(
         price=price,
     )
     picks = list(selection.picks)
+    claim_started = time.perf_counter()
     claimed = picks_reserve_and_claim(
         picks=picks,
         budget=budget,
@@ -118,6 +122,7 @@ def generation_dispatch(
         per_call=per_call,
         now=now,
     )
+    claim_ms = (time.perf_counter() - claim_started) * 1000
     if len(claimed) < len(picks):
         # The round is charged only what runs: picks the budget refused (or another claimed)
         # leave their owners' places untouched, so a costly job the bucket could not fit this
@@ -132,7 +137,7 @@ def generation_dispatch(
             **policy,
         )
     _cursor_store(lease, selection.cursor)
-    return Generation(slots=slots, picks=picks, claimed=claimed)
+    return Generation(slots=slots, picks=picks, claimed=claimed, claim_ms=claim_ms)
 
 
 @dataclass(slots=True)

@@ -41,6 +41,27 @@ class CycleReport:
     deferred: dict[int, str] = field(default_factory=dict)
     duration_ms: float = 0.0
     held: tuple[float, float] = (0.0, 0.0)  # wall-clock span the lease was held (metrics, tests)
+    # Where the cycle's time went, phase by phase (PHASES, in order; logged with the cycle)
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+
+# The cycle's phases: the stuck work recovered; the active owners and their learned costs
+# loaded; their admission and why-waiting notes; approved drafts to `send`; the LLM jobs
+# selected (slots, candidates, the batch); and those claimed (reserved, moved, published).
+PHASES = ("recover", "owners", "admission", "sends", "select", "claim")
+
+
+class _Laps:
+    """Times the cycle's phases one after another into `phases_ms`."""
+
+    def __init__(self, phases_ms: dict[str, float]) -> None:
+        self.phases_ms, self.mark = phases_ms, time.perf_counter()
+
+    def lap(self, phase: str, *, less_ms: float = 0.0) -> None:
+        """`phase` took the time since the last lap (less `less_ms`, timed apart)."""
+        now = time.perf_counter()
+        self.phases_ms[phase] = round((now - self.mark) * 1000 - less_ms, 1)
+        self.mark = now
 
 
 def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None) -> CycleReport:
@@ -63,23 +84,26 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
             "deferred": len(report.deferred),
             "recovered": report.recovered,
             "ms": round(report.duration_ms, 1),
+            **{f"{phase}_ms": ms for phase, ms in report.phases_ms.items()},
         },
     )
     return report
 
 
 def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> CycleReport:
+    report = CycleReport()
+    laps = _Laps(report.phases_ms)
     caps = reads.organization_caps_load(budget=budget)  # first: recovery may refund capped reservations
-    report = CycleReport(
-        recovered=recover_stuck(
-            now=now, refund=lambda joined: [budget.refund(reservation_id=r) for r in reservation_ids(joined)]
-        )
+    report.recovered = recover_stuck(
+        now=now, refund=lambda joined: [budget.refund(reservation_id=r) for r in reservation_ids(joined)]
     )
+    laps.lap("recover")
     owners = reads.active_owners()
     # What each owner's next job of each step is expected to cost (owner_tokens: learned from
     # its finished jobs), read once: what work reserves of a spend cap (admission), and the
     # cycle's sizing and each pick's reservation (generation_dispatch).
     costs = job_costs_load(owner_ids=[o.rules.owner_id for o in owners], default=outreach_cost()[1])
+    laps.lap("owners")
     # One admission (selection.admission's rules, in order) before any LLM work: what each owner
     # may send now, what LLM work it may start, and why not.
     price = job_pricing(costs)  # one pricing for the admission and the picks
@@ -88,6 +112,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     deferrals_note(client=client, deferred=report.deferred, paused_tiers=admitted.paused_tiers)
     paused_tiers = {owner_id: frozenset(tiers) for owner_id, tiers in admitted.paused_tiers.items()}
     weights = {o.rules.owner_id: o.weight for o in owners}
+    laps.lap("admission")
     report.send = approved_dispatch(
         room=dict(admitted.send_room),
         weights=weights,
@@ -96,6 +121,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         paused_tiers=paused_tiers,
         lease=lease,
     )
+    laps.lap("sends")
     # The LLM room stands after those sends: they were drafts, counted as committed already.
     generation = generation_dispatch(
         lease=lease,
@@ -111,4 +137,6 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         budget=budget,
     )
     report.slots, report.picks, report.generation = generation.slots, generation.picks, generation.claimed
+    laps.lap("select", less_ms=generation.claim_ms)
+    report.phases_ms["claim"] = round(generation.claim_ms, 1)
     return report

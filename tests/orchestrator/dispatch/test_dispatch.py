@@ -15,6 +15,7 @@ from django.utils import timezone
 from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
 from orchestrator.dispatch.cycle.generation import _cursor_load, _cursor_store
+from orchestrator.dispatch.cycle.shell import PHASES
 from orchestrator.dispatch.selection import Cursor, Position
 from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
@@ -60,6 +61,29 @@ def test_cycle_serves_replies_first_round_robin_and_enqueues_ids_only(
     replies = [str(raw) for raw in redis_client.lrange("reply", 0, -1)]
     assert (len(intros), len(replies)) == (3, 1)  # the reply on its own lane
     assert not any("@prospect.example" in body for body in intros + replies)
+
+
+def test_a_cycle_says_where_its_time_went_phase_by_phase(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any, caplog: Any
+) -> None:
+    # given an owner with an approved draft and intros to write
+    settings.DISPATCH_MAX_IN_FLIGHT = 2
+    owner = make_owner()
+    make_draft(lead=make_lead(owner=owner), state=State.APPROVED)
+    for _ in range(2):
+        make_outreach(lead=make_lead(owner=owner))
+    # when a cycle runs
+    with caplog.at_level("INFO", logger="orchestrator.dispatch.cycle"):
+        report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then it timed each phase in order, within the cycle's time, and logged them with it
+    assert len(report.send) == 1
+    assert len(report.generation) == 2
+    assert list(report.phases_ms) == list(PHASES)
+    assert all(ms >= 0 for ms in report.phases_ms.values())
+    assert report.phases_ms["claim"] > 0
+    assert sum(report.phases_ms.values()) <= report.duration_ms
+    (line,) = [r for r in caplog.records if r.getMessage() == "dispatch cycle"]
+    assert {phase: getattr(line, f"{phase}_ms") for phase in PHASES} == report.phases_ms
 
 
 def test_cycle_persists_cursor_so_every_owner_is_served(
