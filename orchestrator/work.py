@@ -73,7 +73,6 @@ __all__ = [
     "SendGrant",
     "Usage",
     "active_pause_scopes",
-    "active_pause_scopes",
     "attempts_exhausted",
     "call_done",
     "call_refused",
