@@ -19,6 +19,14 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+# Connections a client's pool may open (per node of a cluster). A connection serves one command
+# or pipeline at a time, so a pool opens one per thread inside a command at once: the process's
+# threads bound it, not this. redis-py's default, 100, is below the generation worker's 200
+# threads: after a stall of that worker (bench/soak.py, 2026-11-28: a profiler paused it) more
+# than 100 of them were inside budget calls at once, the pool refused the rest ("Too many
+# connections"), the budget took that for Redis failing, opened its circuit, and its failure
+# policy let calls through unpaced, which the provider answered 429.
+MAX_CONNECTIONS: Final = 10_000
 
 Client = redis.Redis | RedisCluster
 
@@ -39,9 +47,14 @@ def connect(url: str, *, timeout_s: float = 0.5) -> Client:
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1),
+            max_connections=MAX_CONNECTIONS,
         )
     return redis.Redis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1)
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 1),
+        max_connections=MAX_CONNECTIONS,
     )
 
 
