@@ -57,7 +57,36 @@ class ActiveOwner:
     draft_ahead_days: int
 
 
-def active_owners() -> list[ActiveOwner]:
+@dataclass(frozen=True, slots=True)
+class ActiveOwners:
+    """Every active owner as one read returns them (`active_owners`): their weights and
+    organizations for every owner, an `ActiveOwner` only for those a cycle judges (its window)."""
+
+    rows: Mapping[int, tuple[Any, ...]]  # owner id -> its row (ACTIVE_OWNER_FIELDS)
+    domains: Mapping[int, str]  # organization id -> its sender domain
+
+    def weights(self) -> dict[int, int]:
+        return {owner_id: row[6] for owner_id, row in self.rows.items()}
+
+    def capped_scopes(self, caps: Mapping[str, Limits]) -> dict[int, str]:
+        """Owner id -> its organization's budget scope, for the owners of organizations in `caps`
+        (the selection's budget groups)."""
+        if not caps:
+            return {}
+        scopes = {org: scope for org in self.domains if (scope := organization_scope(org)) in caps}
+        return {owner_id: scopes[row[7]] for owner_id, row in self.rows.items() if row[7] in scopes}
+
+    def of(self, owner_ids: Iterable[int]) -> list[ActiveOwner]:
+        """These owners (those active among them), for admission: in the read's order."""
+        wanted = set(owner_ids)
+        return [
+            ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], self.domains[row[7]], row[8], row[9])
+            for owner_id, row in self.rows.items()
+            if owner_id in wanted
+        ]
+
+
+def active_owners() -> ActiveOwners:
     """Every active owner: O(owners), plus one read of their organizations' sender addresses."""
     rows = list(
         Owner.objects.filter(active=True).values_list(
@@ -74,10 +103,9 @@ def active_owners() -> list[ActiveOwner]:
         )
     )
     orgs = Organization.objects.filter(id__any={row[7] for row in rows}).only("id", "sender_email")
-    domains = {org.pk: org.sender_domain for org in orgs}
-    return [
-        ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[7]], row[8], row[9]) for row in rows
-    ]
+    return ActiveOwners(
+        rows={row[0]: row for row in rows}, domains={org.pk: org.sender_domain for org in orgs}
+    )
 
 
 def active_owner_ids() -> list[int]:
@@ -124,6 +152,13 @@ def committed_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int,
         if owner_id in wanted:
             (drafts if state in DRAFTS else in_flight)[owner_id] += n
     return {o: Committed(sent.get(o, 0), in_flight[o], drafts[o]) for o in wanted}
+
+
+def owners_with_commitments() -> set[int]:
+    """Owners with work in flight or drafts not yet sent (`committed_work`): the cycle judges them
+    whatever its window, since the shared rooms count what they committed and their approved
+    drafts are sent from the cycle's first window. Bounded by the work in flight and the drafts."""
+    return {owner_id for owner_id, _, _ in committed_work()}
 
 
 def committed_work() -> QuerySet[Outreach, tuple[int, str, int]]:
@@ -175,16 +210,6 @@ def job_scopes(*, budget: Budget, reservation_id: str) -> tuple[str, ...]:
     return tuple(
         scope for scope in scopes if scope == PROVIDER or scope in caps or scope in budget.scope_limits
     )
-
-
-def capped_owner_scopes(*, caps: Mapping[str, Limits], owner_ids: Iterable[int]) -> dict[int, str]:
-    """Owner id -> its organization's budget scope, for the owners of organizations in `caps`
-    (the selection's budget groups). No query without caps; one with: O(owners)."""
-    if not caps:
-        return {}
-    rows = Owner.objects.filter(id__any=owner_ids).values_list("id", "organization_id")
-    scopes = {owner: organization_scope(org) for owner, org in rows}
-    return {owner: scope for owner, scope in scopes.items() if scope in caps}
 
 
 def organization_spend(

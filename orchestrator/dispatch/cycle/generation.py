@@ -9,7 +9,7 @@ cursor that carries the schedule to the next cycle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from config.redis_client import Client
-from orchestrator.budget import PROVIDER, Budget, Limits
+from orchestrator.budget import PROVIDER, Budget
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
@@ -30,7 +30,9 @@ from orchestrator.dispatch.selection import (
     Candidates,
     Cursor,
     Pick,
+    Selection,
     StarvationGuard,
+    Window,
     rows_to_load,
     select_batch,
 )
@@ -44,19 +46,23 @@ CURSOR_KEY = "orchestrator:dispatch:cursor"
 @dataclass(frozen=True, slots=True)
 class Generation:
     """What the cycle's LLM part did: the slots it had, the picks it made, the rows it claimed,
-    and how long the claim took (reserve, move, publish)."""
+    and how long the claim took (reserve, move, publish). Not `exact`: its window left out an
+    owner the schedule reached, so nothing was claimed and the shell widens the window."""
 
     slots: int
     picks: list[Pick]
     claimed: list[int]
     claim_ms: float = 0.0
+    exact: bool = True
 
 
 def generation_dispatch(
     *,
     lease: Lease,
     client: Client,
-    caps: Mapping[str, Limits],
+    cursor: Cursor,
+    ready: Mapping[Tier, Collection[int]],
+    groups: Mapping[int, str],
     room: Mapping[int, int],
     weights: Mapping[int, int],
     paused_tiers: Mapping[int, frozenset[Tier]],
@@ -65,10 +71,13 @@ def generation_dispatch(
     price: Callable[[int, str | None], Decimal],
     now: datetime,
     budget: Budget,
+    window: Window | None = None,
 ) -> Generation:
     """Select, reserve and claim this cycle's LLM jobs among the owners with `room` (admitted:
-    cycle.admission), held to the admission's shared rooms (`shared`); persist the cursor while
-    the lease is held."""
+    cycle.admission) and ready work (`ready`, per tier), held to the admission's shared rooms
+    (`shared`); persist the cursor while the lease is held. `groups`: owner -> its capped
+    organization's scope (budget groups). With a `window` (cycle.window) the selection also says
+    whether its picks are the full selection's; if not, nothing is claimed (`Generation.exact`)."""
     # What each owner's next job of each step is expected to cost (`job_costs`, owner_tokens:
     # learned from its finished jobs): with fairness in tokens, what it uses moves the owner's
     # place in the round; what the provider's limit will count sizes the cycle (slots, in-flight
@@ -78,15 +87,15 @@ def generation_dispatch(
     per_call = per_call_tokens(budget=budget, job_tokens=job_costs.smallest_counted())
     slots = _llm_slots(budget=budget, client=client, per_call=per_call)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
-    groups = reads.capped_owner_scopes(caps=caps, owner_ids=room)
+    groups = {owner: scope for owner, scope in groups.items() if owner in room}
     group_slots = _group_slots(groups=groups, budget=budget, per_call=per_call)
-    cursor = _cursor_load(client).keeping_groups(caps)
     costs = (
         {o: t.settled for o, t in job_costs.owners.items()}
         if settings.DISPATCH_FAIRNESS == "tokens"
         else None
     )
     candidates = _candidates(
+        ready=ready,
         room=room,
         slots=slots,
         weights=weights,
@@ -106,12 +115,17 @@ def generation_dispatch(
     }
     # Admission's row rules: no suppressed lead's row, no pick past a shared room (cycle.admission).
     candidates = unsendable_drop(candidates, now=now)
-    candidates, selection = picks_admit(
-        candidates=candidates,
-        shared=shared,
-        select=lambda c: select_batch(c, slots=slots, **policy),
-        price=price,
-    )
+    exact = True
+
+    def select(offered: Candidates) -> Selection:
+        nonlocal exact
+        selection = select_batch(offered, slots=slots, window=window, **policy)
+        exact = exact and selection.exact  # each re-selection too: the refusals follow the picks
+        return selection
+
+    candidates, selection = picks_admit(candidates=candidates, shared=shared, select=select, price=price)
+    if not exact:
+        return Generation(slots=slots, picks=[], claimed=[], exact=False)
     picks = list(selection.picks)
     claim_started = time.perf_counter()
     claimed = picks_reserve_and_claim(
@@ -153,7 +167,7 @@ class _Persisted:
 _persisted = _Persisted()
 
 
-def _cursor_load(client: Client) -> Cursor:
+def cursor_load(client: Client) -> Cursor:
     text = client.get(CURSOR_KEY)
     if _persisted.cursor is not None and text == _persisted.text:
         return _persisted.cursor
@@ -212,6 +226,7 @@ def _group_slots(*, groups: Mapping[int, str], budget: Budget, per_call: int | N
 
 def _candidates(
     *,
+    ready: Mapping[Tier, Collection[int]],
     room: Mapping[int, int],
     slots: int,
     weights: Mapping[int, int],
@@ -221,7 +236,7 @@ def _candidates(
     costs: Mapping[int, int] | None,
     now: datetime,
 ) -> Candidates:
-    """Each tier queried once: which owners have ready work, then their top-k rows (`rows_to_load`:
+    """Each tier queried once: the top-k rows of its owners with ready work (`rows_to_load`:
     enough that truncation never changes the selection, capped organizations' owners included).
 
     An owner's room (daily limit left) is spent tier by tier, replies first, so the rows offered
@@ -230,11 +245,9 @@ def _candidates(
     left = dict(room)
     result: dict[Tier, dict[int, list]] = {}
     for tier in sorted(Tier):
-        owners = reads.owners_with_ready_work(
-            tier=tier,
-            owner_ids=[o for o, n in left.items() if n > 0 and tier not in paused_tiers.get(o, ())],
-            now=now,
-        )
+        owners = [
+            o for o in ready.get(tier, ()) if left.get(o, 0) > 0 and tier not in paused_tiers.get(o, ())
+        ]
         k = rows_to_load(
             owners_with_work=owners,
             slots=slots,

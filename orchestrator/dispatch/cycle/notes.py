@@ -4,7 +4,7 @@ so a quiet cycle writes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, cast
 
 from config.redis_client import Client
@@ -18,10 +18,15 @@ NOTE_ROWS = 50  # a deferred owner's reason goes on this many of each tier's nex
 
 
 def deferrals_note(
-    *, client: Client, deferred: Mapping[int, str], paused_tiers: Mapping[int, Mapping[Tier, str]]
+    *,
+    client: Client,
+    deferred: Mapping[int, str],
+    paused_tiers: Mapping[int, Mapping[Tier, str]],
+    judged: Collection[int] | None = None,
 ) -> None:
     """Say on each deferred owner's (or paused tier's) next-in-line rows why they wait, only
-    when the reason changed.
+    when the reason changed. `judged`: the owners this cycle admitted (its window, None: all);
+    the others' notes stand until a cycle judges them.
 
     Bounded: at most NOTE_ROWS rows per owner tier, only where the reason is new since the last
     cycle, and one statement for them all (reads.reasons_write), so a morning in which every
@@ -40,7 +45,11 @@ def deferrals_note(
         writes |= {(int(owner_id), t): reason for t in heads}
     reasons_write(reasons=writes, rows_each=NOTE_ROWS)
     # What changed, not the whole map again: a tier paused everywhere is one key per owner
-    removed = [key for key in previous if key not in notes]
+    removed = [
+        key
+        for key in previous
+        if key not in notes and (judged is None or int(key.partition(":")[0]) in judged)
+    ]
     if removed or changed:
         pipe = client.pipeline()
         if removed:

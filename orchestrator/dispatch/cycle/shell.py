@@ -16,14 +16,16 @@ from config.redis_client import Client
 from orchestrator.budget import Budget, get_budget, reservation_ids
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle.admission import job_pricing, owners_admit
-from orchestrator.dispatch.cycle.generation import generation_dispatch
+from orchestrator.dispatch.cycle.generation import Generation, cursor_load, generation_dispatch
 from orchestrator.dispatch.cycle.notes import deferrals_note
 from orchestrator.dispatch.cycle.sends import approved_dispatch
+from orchestrator.dispatch.cycle.window import WIDEN, owners_window, window_size
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.owner_tokens import job_costs_load
 from orchestrator.dispatch.selection import Pick
 from orchestrator.dispatch.singleton import Lease, dispatch_lease
 from orchestrator.failures.recovery import recover_stuck
+from outreach.tiers import Tier
 
 # The package's name, not this module's: bench/soak.py reads the cycle times from the
 # "orchestrator.dispatch.cycle dispatch cycle ... ms=" lines.
@@ -43,6 +45,9 @@ class CycleReport:
     held: tuple[float, float] = (0.0, 0.0)  # wall-clock span the lease was held (metrics, tests)
     # Where the cycle's time went, phase by phase (PHASES, in order; logged with the cycle)
     phases_ms: dict[str, float] = field(default_factory=dict)
+    judged: int = 0  # owners admitted and loaded (the window: cycle.window), of `active`
+    active: int = 0
+    windows: int = 0  # windows judged: 1, more when the first left out an owner the schedule reached
 
 
 # The cycle's phases: the stuck work recovered; the active owners and their learned costs
@@ -59,8 +64,8 @@ class _Laps:
 
     def lap(self, phase: str, *, less_ms: float = 0.0) -> None:
         """`phase` took the time since the last lap (less `less_ms`, timed apart)."""
-        now = time.perf_counter()
-        self.phases_ms[phase] = round((now - self.mark) * 1000 - less_ms, 1)
+        now = time.perf_counter()  # a phase a widened window ran again adds up
+        self.phases_ms[phase] = round(self.phases_ms.get(phase, 0.0) + (now - self.mark) * 1000 - less_ms, 1)
         self.mark = now
 
 
@@ -83,6 +88,9 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
             "send": len(report.send),
             "deferred": len(report.deferred),
             "recovered": report.recovered,
+            "judged": report.judged,
+            "active": report.active,
+            "windows": report.windows,
             "ms": round(report.duration_ms, 1),
             **{f"{phase}_ms": ms for phase, ms in report.phases_ms.items()},
         },
@@ -98,45 +106,75 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         now=now, refund=lambda joined: [budget.refund(reservation_id=r) for r in reservation_ids(joined)]
     )
     laps.lap("recover")
-    owners = reads.active_owners()
-    # What each owner's next job of each step is expected to cost (owner_tokens: learned from
-    # its finished jobs), read once: what work reserves of a spend cap (admission), and the
-    # cycle's sizing and each pick's reservation (generation_dispatch).
-    costs = job_costs_load(owner_ids=[o.rules.owner_id for o in owners], default=outreach_cost()[1])
-    laps.lap("owners")
-    # One admission (selection.admission's rules, in order) before any LLM work: what each owner
-    # may send now, what LLM work it may start, and why not.
-    price = job_pricing(costs)  # one pricing for the admission and the picks
-    admitted = owners_admit(owners=owners, now=now, budget=budget, price=price)
-    report.deferred = admitted.deferred
-    deferrals_note(client=client, deferred=report.deferred, paused_tiers=admitted.paused_tiers)
-    paused_tiers = {owner_id: frozenset(tiers) for owner_id, tiers in admitted.paused_tiers.items()}
-    weights = {o.rules.owner_id: o.weight for o in owners}
-    laps.lap("admission")
-    report.send = approved_dispatch(
-        room=dict(admitted.send_room),
-        weights=weights,
-        now=now,
-        budget=budget,
-        paused_tiers=paused_tiers,
-        lease=lease,
-    )
-    laps.lap("sends")
-    # The LLM room stands after those sends: they were drafts, counted as committed already.
-    generation = generation_dispatch(
-        lease=lease,
-        client=client,
-        caps=caps,
-        room=admitted.llm_room,
-        weights=weights,
-        paused_tiers=paused_tiers,
-        shared=admitted.shared,
-        job_costs=costs.among(admitted.llm_room),
-        price=price,
-        now=now,
-        budget=budget,
-    )
+    every = reads.active_owners()
+    weights = every.weights()
+    report.active = len(weights)
+    # The window (cycle.window): the owners each round meets first from the cursor, and those
+    # whose committed work the shared rooms count or whose approved drafts wait: only these are
+    # judged and loaded. Widened until the selection says its picks are the full selection's.
+    cursor = cursor_load(client).keeping_groups(caps)
+    groups = every.capped_scopes(caps)
+    ready = {tier: reads.owners_with_ready_work(tier=tier, owner_ids=list(weights), now=now) for tier in Tier}
+    also = reads.owners_with_commitments()
+    tokens = settings.DISPATCH_FAIRNESS == "tokens"
+    size = window_size(slot_bound=max(0, settings.DISPATCH_MAX_IN_FLIGHT - reads.llm_in_flight()))
+    sends_done = False
+    while True:
+        window = owners_window(
+            ready=ready, cursor=cursor, weights=weights, groups=groups, tokens=tokens, size=size, also=also
+        )
+        owners = every.of(window.loaded)
+        report.judged, report.windows = len(owners), report.windows + 1
+        # What each owner's next job of each step is expected to cost (owner_tokens: learned from
+        # its finished jobs), read once: what work reserves of a spend cap (admission), and the
+        # cycle's sizing and each pick's reservation (generation_dispatch).
+        costs = job_costs_load(owner_ids=[o.rules.owner_id for o in owners], default=outreach_cost()[1])
+        laps.lap("owners")
+        # One admission (selection.admission's rules, in order) before any LLM work: what each owner
+        # may send now, what LLM work it may start, and why not.
+        price = job_pricing(costs)  # one pricing for the admission and the picks
+        admitted = owners_admit(owners=owners, now=now, budget=budget, price=price)
+        report.deferred = admitted.deferred
+        deferrals_note(
+            client=client,
+            deferred=report.deferred,
+            paused_tiers=admitted.paused_tiers,
+            judged=window.loaded,
+        )
+        paused_tiers = {owner_id: frozenset(tiers) for owner_id, tiers in admitted.paused_tiers.items()}
+        laps.lap("admission")
+        if not sends_done:  # every owner with approved drafts is in the first window (`also`)
+            report.send = approved_dispatch(
+                room=dict(admitted.send_room),
+                weights=weights,
+                now=now,
+                budget=budget,
+                paused_tiers=paused_tiers,
+                lease=lease,
+            )
+            sends_done = True
+            laps.lap("sends")
+        # The LLM room stands after those sends: they were drafts, counted as committed already.
+        generation: Generation = generation_dispatch(
+            lease=lease,
+            client=client,
+            cursor=cursor,
+            ready=ready,
+            groups=groups,
+            room=admitted.llm_room,
+            weights=weights,
+            paused_tiers=paused_tiers,
+            shared=admitted.shared,
+            job_costs=costs.among(admitted.llm_room),
+            price=price,
+            now=now,
+            budget=budget,
+            window=None if window.complete else window.window,
+        )
+        laps.lap("select", less_ms=generation.claim_ms)
+        if generation.exact:
+            break
+        size *= WIDEN
     report.slots, report.picks, report.generation = generation.slots, generation.picks, generation.claimed
-    laps.lap("select", less_ms=generation.claim_ms)
     report.phases_ms["claim"] = round(generation.claim_ms, 1)
     return report

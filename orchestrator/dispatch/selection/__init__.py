@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from orchestrator.dispatch.selection.batch import select_batch, select_sends
 from orchestrator.dispatch.selection.cursor import Cursor, Position
-from orchestrator.dispatch.selection.schedule import TOKEN_UNIT
+from orchestrator.dispatch.selection.schedule import TOKEN_UNIT, RoundOrder, round_order
 from orchestrator.dispatch.selection.sizing import rows_per_owner, rows_to_load
 from orchestrator.dispatch.selection.values import (
     TOP_TIER,
@@ -42,6 +42,7 @@ from orchestrator.dispatch.selection.values import (
     Selection,
     SendSelection,
     StarvationGuard,
+    Window,
 )
 
 __all__ = [
@@ -52,9 +53,12 @@ __all__ = [
     "Cursor",
     "Pick",
     "Position",
+    "RoundOrder",
     "Selection",
     "SendSelection",
     "StarvationGuard",
+    "Window",
+    "round_order",
     "rows_per_owner",
     "rows_to_load",
     "select_batch",

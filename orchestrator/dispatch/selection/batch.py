@@ -21,6 +21,7 @@ from orchestrator.dispatch.selection.values import (
     Selection,
     SendSelection,
     StarvationGuard,
+    Window,
 )
 from outreach.tiers import Tier
 
@@ -35,6 +36,7 @@ def select_batch(
     groups: Mapping[int, str] | None = None,
     group_slots: Mapping[str, int] | None = None,
     costs: Mapping[int, int] | None = None,
+    window: Window | None = None,
 ) -> Selection:
     """Choose up to `slots` candidates: tiers by priority with backfill, owners by weighted round robin.
 
@@ -68,6 +70,10 @@ def select_batch(
     owners share the budget in tokens, not in emails. Groups share their picks the same way.
     Without `costs` (fairness in counts) every tag is as described above, unchanged.
 
+    A window (`window`: a cycle that loaded only the owners each round meets first, `RoundOrder`)
+    changes nothing in the picks; the selection says whether they are exactly those every owner's
+    rows would give (`Selection.exact`), and when not, the shell loads more owners and asks again.
+
     Tier invariant (guard off): no intro is picked while an eligible reply is unpicked, and no nudge
     while an intro is (so a group's slots go to its replies first). All slots are used when eligible
     work exists: min(slots, usable rows) picks, a group's rows counting up to its group_slots.
@@ -79,7 +85,7 @@ def select_batch(
     check_candidates(candidates)
     if costs is not None:
         costs = checked_costs(costs, candidates)
-    chosen, new_cursor = schedule_run(
+    chosen, new_cursor, exact = schedule_run(
         candidates,
         slots=slots,
         cursor=cursor,
@@ -88,10 +94,11 @@ def select_batch(
         groups=groups,
         group_slots=group_slots,
         costs=costs,
+        window=window,
     )
     strict = chosen
     if starvation_guard is not None:
-        strict = schedule_run(
+        strict, _, strict_exact = schedule_run(
             candidates,
             slots=slots,
             cursor=cursor,
@@ -100,7 +107,9 @@ def select_batch(
             groups=groups,
             group_slots=group_slots,
             costs=costs,
-        )[0]
+            window=window,
+        )
+        exact = exact and strict_exact
     picks: list[Pick] = []
     for tier in sorted(Tier):
         # Picks beyond what strict priority would give this tier exist only because of the guard.
@@ -108,7 +117,7 @@ def select_batch(
             _pick(row, nth=nth, weight=weights.get(row.owner_id, 1), guard=i >= len(strict[tier]))
             for i, (row, nth) in enumerate(chosen[tier])
         )
-    return Selection(picks=tuple(picks), cursor=new_cursor)
+    return Selection(picks=tuple(picks), cursor=new_cursor, exact=exact)
 
 
 def select_sends(

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 from orchestrator.dispatch.selection.cursor import Cursor, Move, Position
-from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard
+from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard, Window
 from outreach.tiers import Tier
 
 TOKEN_UNIT = 1_000  # fairness in tokens: a tag moves by cost / (weight * TOKEN_UNIT) per pick
@@ -54,14 +55,19 @@ class _Clock:
         self.tags: dict[int, int] = {}
         self.last: int | None = None  # the tag of the last pick
 
-    def first(self, owner: int) -> int:
+    def firsts(self, owners: Iterable[int]) -> list[tuple[int, int]]:
+        """(first tag, owner) of each owner, in one pass (a round may hold thousands): counts,
+        the first k / weight after the start; tokens, its lead or the start's phase."""
         if self.costs is None:
-            tag = self._first_counted(owner)
+            keyed = [(self._first_counted(o), o) for o in owners]
         else:
-            lead = self.leads.get(owner)
-            tag = self.phase if lead is None else max(self.phase, _scaled(lead, self.scale))
-        self.tags[owner] = tag
-        return tag
+            phase, scale, leads = self.phase, self.scale, self.leads
+            keyed = [
+                (phase if (lead := leads.get(o)) is None else max(phase, _scaled(lead, scale)), o)
+                for o in owners
+            ]
+        self.tags.update((o, tag) for tag, o in keyed)
+        return keyed
 
     def _first_counted(self, owner: int) -> int:
         """The owner's first tag k/weight whose (tag, owner_id) comes strictly after the start."""
@@ -136,14 +142,22 @@ class _TierRound:
         groups: Mapping[int, str],
         group_left: dict[str, int],
         costs: Mapping[int, int] | None,
+        window: Window | None = None,
     ) -> None:
         self.rows, self.weights, self.groups, self.group_left = rows_by_owner, weights, groups, group_left
         self.position = cursor.position(tier)
+        left_out = window.left_out if window is not None else {}
+        # The first owner a windowed cycle left out of this round (None: nobody), whether the
+        # round ran out of rows before its count, and the first place a group gave up: what
+        # `exact` judges the picks by.
+        self.horizon = left_out.get((tier, ""))
+        self.short = False
+        self.first_dropped: tuple[int, int] | None = None
         owners = [o for o, rows in rows_by_owner.items() if rows]
         self.clock = _Clock(
             start=self.position, weights=weights, costs=costs, leads=cursor.leads_of(tier), owners=owners
         )
-        self.heap = [(self.clock.first(o), o) for o in owners]
+        self.heap = self.clock.firsts(owners)
         heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
         self.places: dict[str, dict[int, int]] = {}  # group -> its places in the heap: owner -> tag
         # group -> its places furthest first, (-tag, -owner), with stale entries (a place since
@@ -169,6 +183,7 @@ class _TierRound:
                     leads=cursor.leads_of(tier, group),
                     owners=owners_of,
                 ),
+                horizon=left_out.get((tier, group)),
             )
             for group, owners_of in members.items()
         }
@@ -192,7 +207,29 @@ class _TierRound:
                 self._group_served(group=group, place=place, next_tag=next_tag, more=more)
             elif more:
                 heapq.heappush(self.heap, (next_tag, place))
+        self.short = self.short or len(chosen) < count
         return chosen
+
+    def exact(self) -> bool:
+        """Whether the picks are those this round makes with the owners a window left out back
+        in: it never reached the first of them (each pick comes before it, the group rounds'
+        too, and the round did not run out of rows while owners were left out), and every place
+        a group gave up lies beyond the last pick (with every owner in, a group gives up its
+        furthest place, which lies further still; the places up to the last pick are the same)."""
+        if self.horizon is None:
+            return True  # nobody left out: the group rounds' owners are the tier's, all in
+        if self.short:
+            return False
+        last = (
+            None
+            if self.clock.last is None or self.position is None
+            else (self.clock.last, self.position.owner_id)
+        )
+        if last is not None and not _before(last, self.clock.scale, self.horizon):
+            return False
+        if last is not None and self.first_dropped is not None and self.first_dropped <= last:
+            return False
+        return all(r.exact() for r in self.group_rounds.values())
 
     def _group_served(self, *, group: str, place: int, next_tag: int, more: bool) -> None:
         self.group_left[group] -= 1
@@ -209,6 +246,8 @@ class _TierRound:
                 neg_tag, neg_owner = heapq.heappop(furthest)
                 if places.get(-neg_owner) == -neg_tag:
                     del places[-neg_owner]
+                    dropped = (-neg_tag, -neg_owner)
+                    self.first_dropped = min(self.first_dropped or dropped, dropped)
                     break
 
     def group_positions(self) -> dict[str, Position]:
@@ -223,11 +262,19 @@ class _TierRound:
 class _GroupRound:
     """A group's own weighted round robin over its owners with rows left, from the group's position."""
 
-    def __init__(self, *, owners: Sequence[int], clock: _Clock) -> None:
-        self.clock, self.position = clock, clock.start
-        self.heap = [(clock.first(o), o) for o in owners]
+    def __init__(
+        self, *, owners: Sequence[int], clock: _Clock, horizon: tuple[Fraction, int] | None = None
+    ) -> None:
+        self.clock, self.position, self.horizon = clock, clock.start, horizon
+        self.heap = clock.firsts(owners)
         heapq.heapify(self.heap)
         self.current: tuple[int, int] | None = None
+
+    def exact(self) -> bool:
+        """It served no owner at or after the first its window left out (`horizon`)."""
+        if self.horizon is None or self.current is None:
+            return True
+        return _before(self.current, self.clock.scale, self.horizon)
 
     def next(self) -> int:
         self.current = heapq.heappop(self.heap)
@@ -253,9 +300,11 @@ def schedule_run(
     groups: Mapping[int, str],
     group_slots: Mapping[str, int],
     costs: Mapping[int, int] | None,
-) -> tuple[dict[Tier, list[tuple[Candidate, int]]], Cursor]:
+    window: Window | None = None,
+) -> tuple[dict[Tier, list[tuple[Candidate, int]]], Cursor, bool]:
     """Rows per tier in schedule order: guard reservations first (tier order), then strict priority
-    fills the rest; each tier's round continues from one stage to the next. Also the new cursor."""
+    fills the rest; each tier's round continues from one stage to the next. Also the new cursor,
+    and whether the picks are exact (`Window`: those with every owner left out back in)."""
     group_left = dict(group_slots)  # spent across tiers: replies first
     rounds = {
         tier: _TierRound(
@@ -266,6 +315,7 @@ def schedule_run(
             groups=groups,
             group_left=group_left,
             costs=costs,
+            window=window,
         )
         for tier in sorted(Tier)
     }
@@ -283,4 +333,54 @@ def schedule_run(
             for tier, round_ in rounds.items()
         }
     )
-    return chosen, new_cursor
+    return chosen, new_cursor, all(round_.exact() for round_ in rounds.values())
+
+
+def _before(key: tuple[int, int], scale: int, horizon: tuple[Fraction, int]) -> bool:
+    """(tag in units of 1 / `scale`, owner) comes strictly before `horizon` (an exact tag, owner)."""
+    tag, owner = key
+    bound, bound_owner = horizon
+    return (tag * bound.denominator, owner) < (bound.numerator * scale, bound_owner)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOrder:
+    """Owners in the order a round first meets them, (first tag, owner id) ascending, tags in
+    units of 1 / `scale`: a windowed cycle loads the first ones and tells `select_batch` where
+    the rest begin (`left_out`)."""
+
+    keyed: tuple[tuple[int, int], ...]
+    scale: int
+
+    def first(self, n: int) -> list[int]:
+        return [owner for _, owner in self.keyed[:n]]
+
+    def left_out(self, loaded: Collection[int]) -> tuple[Fraction, int] | None:
+        """The first owner of the order not in `loaded`, as (exact tag, owner); None: all are."""
+        for tag, owner in self.keyed:
+            if owner not in loaded:
+                return Fraction(tag, self.scale), owner
+        return None
+
+
+def round_order(
+    *,
+    tier: Tier,
+    owners: Collection[int],
+    cursor: Cursor,
+    weights: Mapping[int, int],
+    tokens: bool,
+    group: str = "",
+) -> RoundOrder:
+    """The order in which the tier's round (or, naming `group`, that budget group's own round)
+    would first meet `owners`, going on from the cursor: each owner's first tag as the round's
+    clock gives it (`_Clock.firsts`; fairness in `tokens`, else in counts). Arithmetic only, no
+    rows: O(owners log owners)."""
+    clock = _Clock(
+        start=cursor.position(tier, group) if group else cursor.position(tier),
+        weights=weights,
+        costs={} if tokens else None,
+        leads=cursor.leads_of(tier, group),
+        owners=owners,
+    )
+    return RoundOrder(keyed=tuple(sorted(clock.firsts(owners))), scale=clock.scale)

@@ -65,11 +65,25 @@ class StarvationGuard:
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """The owners a windowed cycle left out of the candidates, where each round would first meet
+    them: per round, `(tier, "")` the tier's own and `(tier, group)` a budget group's, the first
+    owner left out as (its first tag, its id), in the order `RoundOrder` gives. A round not named
+    left nobody out. With it, `select_batch` says whether its picks are exactly those it would
+    make with every owner left out back in (`Selection.exact`)."""
+
+    left_out: Mapping[tuple[Tier, str], tuple[Fraction, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Selection:
-    """The picks in dispatch order (tier by tier, schedule order within a tier) and the cursor to persist."""
+    """The picks in dispatch order (tier by tier, schedule order within a tier) and the cursor to
+    persist. `exact`: False when a `Window` left out an owner the schedule would have reached, so
+    the shell must load more owners and select again (always True without a window)."""
 
     picks: tuple[Pick, ...]
     cursor: Cursor
+    exact: bool = True
 
     def count(self, tier: Tier) -> int:
         return sum(1 for pick in self.picks if pick.tier == tier)

@@ -13,8 +13,8 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from orchestrator.budget import Budget, Limits, Reservation
-from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
-from orchestrator.dispatch.cycle.generation import _cursor_load, _cursor_store
+from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle, window
+from orchestrator.dispatch.cycle.generation import _cursor_store, cursor_load
 from orchestrator.dispatch.cycle.shell import PHASES
 from orchestrator.dispatch.selection import Cursor, Position
 from orchestrator.dispatch.singleton import dispatch_lease
@@ -296,13 +296,13 @@ def test_the_cursor_this_process_wrote_is_read_back_without_parsing_and_any_othe
         assert lease is not None
         _cursor_store(lease, written)
     # when the next cycle reads it, it gets that very cursor back
-    assert _cursor_load(redis_client) is written
+    assert cursor_load(redis_client) is written
     # and when another dispatcher has written since (or the key is gone), what is there is parsed
     other = Cursor(positions=((Tier.INTRO, Position(owner_id=9)),))
     redis_client.set(CURSOR_KEY, other.to_json())
-    assert _cursor_load(redis_client) == other
+    assert cursor_load(redis_client) == other
     redis_client.delete(CURSOR_KEY)
-    assert _cursor_load(redis_client) == Cursor()
+    assert cursor_load(redis_client) == Cursor()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -393,7 +393,7 @@ def test_the_owners_committed_work_is_read_through_the_partial_indexes_not_the_h
     for index in ("outreach_in_flight_age", "outreach_awaiting_by_owner", "outreach_approved_by_owner"):
         assert index in plan, plan
     # and counts them
-    rules = [o.rules for o in active_owners() if o.rules.owner_id == owner.pk]
+    rules = [o.rules for o in active_owners().of([owner.pk])]
     committed = committed_today(owners=rules, now=now)[owner.pk]
     assert (committed.in_flight, committed.drafts) == (6, 4)
 
@@ -412,3 +412,66 @@ def test_starvation_guard_gives_nudges_a_share_under_reply_load(
     Outreach.objects.filter(state=State.DISPATCHED).update(state=State.SENT)
     settings.DISPATCH_MIN_SHARE = {"nudge": 0.25}
     assert nudge.pk in _cycle(budget, django_capture_on_commit_callbacks).generation
+
+
+@pytest.mark.parametrize("first_refused", [0, 80], ids=["all-admitted", "first-80-refused"])
+def test_a_cycle_judges_a_window_of_owners_and_picks_what_judging_every_owner_picks(
+    first_refused: int,
+    budget: Budget,
+    redis_client: redis.Redis,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 150 owners with work, weighted, a third in an organization with its own LLM cap (a
+    # budget group), some with replies, and cycles of 12 slots: a window of 64 owners a round;
+    # and, in the second case, the first 80 owners the rounds meet refused (paused)
+    settings.DISPATCH_MAX_IN_FLIGHT = 12
+    capped, free = make_org(llm_rpm=90_000, llm_tpm=90_000_000), make_org()
+    owners = [make_owner(organization=capped if i % 3 == 0 else free, weight=1 + i % 3) for i in range(150)]
+    for owner in owners[:first_refused]:
+        Pause.objects.create(owner=owner, reason="on leave")
+    for i, owner in enumerate(owners):
+        for _ in range(2):
+            make_outreach(lead=make_lead(owner=owner))
+        if i % 20 == 0:
+            make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY)
+
+    def put_back(report: Any) -> None:
+        """The claimed rows back in the queue and their reservations refunded: the next cycle
+        starts from the same world."""
+        for joined in Outreach.objects.filter(id__in=report.generation).values_list(
+            "reservation_id", flat=True
+        ):
+            for rid in joined.split():
+                budget.refund(reservation_id=rid)
+        Outreach.objects.filter(id__in=report.generation).update(
+            state=State.QUEUED, reservation_id="", llm_route=""
+        )
+
+    # when each of four cycles runs over the window, and again from the same cursor judging every owner
+    for _ in range(4):
+        before = redis_client.get(CURSOR_KEY)
+        windowed = _cycle(budget, django_capture_on_commit_callbacks)
+        after = redis_client.get(CURSOR_KEY)
+        put_back(windowed)
+        if before is None:
+            redis_client.delete(CURSOR_KEY)
+        else:
+            redis_client.set(CURSOR_KEY, before)
+        monkeypatch.setattr(window, "WINDOW_MIN", 10**6)
+        full = _cycle(budget, django_capture_on_commit_callbacks)
+        monkeypatch.setattr(window, "WINDOW_MIN", 64)
+        put_back(full)
+        # then the picks and the cursor are the full cycle's
+        assert len(windowed.picks) == 12
+        assert windowed.picks == full.picks
+        assert Cursor.from_json(after) == Cursor.from_json(redis_client.get(CURSOR_KEY))
+        assert full.judged == windowed.active == 150
+        if first_refused:
+            # and a window of refused owners could not fill the slots: the cycle widened it
+            assert windowed.windows > 1
+        else:
+            # and one window of fewer owners sufficed
+            assert (windowed.windows, full.windows) == (1, 1)
+            assert windowed.judged < 100

@@ -21,7 +21,7 @@ from nurture.writing.generation import outreach_generate
 from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
-from orchestrator.dispatch.reads import capped_owner_scopes, organization_caps, organization_caps_load
+from orchestrator.dispatch.reads import active_owners, organization_caps, organization_caps_load
 from orchestrator.dispatch.selection import Pick
 from outreach.models import Lead, Outreach, State
 from outreach.tiers import Tier
@@ -102,7 +102,7 @@ def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Bu
     capped = make_org(llm_rpm=6)
     owner = make_owner(organization=capped)
     ids = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(2)]
-    groups = capped_owner_scopes(caps=organization_caps_load(budget=budget), owner_ids=[owner.pk])
+    groups = active_owners().capped_scopes(organization_caps_load(budget=budget))
     scope = organization_scope(capped.pk)
     assert isinstance(budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, scope)), Reservation)
     picks = [Pick(outreach_id=i, owner_id=owner.pk, tier=Tier.INTRO, reason="test") for i in ids]
