@@ -14,6 +14,8 @@ from outreach.models import OutreachEvent, State
 from outreach.transitions import (
     IllegalTransition,
     TransitionLost,
+    _move_many_one_statement,
+    _move_many_portable,
     _move_one_statement,
     _move_portable,
     transition,
@@ -221,3 +223,49 @@ def test_both_ways_of_moving_a_row_write_the_same_row_and_history(move: Any) -> 
     )
     assert OutreachEvent.objects.filter(outreach=outreach).latest("id").attempt == 3
     assert move(**{**kwargs, "from_states": (State.SENDING,)}, guard=None, values=values) is None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "move", [_move_many_portable, _move_many_one_statement], ids=["portable", "one statement"]
+)
+def test_both_ways_of_moving_rows_in_bulk_write_the_same_rows_and_history(move: Any) -> None:
+    # given two queued rows (one with earlier attempts) and one already taken (PostgreSQL runs
+    # the one-statement move; SQLite the portable one: both must agree)
+    first, second = make_outreach(attempts=2), make_outreach()
+    taken = make_outreach(state=State.DISPATCHED)
+    now = timezone.now() - timedelta(days=1)
+    # when they move with fields for all and each row's own
+    rows = move(
+        outreach_ids=[second.pk, taken.pk, first.pk],
+        from_states=(State.QUEUED,),
+        values={"state": State.DISPATCHED, "state_changed_at": now, "blocked_reason": ""},
+        each={"reservation_id": ["r2", "rt", "r1"], "llm_route": ["b", "t", "a"]},
+        event={"to_state": State.DISPATCHED, "error_class": "", "note": "claim"},
+    )
+    # then the rows still queued moved, each with its own values, and each has its history
+    assert sorted(rows) == sorted(
+        [(first.pk, State.QUEUED, 2, first.owner_id), (second.pk, State.QUEUED, 0, second.owner_id)]
+    )
+    for outreach, own in ((first, ("r1", "a")), (second, ("r2", "b")), (taken, ("", ""))):
+        outreach.refresh_from_db()
+        assert (outreach.reservation_id, outreach.llm_route) == own
+    assert (first.state, first.state_changed_at) == (State.DISPATCHED, now)
+    events = {
+        e.outreach_id: (e.from_state, e.to_state, e.attempt, e.error_class, e.note, e.actor_id)
+        for e in OutreachEvent.objects.all()
+    }
+    assert events == {
+        first.pk: (State.QUEUED, State.DISPATCHED, 2, "", "claim", None),
+        second.pk: (State.QUEUED, State.DISPATCHED, 0, "", "claim", None),
+    }
+    assert all(now < e.at <= timezone.now() for e in OutreachEvent.objects.all())
+
+
+@pytest.mark.django_db
+def test_transition_many_wants_each_rows_own_value_for_every_id() -> None:
+    outreach = make_outreach()
+    with pytest.raises(ValueError, match="one value per id"):
+        transition_many(
+            outreach_ids=[outreach.pk], from_=State.QUEUED, to=State.DISPATCHED, each={"llm_route": []}
+        )
