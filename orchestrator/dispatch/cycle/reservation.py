@@ -11,7 +11,7 @@ from datetime import datetime
 from fractions import Fraction
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from config import redis_client
 from config.deployments import STEPS, deployments, job_steps
@@ -21,7 +21,7 @@ from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TA
 from orchestrator.dispatch.deployment_plan import probes_mark, routing_plan
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.selection import Pick
-from outreach.models import Outreach, State, int_array
+from outreach.models import Outreach, State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
 
@@ -95,6 +95,8 @@ def picks_reserve_and_claim(
             _say_capped(picks=[pick for pick, _ in group[len(ids) :]], bucket=capped[0])
     try:
         with transaction.atomic():
+            # Each claimed row keeps its reservation ids (refunded on recovery, settled by the
+            # worker) and its route (the deployments its worker calls), written by the move.
             moved = set(
                 transition_many(
                     outreach_ids=list(placed),
@@ -102,12 +104,15 @@ def picks_reserve_and_claim(
                     to=State.DISPATCHED,
                     blocked_reason="",
                     at=now,
+                    each={
+                        "reservation_id": [rid for rid, _ in placed.values()],
+                        "llm_route": [route for _, route in placed.values()],
+                    },
                 )
             )
             # In pick order (the claim returns rows in the table's order): the tasks go to the
             # broker in the schedule's order, so the workers start them in it.
             claimed = [i for i in placed if i in moved]
-            _record_reservations({i: placed[i] for i in claimed})
             replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
             tasks_enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
             tasks_enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
@@ -189,24 +194,3 @@ def _say_capped(*, picks: list[Pick], bucket: str) -> None:
     Outreach.objects.filter(id__any=[p.outreach_id for p in picks]).update(
         blocked_reason=f"organization LLM cap reached ({bucket})"
     )
-
-
-def _record_reservations(placed: Mapping[int, tuple[str, str]]) -> None:
-    """Each claimed row keeps its reservation ids (refunded on recovery, settled by the worker)
-    and its route (the deployments its worker calls)."""
-    if not placed:
-        return
-    if connection.vendor == "postgresql":  # one statement for the batch
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {Outreach._meta.db_table} o SET reservation_id = v.rid, llm_route = v.route "
-                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v(id, rid, route) WHERE o.id = v.id",
-                [
-                    int_array(placed),
-                    [rid for rid, _ in placed.values()],
-                    [route for _, route in placed.values()],
-                ],
-            )
-        return
-    for i, (rid, route) in placed.items():
-        Outreach.objects.filter(id=i).update(reservation_id=rid, llm_route=route)
