@@ -99,7 +99,7 @@ class Cursor:
             return self
         new_groups = {(t, g): p for t, m in moves.items() for g, p in m.groups.items()}
         new_leads = {(t, g): by_owner for t, m in moves.items() for g, by_owner in m.leads.items()}
-        return Cursor(
+        moved = Cursor(
             positions=(
                 *((t, p) for t, p in self.positions if t not in moves),
                 *((t, m.position) for t, m in moves.items() if m.position is not None),
@@ -108,12 +108,22 @@ class Cursor:
                 *((t, g, p) for t, g, p in self.groups if (t, g) not in new_groups),
                 *((t, g, p) for (t, g), p in new_groups.items()),
             ),
-            leads=tuple(
-                (t, g, o, lead)
-                for (t, g), by_owner in {**self._rounds, **new_leads}.items()
-                for o, lead in by_owner.items()
-            ),
         )
+        # The leads a selection computed are valid by construction (positive, in tiers it
+        # served): sorted by owner round by round, not checked and sorted again as a whole
+        # (up to one per owner: a third of a 10,000-owner cycle's cursor work).
+        rounds = {
+            key: dict(sorted(by_owner.items()))
+            for key, by_owner in {**self._rounds, **new_leads}.items()
+            if by_owner
+        }
+        object.__setattr__(
+            moved,
+            "leads",
+            tuple((t, g, o, lead) for (t, g) in sorted(rounds) for o, lead in rounds[(t, g)].items()),
+        )
+        moved._rounds.update(rounds)
+        return moved
 
     def keeping_groups(self, groups: Collection[str]) -> Cursor:
         """Only the positions of these groups (the shell drops organizations no longer capped)."""
@@ -135,10 +145,11 @@ class Cursor:
             by_group = result[tier.name.lower()].setdefault("groups", {})
             assert isinstance(by_group, dict)
             by_group[group] = _pos_dict(pos)
-        for tier, group, owner, lead in self.leads:
+        # Round by round, each name once: up to one lead per owner.
+        for (tier, group), by_owner in self._rounds.items():
             by_round = result[tier.name.lower()].setdefault("leads", {})
             assert isinstance(by_round, dict)
-            by_round.setdefault(group, {})[str(owner)] = str(lead)
+            by_round[group] = {str(owner): str(lead) for owner, lead in by_owner.items()}
         return result
 
     @classmethod

@@ -423,15 +423,18 @@ def test_a_cycle_judges_a_window_of_owners_and_picks_what_judging_every_owner_pi
     django_capture_on_commit_callbacks: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # given 150 owners with work, weighted, a third in an organization with its own LLM cap (a
-    # budget group), some with replies, and cycles of 12 slots: a window of 64 owners a round;
+    # given 200 owners, a quarter with nothing queued, weighted, a third in an organization with
+    # its own LLM cap (a budget group), some with replies, and cycles of 12 slots: a window of
+    # 64 owners with work a round;
     # and, in the second case, the first 80 owners the rounds meet refused (paused)
     settings.DISPATCH_MAX_IN_FLIGHT = 12
     capped, free = make_org(llm_rpm=90_000, llm_tpm=90_000_000), make_org()
-    owners = [make_owner(organization=capped if i % 3 == 0 else free, weight=1 + i % 3) for i in range(150)]
+    owners = [make_owner(organization=capped if i % 3 == 0 else free, weight=1 + i % 3) for i in range(200)]
     for owner in owners[:first_refused]:
         Pause.objects.create(owner=owner, reason="on leave")
     for i, owner in enumerate(owners):
+        if i % 4 == 3:
+            continue  # nothing queued
         for _ in range(2):
             make_outreach(lead=make_lead(owner=owner))
         if i % 20 == 0:
@@ -467,11 +470,11 @@ def test_a_cycle_judges_a_window_of_owners_and_picks_what_judging_every_owner_pi
         assert len(windowed.picks) == 12
         assert windowed.picks == full.picks
         assert Cursor.from_json(after) == Cursor.from_json(redis_client.get(CURSOR_KEY))
-        assert full.judged == windowed.active == 150
+        assert (full.judged, windowed.active) == (150, 200)  # every owner with work; all active
         if first_refused:
             # and a window of refused owners could not fill the slots: the cycle widened it
             assert windowed.windows > 1
         else:
             # and one window of fewer owners sufficed
             assert (windowed.windows, full.windows) == (1, 1)
-            assert windowed.judged < 100
+            assert windowed.judged < 150
