@@ -1,5 +1,6 @@
 """Freed heap memory handed back to the system in Celery workers: glibc's `malloc_trim(0)`
-every WORKER_MALLOC_TRIM_S seconds (0: never), from a worker bootstep's daemon thread.
+every WORKER_MALLOC_TRIM_S seconds (0: never), from a worker bootstep's daemon thread
+(config.periodic_step).
 
 A threads-pool worker's 200 threads allocate from glibc's per-thread arenas (up to eight per
 core). What a job frees stays in its arena for the next allocation there, and an arena gives
@@ -22,11 +23,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from celery import bootsteps
+from config.periodic_step import PeriodicStep
 
 log = logging.getLogger(__name__)
 
@@ -41,39 +41,30 @@ def malloc_trim_function() -> Callable[[], int] | None:
     return lambda: int(trim(0))
 
 
-class MallocTrimStep(bootsteps.StartStopStep):
+class MallocTrimStep(PeriodicStep):
     """Trims the worker's heap every WORKER_MALLOC_TRIM_S seconds while it runs."""
+
+    thread_name = "malloc-trim"
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
         from django.conf import settings
 
-        self.interval_s: float = settings.WORKER_MALLOC_TRIM_S
+        self.interval_s = settings.WORKER_MALLOC_TRIM_S
         self.trim = malloc_trim_function()
         self.trims = 0  # calls made (the tests read it)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self, worker: Any) -> None:
         if self.trim is None or self.interval_s <= 0:
             return
-        self._thread = threading.Thread(target=self._run, name="malloc-trim", daemon=True)
-        self._thread.start()
+        super().start(worker)
 
-    def stop(self, worker: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-
-    def terminate(self, worker: Any) -> None:
-        self.stop(worker)
-
-    def _run(self) -> None:
+    def tick(self) -> bool:
         assert self.trim is not None
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.trim()
-            except Exception as exc:  # never expected; the worker works on untrimmed
-                log.warning("malloc_trim failed: %s", exc)
-                return
-            self.trims += 1
+        try:
+            self.trim()
+        except Exception as exc:  # never expected; the thread ends, the worker works on untrimmed
+            log.warning("malloc_trim failed: %s", exc)
+            return False
+        self.trims += 1
+        return True

@@ -8,20 +8,19 @@ none. Keys: one hash per queue, `workers:present:<queue>`, field the node name
 (`reply@host`), value the Unix time it last said so. A worker that stops cleanly removes its
 field; a killed one's goes stale, and is dropped by the next live worker after a day.
 
-Started by PresenceStep, a worker bootstep (config.celery adds it): a daemon thread, so it
-beats whichever pool runs the tasks, and a failed write is logged, never raised.
+Started by PresenceStep, a worker bootstep (config.celery adds it): a daemon thread
+(config.periodic_step), so it beats whichever pool runs the tasks, and a failed write is
+logged, never raised.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from celery import bootsteps
-
+from config.periodic_step import PeriodicStep
 from config.redis_client import Client
 
 log = logging.getLogger(__name__)
@@ -68,43 +67,37 @@ def presence_last_heard(*, client: Client, queues: Iterable[str]) -> dict[str, f
     return heard
 
 
-class PresenceStep(bootsteps.StartStopStep):
+class PresenceStep(PeriodicStep):
     """Beats the worker's presence for every queue it consumes while it runs."""
+
+    thread_name = "worker-presence"
+    interval_s = PRESENCE_INTERVAL_S
+    tick_at_start = True  # the worker is counted as soon as it starts, not a beat later
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._node = ""
         self._queues: list[str] = []
 
     def start(self, worker: Any) -> None:
         self._node = worker.hostname
         self._queues = sorted(worker.app.amqp.queues.consume_from)
-        self._thread = threading.Thread(target=self._beat, name="worker-presence", daemon=True)
-        self._thread.start()
+        super().start(worker)
 
     def stop(self, worker: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        """Also on a cold shutdown (PeriodicStep.terminate stops): the field is removed either way."""
+        super().stop(worker)
         try:
             presence_forget(client=_client(), node=self._node, queues=self._queues)
         except Exception as exc:  # a stopping worker with Redis away: the field goes stale instead
             log.warning("worker presence not removed: %s", exc)
 
-    def terminate(self, worker: Any) -> None:
-        """A cold shutdown (SIGQUIT, and SIGTERM on the threads lines: config.workers remaps it)
-        terminates the bootsteps instead of stopping them: remove the field all the same."""
-        self.stop(worker)
-
-    def _beat(self) -> None:
-        while not self._stop.is_set():
-            try:
-                presence_record(client=_client(), node=self._node, queues=self._queues, now=time.time())
-            except Exception as exc:  # Redis away: the worker works on; /metrics will show it absent
-                log.warning("worker presence not recorded: %s", exc)
-            self._stop.wait(PRESENCE_INTERVAL_S)
+    def tick(self) -> bool:
+        try:
+            presence_record(client=_client(), node=self._node, queues=self._queues, now=time.time())
+        except Exception as exc:  # Redis away: the worker works on; /metrics will show it absent
+            log.warning("worker presence not recorded: %s", exc)
+        return True
 
 
 def _client() -> Client:

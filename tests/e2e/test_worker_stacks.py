@@ -33,12 +33,12 @@ def test_a_prefork_worker_and_its_child_write_their_stacks_on_sigusr2(stack: Pro
     # when the group dumps its workers' stacks
     stack.stacks_dump()
     # then both processes wrote theirs (the thread the signal landed on, then the others) and
-    # kept running: the parent's presence thread is among its stacks
+    # kept running: the parent's bootstep threads (presence, heap trim) are among its stacks
     deadline = time.monotonic() + 10
     while written().count("Current thread 0x") < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     text = written()
     assert text.count("Current thread 0x") == 2, text[-3000:]
-    assert "worker_presence.py" in text
+    assert "periodic_step.py" in text
     assert "billiard/pool.py" in text  # the child, waiting for its next task
     assert stack.dead() == []
