@@ -79,12 +79,13 @@ def outreach_table_locked(mode: Literal["ACCESS EXCLUSIVE", "SHARE"] = "ACCESS E
 
 
 def writes_waiting() -> int:
-    """Statements that wait for a lock to update the outreach table (pg_stat_activity)."""
+    """Statements that wait for a lock to update the outreach table (pg_stat_activity): an UPDATE,
+    or a statement with one inside (a claim locks, moves and writes history in one)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock' AND query LIKE %s",
-            [f'UPDATE "{Outreach._meta.db_table}"%'],
+            [f'%UPDATE "{Outreach._meta.db_table}"%'],
         )
         row = cursor.fetchone()
     return int(row[0]) if row else 0
