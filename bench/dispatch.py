@@ -11,7 +11,8 @@ reserve, claim, enqueue to Redis db 14), putting the claimed rows back to QUEUED
 the dispatcher's own state (its cursor, the waiting reasons it last wrote: kept from cycle to
 cycle as in production; until 2026-11-27 the bench reset them too, so each cycle rewrote every
 deferred owner's reason). Prints median/p95 cycle time and outreach dispatched/s, and each
-phase's median (CycleReport.phases_ms: where the cycle's time goes).
+phase's median (CycleReport.phases_ms: where the cycle's time goes), and how many owners a
+cycle judged (its window: docs/dispatch.md, "The window") and whether any had to widen it.
 
 With --history, the depth stays fixed and what grows is the day's history instead: that many
 rows already SENT today (each moved through the in-flight states first, as the pipeline does,
@@ -259,6 +260,8 @@ class Measured:
     per_s: float | None  # outreach dispatched per second of cycle time
     seconds: float  # the whole run: fill, warm-up and timed cycles
     phases_p50_ms: dict[str, float]  # each phase's median over the timed cycles (CycleReport.phases_ms)
+    judged: tuple[int, int]  # owners judged (the cycle's window) in the timed cycles: fewest, most
+    windows: int  # the most windows a timed cycle judged (more than 1: it widened)
 
 
 def _measure(
@@ -288,13 +291,15 @@ def _measure(
         _controls_on()
     if events:
         _add_events(events=events)
-    times, dispatched, phases = [], 0, []
+    times, dispatched, phases, judged, windows = [], 0, [], [], []
     for i in range(cycles + WARM_UP):
         report = dispatch_cycle(budget=budget)
         connection.close_if_unusable_or_obsolete()
         if i >= WARM_UP:
             times.append(report.duration_ms)
             phases.append(report.phases_ms)
+            judged.append(report.judged)
+            windows.append(report.windows)
             dispatched += len(report.generation)
         _requeue(report.generation)
         _reset_all_but_dispatcher(client)
@@ -310,6 +315,8 @@ def _measure(
         phases_p50_ms={
             phase: percentile(values=[p[phase] for p in phases], fraction=0.5) or 0.0 for phase in phases[0]
         },
+        judged=(min(judged), max(judged)),
+        windows=max(windows),
     )
 
 
@@ -388,6 +395,9 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
             flush=True,
         )
         print(f"{'phases p50 ms':>26}  " + "  ".join(f"{k} {v:.1f}" for k, v in run.phases_p50_ms.items()))
+        low, high = run.judged
+        judged = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+        print(f"{'owners judged':>26}  {judged} of {args.owners:,} a cycle, at most {run.windows} window(s)")
     return runs
 
 
