@@ -126,15 +126,40 @@ class Committed:
 DRAFTS = (State.AWAITING_APPROVAL, State.APPROVED)
 
 
-def committed_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int, Committed]:
+@dataclass(frozen=True, slots=True)
+class CommittedWork:
+    """Per owner, its rows in flight and its drafts not yet sent (`committed_work`), read once
+    a cycle: the window judges the owners with any (`owners`), admission counts them."""
+
+    in_flight: Mapping[int, int]
+    drafts: Mapping[int, int]
+
+    def owners(self) -> set[int]:
+        return {*self.in_flight, *self.drafts}
+
+
+def committed_work_load() -> CommittedWork:
+    """`committed_work` counted per owner: one pass over the partial indexes of those states,
+    bounded by the work in flight and the drafts, not by the owners or the history."""
+    in_flight: Counter[int] = Counter()
+    drafts: Counter[int] = Counter()
+    for owner_id, state, n in committed_work():
+        (drafts if state in DRAFTS else in_flight)[owner_id] += n
+    return CommittedWork(in_flight=in_flight, drafts=drafts)
+
+
+def committed_today(
+    *, owners: Iterable[OwnerRules], now: datetime, work: CommittedWork | None = None
+) -> dict[int, Committed]:
     """Per owner: emails sent in its local day, those on their way out, and drafts not yet sent.
 
     Sent: one OwnerDailySends row per owner (kept by the SENT transition), not a count of the
     day's sent rows, so the cost follows the number of owners and not the day's history.
-    In flight and drafts: one pass over the partial in-flight, awaiting-approval and approved
-    indexes (`committed_work`), whose sizes the in-flight cap and the admission (drafts within an owner's days)
-    bound, with no owner filter: filtering by owner lets the planner walk each owner's whole
-    history through the owner index instead.
+    In flight and drafts: `work` (the cycle's, read once), else `committed_work_load`: one
+    pass over the partial in-flight, awaiting-approval and approved indexes, whose sizes the
+    in-flight cap and the admission (drafts within an owner's days) bound, with no owner
+    filter: filtering by owner lets the planner walk each owner's whole history through the
+    owner index instead.
     """
     days: dict[date, list[int]] = defaultdict(list)
     for rules in owners:
@@ -145,20 +170,12 @@ def committed_today(*, owners: Iterable[OwnerRules], now: datetime) -> dict[int,
     for day, ids in days.items():
         today |= Q(day=day, owner_id__any=ids)
     sent = dict(OwnerDailySends.objects.filter(today).values_list("owner_id", "sent"))
-    wanted = {owner_id for ids in days.values() for owner_id in ids}
-    in_flight: Counter[int] = Counter()
-    drafts: Counter[int] = Counter()
-    for owner_id, state, n in committed_work():
-        if owner_id in wanted:
-            (drafts if state in DRAFTS else in_flight)[owner_id] += n
-    return {o: Committed(sent.get(o, 0), in_flight[o], drafts[o]) for o in wanted}
-
-
-def owners_with_commitments() -> set[int]:
-    """Owners with work in flight or drafts not yet sent (`committed_work`): the cycle judges them
-    whatever its window, since the shared rooms count what they committed and their approved
-    drafts are sent from the cycle's first window. Bounded by the work in flight and the drafts."""
-    return {owner_id for owner_id, _, _ in committed_work()}
+    work = work or committed_work_load()
+    return {
+        o: Committed(sent.get(o, 0), work.in_flight.get(o, 0), work.drafts.get(o, 0))
+        for ids in days.values()
+        for o in ids
+    }
 
 
 def committed_work() -> QuerySet[Outreach, tuple[int, str, int]]:

@@ -76,10 +76,12 @@ def owners_admit(
     now: datetime,
     budget: Budget,
     price: Callable[[int, str | None], Decimal],
+    work: reads.CommittedWork,
 ) -> Admitted:
     """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains.
-    `price`: what an owner's job reserves against a spend cap (`job_pricing`)."""
-    committed = reads.committed_today(owners=[o.rules for o in owners], now=now)
+    `price`: what an owner's job reserves against a spend cap (`job_pricing`); `work`: the
+    owners' work in flight and drafts (reads.committed_work_load), read once by the cycle."""
+    committed = reads.committed_today(owners=[o.rules for o in owners], now=now, work=work)
     ids = [o.rules.owner_id for o in owners]
     # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
     # its own). An owner with mailboxes sends from their domains: a pause of its organization's

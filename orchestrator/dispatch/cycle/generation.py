@@ -71,13 +71,15 @@ def generation_dispatch(
     price: Callable[[int, str | None], Decimal],
     now: datetime,
     budget: Budget,
+    llm_in_flight: int,
     window: Window | None = None,
 ) -> Generation:
     """Select, reserve and claim this cycle's LLM jobs among the owners with `room` (admitted:
     cycle.admission) and ready work (`ready`, per tier), held to the admission's shared rooms
     (`shared`); persist the cursor while the lease is held. `groups`: owner -> its capped
     organization's scope (budget groups). With a `window` (cycle.window) the selection also says
-    whether its picks are the full selection's; if not, nothing is claimed (`Generation.exact`)."""
+    whether its picks are the full selection's; if not, nothing is claimed (`Generation.exact`).
+    `llm_in_flight`: the LLM jobs in flight (reads.llm_in_flight), read once by the cycle."""
     # What each owner's next job of each step is expected to cost (`job_costs`, owner_tokens:
     # learned from its finished jobs): with fairness in tokens, what it uses moves the owner's
     # place in the round; what the provider's limit will count sizes the cycle (slots, in-flight
@@ -85,7 +87,7 @@ def generation_dispatch(
     if job_costs.owners:
         budget.hold_job(tokens=job_costs.largest_counted())
     per_call = per_call_tokens(budget=budget, job_tokens=job_costs.smallest_counted())
-    slots = _llm_slots(budget=budget, client=client, per_call=per_call)
+    slots = _llm_slots(budget=budget, client=client, per_call=per_call, in_flight=llm_in_flight)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
     groups = {owner: scope for owner, scope in groups.items() if owner in room}
     group_slots = _group_slots(groups=groups, budget=budget, per_call=per_call)
@@ -191,7 +193,7 @@ def _guard() -> StarvationGuard | None:
     )
 
 
-def _llm_slots(*, budget: Budget, client: Client, per_call: int | None) -> int:
+def _llm_slots(*, budget: Budget, client: Client, per_call: int | None, in_flight: int) -> int:
     """min(room under the in-flight target, how many whole outreach the deployments can take
     now: each placed whole on the pools its steps use, so the scarcest deployment bounds it).
 
@@ -208,7 +210,7 @@ def _llm_slots(*, budget: Budget, client: Client, per_call: int | None) -> int:
     sizing = in_flight_sizing(
         headroom=None, requests_each=requests, tokens_each=tokens, rate_per_s=routing.rate_per_s
     )
-    in_flight_room = max(0, sizing.target - reads.llm_in_flight())
+    in_flight_room = max(0, sizing.target - in_flight)
     return min(in_flight_room, len(routing.placement.routes))
 
 

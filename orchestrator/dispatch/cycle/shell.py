@@ -115,13 +115,22 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     cursor = cursor_load(client).keeping_groups(caps)
     groups = every.capped_scopes(caps)
     ready = {tier: reads.owners_with_ready_work(tier=tier, owner_ids=list(weights), now=now) for tier in Tier}
-    also = reads.owners_with_commitments()
+    # Read once for every window: what each owner committed (admission; the window judges every
+    # owner with any) and the LLM jobs in flight (the window's slot bound and the cycle's slots).
+    work = reads.committed_work_load()
+    in_flight = reads.llm_in_flight()
     tokens = settings.DISPATCH_FAIRNESS == "tokens"
-    size = window_size(slot_bound=max(0, settings.DISPATCH_MAX_IN_FLIGHT - reads.llm_in_flight()))
+    size = window_size(slot_bound=max(0, settings.DISPATCH_MAX_IN_FLIGHT - in_flight))
     sends_done = False
     while True:
         window = owners_window(
-            ready=ready, cursor=cursor, weights=weights, groups=groups, tokens=tokens, size=size, also=also
+            ready=ready,
+            cursor=cursor,
+            weights=weights,
+            groups=groups,
+            tokens=tokens,
+            size=size,
+            also=work.owners(),
         )
         owners = every.of(window.loaded)
         report.judged, report.windows = len(owners), report.windows + 1
@@ -133,7 +142,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         # One admission (selection.admission's rules, in order) before any LLM work: what each owner
         # may send now, what LLM work it may start, and why not.
         price = job_pricing(costs)  # one pricing for the admission and the picks
-        admitted = owners_admit(owners=owners, now=now, budget=budget, price=price)
+        admitted = owners_admit(owners=owners, now=now, budget=budget, price=price, work=work)
         report.deferred = admitted.deferred
         deferrals_note(
             client=client,
@@ -170,6 +179,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             now=now,
             budget=budget,
             window=None if window.complete else window.window,
+            llm_in_flight=in_flight,
         )
         laps.lap("select", less_ms=generation.claim_ms)
         if generation.exact:

@@ -191,3 +191,21 @@ def _diff(expected: Counter[str], got: Counter[str]) -> str:
     lines = [f"-{n} {s[:300]}" for s, n in (expected - got).items()]
     lines += [f"+{n} {s[:300]}" for s, n in (got - expected).items()]
     return "\n".join(lines)
+
+
+def test_a_cycle_reads_the_owners_committed_work_and_its_llm_jobs_in_flight_once(
+    every_control: None, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given 10 owners with work queued, every control on
+    _world(owners=10, rows_per_owner=100)
+    from orchestrator.dispatch.reads import committed_work_load, llm_in_flight
+
+    with CaptureQueriesContext(connection) as reads:
+        committed_work_load()
+        llm_in_flight()
+    committed, in_flight = (_shape(q["sql"]) for q in reads.captured_queries)
+    # when a cycle runs
+    statements = _cycle_statements(redis_client, django_capture_on_commit_callbacks)
+    # then it reads what the owners committed, and the LLM jobs in flight, once each: the
+    # window and admission share the one, the window's bound and the slots the other
+    assert (statements[committed], statements[in_flight]) == (1, 1), statements
