@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import DatabaseError, connection
 from django.db.models import Sum
@@ -204,11 +205,22 @@ def counters_add(increments: Iterable[Increment]) -> None:
     shard = os.getpid() % SHARDS
     rows = sorted(merged.items())
     table = MetricCounter._meta.db_table
-    values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
-    params = [p for (name, labels), value in rows for p in (name, labels, shard, value)]
+    if connection.vendor == "postgresql":
+        # The series as three arrays, not a VALUES row each: psycopg splits and binds every
+        # placeholder in Python (a claim of 500 picks adds a series per owner claimed).
+        source = "SELECT n, l, %s, v FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS s(n, l, v)"
+        params: list[Any] = [
+            shard,
+            [name for (name, _), _ in rows],
+            [labels for (_, labels), _ in rows],
+            [value for _, value in rows],
+        ]
+    else:
+        source = "VALUES " + ", ".join(["(%s, %s, %s, %s)"] * len(rows))
+        params = [p for (name, labels), value in rows for p in (name, labels, shard, value)]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (name, labels, shard, value) VALUES {values} "
+            f"INSERT INTO {table} (name, labels, shard, value) {source} "
             f"ON CONFLICT (name, labels, shard) DO UPDATE SET value = {table}.value + EXCLUDED.value",
             params,
         )

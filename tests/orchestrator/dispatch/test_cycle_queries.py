@@ -154,9 +154,6 @@ def _shape(sql: str) -> str:
     sql = re.sub(r"::int[248]\[\]", "::int[]", sql)
     sql = re.sub(r"\b\d+(\.\d+)?\b", "N", sql)
     sql = re.sub(r"N(, N)+", "N", sql)
-    # A multi-row VALUES (the counters' upsert: a row per owner claimed) grows as an id list
-    # does: at most a row per claimed row, the data's size, not the statement's shape.
-    sql = re.sub(r"(\([?N, ]+\))(, \([?N, ]+\))+", r"\1", sql)
     return re.sub(r"SAVEPOINT \"\w+\"", "SAVEPOINT", sql)
 
 
