@@ -324,31 +324,73 @@ def queued_head(*, rows: int) -> list[int]:
     return list(head.values_list("id", flat=True)[:rows])
 
 
-def _owners_with_work_sql(*, tier: Tier, owner_ids: list[int], now: datetime) -> tuple[str, list[Any]]:
+@dataclass(frozen=True, slots=True)
+class ReadyOwners:
+    """A tier's owners with ready work as one read found them: `found`, in owner id order, every
+    such owner when `complete`; else the first `limit` + 1 only, and which of the owners asked
+    about (`probed`) have some."""
+
+    found: list[int]
+    complete: bool
+    probed: list[int]
+
+
+def _ready_owners_sql(*, tier: Tier, now: datetime, limit: int, probe: list[int]) -> tuple[str, list[Any]]:
     if connection.vendor == "postgresql":
-        # LIMIT 1 in index order (not EXISTS): the planner then always walks the partial ready
-        # index, never the owner's whole history through the plain owner_id index.
+        # A loose scan of outreach_ready_by_tier_owner: from each owner found, the next owner
+        # with a ready row (one probe each), at most `limit` + 1. Only when it finds more does
+        # the second arm probe the owners asked about (the same index; LIMIT 1 in index order,
+        # not EXISTS: the planner then never walks an owner's history instead).
+        ready = "q.tier = %s AND q.state = 'queued' AND q.not_before <= %s"
         sql = f"""
-            SELECT o.owner_id FROM unnest(%s::bigint[]) AS o(owner_id)
+            WITH RECURSIVE loose(owner_id, n) AS (
+                (SELECT q.owner_id, 1 FROM {TABLE} q WHERE {ready} ORDER BY q.owner_id LIMIT 1)
+                UNION ALL
+                SELECT next.owner_id, loose.n + 1 FROM loose CROSS JOIN LATERAL (
+                    SELECT q.owner_id FROM {TABLE} q WHERE {ready} AND q.owner_id > loose.owner_id
+                    ORDER BY q.owner_id LIMIT 1
+                ) AS next
+                WHERE loose.n <= %s
+            )
+            SELECT owner_id, true FROM loose
+            UNION ALL
+            SELECT o.owner_id, false FROM unnest(%s::bigint[]) AS o(owner_id)
             CROSS JOIN LATERAL (
-                SELECT 1 FROM {TABLE} q WHERE q.owner_id = o.owner_id AND q.tier = %s
-                AND q.state = 'queued' AND q.not_before <= %s ORDER BY q.not_before LIMIT 1
+                SELECT 1 FROM {TABLE} q WHERE q.owner_id = o.owner_id AND {ready}
+                ORDER BY q.not_before LIMIT 1
             ) AS ready
+            WHERE (SELECT count(*) FROM loose) > %s
         """
-        return sql, [int_array(owner_ids), int(tier), now]
-    marks = ",".join("%s" for _ in owner_ids)
-    sql = f"""SELECT DISTINCT owner_id FROM {TABLE} WHERE owner_id IN ({marks}) AND tier = %s
-              AND state = 'queued' AND not_before <= %s"""
-    return sql, [*owner_ids, int(tier), now]
+        params = [int(tier), now, int(tier), now, limit, int_array(probe), int(tier), now, limit]
+        return sql, params
+    # SQLite (the demo): no LATERAL; the owners found, then those asked about, both by DISTINCT
+    marks = ",".join("%s" for _ in probe) or "NULL"
+    where = "tier = %s AND state = 'queued' AND not_before <= %s"
+    sql = f"""
+        SELECT owner_id, 1 FROM (
+            SELECT DISTINCT owner_id FROM {TABLE} WHERE {where} ORDER BY owner_id LIMIT %s
+        )
+        UNION ALL
+        SELECT DISTINCT owner_id, 0 FROM {TABLE} WHERE owner_id IN ({marks}) AND {where}
+    """
+    return sql, [int(tier), now, limit + 1, *probe, int(tier), now]
 
 
-def owners_with_ready_work(*, tier: Tier, owner_ids: list[int], now: datetime) -> list[int]:
-    """Which of these owners have ready work in the tier: one index probe per owner."""
-    if not owner_ids:
-        return []
+def ready_owners(*, tier: Tier, now: datetime, limit: int, probe: Iterable[int] = ()) -> ReadyOwners:
+    """The tier's owners with ready work: every one when there are at most `limit` (a loose
+    index scan, one probe per owner found: it costs what it finds, not the active owners);
+    past that, which of the owners in `probe` have some (one probe each: the owners the
+    cycle's window reaches first). Inactive owners' rows are found too: the caller keeps its
+    active owners."""
+    probe = list(probe)
+    found: list[int] = []
+    probed: list[int] = []
     with connection.cursor() as cursor:
-        cursor.execute(*_owners_with_work_sql(tier=tier, owner_ids=owner_ids, now=now))
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(*_ready_owners_sql(tier=tier, now=now, limit=limit, probe=probe))
+        for owner_id, loose in cursor.fetchall():
+            (found if loose else probed).append(owner_id)
+    complete = len(found) <= limit
+    return ReadyOwners(found=sorted(found), complete=complete, probed=[] if complete else probed)
 
 
 def _top_k_sql(
@@ -436,7 +478,7 @@ def explain_selection_queries(*, owner_ids: list[int], now: datetime, k: int = 8
     """EXPLAIN of each selection query (PostgreSQL), for the index check in tests and docs."""
     k_by_owner = dict.fromkeys(owner_ids, k)
     queries = {
-        "owners_with_ready_work": _owners_with_work_sql(tier=Tier.INTRO, owner_ids=owner_ids, now=now),
+        "ready_owners": _ready_owners_sql(tier=Tier.INTRO, now=now, limit=len(owner_ids), probe=owner_ids),
         "ready_candidates": _top_k_sql(
             condition=READY, params=[int(Tier.INTRO), now], order=("not_before", "id"), k_by_owner=k_by_owner
         ),

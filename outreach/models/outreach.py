@@ -156,6 +156,14 @@ class Outreach(models.Model):
                 condition=Q(state="queued"),
                 name="outreach_ready_by_owner_tier",
             ),
+            # orchestrator.dispatch.reads.ready_owners: the owners with ready work in a tier, by a
+            # loose scan (the next owner after the last found: one probe each), which stops after
+            # a window's worth; the index above leads with the owner, so it cannot skip to a tier.
+            models.Index(
+                fields=["tier", "owner", "not_before"],
+                condition=Q(state="queued"),
+                name="outreach_ready_by_tier_owner",
+            ),
             # orchestrator.dispatch.reads.approved_candidates: approved drafts waiting to be sent.
             models.Index(
                 fields=["owner", "state_changed_at", "id"],

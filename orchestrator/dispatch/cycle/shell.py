@@ -19,13 +19,12 @@ from orchestrator.dispatch.cycle.admission import job_pricing, owners_admit
 from orchestrator.dispatch.cycle.generation import Generation, cursor_load, generation_dispatch
 from orchestrator.dispatch.cycle.notes import deferrals_note
 from orchestrator.dispatch.cycle.sends import approved_dispatch
-from orchestrator.dispatch.cycle.window import WIDEN, owners_window, window_size
+from orchestrator.dispatch.cycle.window import WIDEN, ReadyWork, owners_window, window_size
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.owner_tokens import job_costs_load
 from orchestrator.dispatch.selection import Pick
 from orchestrator.dispatch.singleton import Lease, dispatch_lease
 from orchestrator.failures.recovery import recover_stuck
-from outreach.tiers import Tier
 
 # The package's name, not this module's: bench/soak.py reads the cycle times from the
 # "orchestrator.dispatch.cycle dispatch cycle ... ms=" lines.
@@ -114,7 +113,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     # judged and loaded. Widened until the selection says its picks are the full selection's.
     cursor = cursor_load(client).keeping_groups(caps)
     groups = every.capped_scopes(caps)
-    ready = {tier: reads.owners_with_ready_work(tier=tier, owner_ids=list(weights), now=now) for tier in Tier}
+    ready = ReadyWork(active=frozenset(weights), now=now)  # asked as the windows need (cycle.window)
     # Read once for every window: what each owner committed (admission; the window judges every
     # owner with any) and the LLM jobs in flight (the window's slot bound and the cycle's slots).
     work = reads.committed_work_load()
@@ -168,7 +167,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             lease=lease,
             client=client,
             cursor=cursor,
-            ready=ready,
+            ready=ready.owners,
             groups=groups,
             room=admitted.llm_room,
             weights=weights,

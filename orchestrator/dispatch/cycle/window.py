@@ -5,23 +5,67 @@ shared rooms count or whose approved drafts wait to be sent. The selection says 
 picks are exactly those every owner would give (`Selection.exact`); when not, the window widens
 and the cycle selects again, so the window changes what a cycle costs, never what it picks.
 
-  owners with ready work, per tier (one index probe per owner)
-  -> each tier's round, and each budget group's, in first-tag order -> the first `size` of each
+  which owners have ready work, per tier (`ReadyWork`: all of them when they are few, else
+  those the rounds meet first) -> each tier's round, and each budget group's, in first-tag order
+  -> the first `size` with ready work of each
   -> admission, costs, candidates and the batch over those owners only (`Window`: where the rest begin)
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
-from orchestrator.dispatch.selection import Cursor, Window, round_order
+from orchestrator.dispatch import reads
+from orchestrator.dispatch.selection import Cursor, RoundOrder, Window, round_order
 from outreach.tiers import Tier
 
 # The window holds this many times the cycle's slot bound in owners per round (at least
 # WINDOW_MIN): an owner refused by admission, or whose room or rows run out, leaves the round,
 # and the rest of the window fills its slots. Each widening multiplies it by WIDEN.
 WINDOW_SLOTS, WINDOW_MIN, WIDEN = 2, 64, 4
+# A tier with more owners with ready work than a window takes is asked about the first
+# PROBE_OWNERS x `size` owners of each of its rounds: at least half of them with ready work
+# fill the window; fewer, and the window may widen.
+PROBE_OWNERS = 2
+
+
+@dataclass
+class ReadyWork:
+    """Which active owners have ready work, per tier, as far as the cycle asked
+    (reads.ready_owners): `owners` those that have; `asked` those whose answer is known (None:
+    every owner's, the tier was read whole)."""
+
+    active: frozenset[int]
+    now: datetime
+    owners: dict[Tier, set[int]] = field(default_factory=dict)
+    asked: dict[Tier, set[int] | None] = field(default_factory=dict)
+
+    def whole(self, tier: Tier) -> bool:
+        return tier in self.asked and self.asked[tier] is None
+
+    def ask(self, tier: Tier, *, limit: int, owners: Collection[int]) -> None:
+        """Read the tier whole if at most `limit` owners have ready work in it, else ask about
+        `owners` (one statement; later, only about those not asked yet)."""
+        asked = self.asked.get(tier, set())
+        if asked is None:
+            return
+        new = [o for o in owners if o not in asked]
+        if tier in self.asked and not new:
+            return
+        # Read whole once, at the first ask: afterwards the tier is known to have more.
+        found = reads.ready_owners(
+            tier=tier, now=self.now, limit=0 if tier in self.asked else limit, probe=new
+        )
+        have = self.owners.setdefault(tier, set())
+        if found.complete and tier not in self.asked:
+            have.update(o for o in found.found if o in self.active)
+            self.asked[tier] = None
+            return
+        # The owners the loose scan found before it stopped have ready work too.
+        have.update(o for o in (*found.found, *found.probed) if o in self.active)
+        self.asked[tier] = asked | set(new) | set(found.found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +79,7 @@ class OwnersWindow:
 
 def owners_window(
     *,
-    ready: Mapping[Tier, Collection[int]],
+    ready: ReadyWork,
     cursor: Cursor,
     weights: Mapping[int, int],
     groups: Mapping[int, str],
@@ -45,27 +89,57 @@ def owners_window(
 ) -> OwnersWindow:
     """The first `size` owners with ready work of each tier's round and of each budget group's
     own round (`groups`: owner -> its capped organization's scope), in the order the round
-    meets them from `cursor`, plus `also` (owners judged for other reasons)."""
-    orders = {}
-    for tier, owners in ready.items():
-        orders[(tier, "")] = round_order(
-            tier=tier, owners=owners, cursor=cursor, weights=weights, tokens=tokens
-        )
-        members: dict[str, list[int]] = {}
-        for owner in owners:
-            if owner in groups:
-                members.setdefault(groups[owner], []).append(owner)
-        for group, owners_of in members.items():
-            orders[(tier, group)] = round_order(
-                tier=tier, owners=owners_of, cursor=cursor, weights=weights, tokens=tokens, group=group
+    meets them from `cursor`, plus `also` (owners judged for other reasons). Asks `ready` about
+    the owners it needs: a tier read whole is ordered over its owners with ready work, any
+    other over every active owner, and asked about the first of each of its rounds and `also`."""
+    orders: dict[tuple[Tier, str], RoundOrder] = {}
+    for tier in Tier:
+
+        def ordered(tier: Tier = tier) -> dict[str, RoundOrder]:
+            owners = ready.owners[tier] if ready.whole(tier) else ready.active
+            return _orders(
+                tier=tier, owners=owners, cursor=cursor, weights=weights, groups=groups, tokens=tokens
             )
+
+        of_tier = ordered()
+        if not ready.whole(tier):
+            heads = {o for order in of_tier.values() for _, o in order.keyed[: PROBE_OWNERS * size]}
+            ready.ask(tier, limit=size, owners=heads | set(also))
+            if ready.whole(tier):  # few with ready work: their rounds alone
+                of_tier = ordered()
+        orders |= {(tier, group): order for group, order in of_tier.items()}
     loaded = set(also)
-    for order in orders.values():
-        loaded.update(order.first(size))
+    for (tier, _), order in orders.items():
+        loaded.update(order.first(size, ready=ready.owners[tier], asked=ready.asked[tier]))
     left_out = {
-        name: first for name, order in orders.items() if (first := order.left_out(loaded)) is not None
+        name: first
+        for name, order in orders.items()
+        if (first := order.left_out(loaded, ready=ready.owners[name[0]], asked=ready.asked[name[0]]))
+        is not None
     }
     return OwnersWindow(loaded=frozenset(loaded), window=Window(left_out=left_out), complete=not left_out)
+
+
+def _orders(
+    *,
+    tier: Tier,
+    owners: Collection[int],
+    cursor: Cursor,
+    weights: Mapping[int, int],
+    groups: Mapping[int, str],
+    tokens: bool,
+) -> dict[str, RoundOrder]:
+    """The tier's round ("") and each budget group's own round over `owners`, in round order."""
+    orders = {"": round_order(tier=tier, owners=owners, cursor=cursor, weights=weights, tokens=tokens)}
+    members: dict[str, list[int]] = {}
+    for owner in owners:
+        if owner in groups:
+            members.setdefault(groups[owner], []).append(owner)
+    for group, owners_of in members.items():
+        orders[group] = round_order(
+            tier=tier, owners=owners_of, cursor=cursor, weights=weights, tokens=tokens, group=group
+        )
+    return orders
 
 
 def window_size(*, slot_bound: int) -> int:

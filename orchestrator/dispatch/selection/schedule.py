@@ -347,18 +347,41 @@ def _before(key: tuple[int, int], scale: int, horizon: tuple[Fraction, int]) -> 
 class RoundOrder:
     """Owners in the order a round first meets them, (first tag, owner id) ascending, tags in
     units of 1 / `scale`: a windowed cycle loads the first ones and tells `select_batch` where
-    the rest begin (`left_out`)."""
+    the rest begin (`left_out`).
+
+    The order may hold owners without ready work (`ready`: those with some, None: all) and
+    owners not asked about yet (`asked`: those whose work is known, None: all): the first
+    owner not asked about ends what `first` can take, and `left_out` counts it as one that
+    may have work."""
 
     keyed: tuple[tuple[int, int], ...]
     scale: int
 
-    def first(self, n: int) -> list[int]:
-        return [owner for _, owner in self.keyed[:n]]
+    def first(
+        self, n: int, *, ready: Collection[int] | None = None, asked: Collection[int] | None = None
+    ) -> list[int]:
+        """The first `n` owners with ready work, up to the first not asked about."""
+        taken: list[int] = []
+        for _, owner in self.keyed:
+            if len(taken) == n or (asked is not None and owner not in asked):
+                break
+            if ready is None or owner in ready:
+                taken.append(owner)
+        return taken
 
-    def left_out(self, loaded: Collection[int]) -> tuple[Fraction, int] | None:
-        """The first owner of the order not in `loaded`, as (exact tag, owner); None: all are."""
+    def left_out(
+        self,
+        loaded: Collection[int],
+        *,
+        ready: Collection[int] | None = None,
+        asked: Collection[int] | None = None,
+    ) -> tuple[Fraction, int] | None:
+        """The first owner of the order not in `loaded` that has ready work or may have (not
+        asked about), as (exact tag, owner); None: there is none."""
         for tag, owner in self.keyed:
-            if owner not in loaded:
+            if owner in loaded:
+                continue
+            if ready is None or owner in ready or (asked is not None and owner not in asked):
                 return Fraction(tag, self.scale), owner
         return None
 

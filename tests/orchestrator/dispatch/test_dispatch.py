@@ -376,7 +376,9 @@ def test_selection_queries_use_the_partial_indexes() -> None:
 
     plans = explain_selection_queries(owner_ids=[owner.pk], now=now)
     assert "outreach_ready_by_owner_tier" in plans["ready_candidates"]
-    assert "outreach_ready_by_owner_tier" in plans["owners_with_ready_work"]
+    # the loose scan of a tier's owners and the probes of the owners asked about, both by index
+    assert "outreach_ready_by_tier_owner" in plans["ready_owners"], plans["ready_owners"]
+    assert "Seq Scan" not in plans["ready_owners"], plans["ready_owners"]
     assert "outreach_approved_by_owner" in plans["approved_candidates"]
 
 
@@ -440,9 +442,89 @@ def test_a_cycle_judges_a_window_of_owners_and_picks_what_judging_every_owner_pi
         if i % 20 == 0:
             make_outreach(lead=make_lead(owner=owner), kind=Outreach.Kind.REPLY)
 
+    from orchestrator.dispatch import reads
+
+    read_whole: dict[Tier, bool] = {}
+
+    def ready_owners(**kwargs: Any) -> Any:  # the real read, noting which tiers it read whole
+        found = real_ready_owners(**kwargs)
+        read_whole.setdefault(kwargs["tier"], found.complete)
+        return found
+
+    real_ready_owners = reads.ready_owners
+    monkeypatch.setattr(reads, "ready_owners", ready_owners)
+    # when each of four cycles runs over the window, and again from the same cursor judging every owner
+    for _ in range(4):
+        read_whole.clear()
+        windowed, full = _windowed_and_full(
+            budget, redis_client, django_capture_on_commit_callbacks, monkeypatch
+        )
+        # (the window asked about the intro tier's 150 owners in part, and read the replies' 10 whole)
+        assert read_whole == {Tier.REPLY: True, Tier.INTRO: False, Tier.NUDGE: True}
+        # then the picks and the cursor are the full cycle's (_windowed_and_full), 12 picks
+        assert len(windowed.picks) == 12
+        assert (full.judged, windowed.active) == (150, 200)  # every owner with work; all active
+        if first_refused:
+            # and a window of refused owners could not fill the slots: the cycle widened it
+            assert windowed.windows > 1
+        else:
+            # and one window of fewer owners sufficed
+            assert (windowed.windows, full.windows) == (1, 1)
+            assert windowed.judged < 150
+
+
+def test_a_window_stops_at_the_first_owner_nobody_asked_about_and_picks_what_judging_every_owner_picks(
+    budget: Budget,
+    redis_client: redis.Redis,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 1,000 active owners counted by picks, every 12th with two intros (84: more than a
+    # window of 64 takes, so the tier is asked about in part: the first 128 owners of the round
+    # and the 65 lowest ids with work), the round going on after the 851st owner: the 128 it
+    # meets first hold 11 with work, and 2 more with work come after them; those after the
+    # 851st weigh 3 (their second intro is due a third of a round later), the rest 1
+    settings.DISPATCH_MAX_IN_FLIGHT = 12
+    settings.DISPATCH_FAIRNESS = "count"
+    org = make_org()
+    owners = Owner.objects.bulk_create(
+        Owner(
+            organization=org,
+            name=f"seller {i}",
+            kind=Owner.Kind.AGENT,
+            daily_limit=100,
+            hours_start=time(0),
+            hours_end=time(0),  # round the clock
+            working_days="1234567",
+            timezone="UTC",
+            weight=3 if i > 850 else 1,
+        )
+        for i in range(1000)
+    )
+    for owner in owners[::12]:
+        for _ in range(2):
+            make_outreach(lead=make_lead(owner=owner))
+    cursor = Cursor(positions=((Tier.INTRO, Position(owner_id=owners[850].pk)),))
+    redis_client.set(CURSOR_KEY, cursor.to_json())
+    # when a cycle runs over its window, and again from the same cursor judging every owner
+    windowed, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    # then the owners nobody asked about counted as ones with work: the window widened, and the
+    # cycle picked the full cycle's 12 (_windowed_and_full), one intro from each of the next
+    # 12 owners with work, not a second intro of the 11 the first window found
+    assert windowed.windows > 1
+    assert len({pick.owner_id for pick in windowed.picks}) == 12
+
+
+def _windowed_and_full(
+    budget: Budget, redis_client: redis.Redis, captured: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Any]:
+    """One cycle over its window, then the same cycle from the same cursor judging every owner:
+    asserts both picked and persisted the same. Each cycle's claimed rows go back to the queue
+    and their reservations are refunded, so the next starts from the same world; the cursor
+    ends where the cycles put it."""
+
     def put_back(report: Any) -> None:
-        """The claimed rows back in the queue and their reservations refunded: the next cycle
-        starts from the same world."""
         for joined in Outreach.objects.filter(id__in=report.generation).values_list(
             "reservation_id", flat=True
         ):
@@ -452,29 +534,18 @@ def test_a_cycle_judges_a_window_of_owners_and_picks_what_judging_every_owner_pi
             state=State.QUEUED, reservation_id="", llm_route=""
         )
 
-    # when each of four cycles runs over the window, and again from the same cursor judging every owner
-    for _ in range(4):
-        before = redis_client.get(CURSOR_KEY)
-        windowed = _cycle(budget, django_capture_on_commit_callbacks)
-        after = redis_client.get(CURSOR_KEY)
-        put_back(windowed)
-        if before is None:
-            redis_client.delete(CURSOR_KEY)
-        else:
-            redis_client.set(CURSOR_KEY, before)
-        monkeypatch.setattr(window, "WINDOW_MIN", 10**6)
-        full = _cycle(budget, django_capture_on_commit_callbacks)
-        monkeypatch.setattr(window, "WINDOW_MIN", 64)
-        put_back(full)
-        # then the picks and the cursor are the full cycle's
-        assert len(windowed.picks) == 12
-        assert windowed.picks == full.picks
-        assert Cursor.from_json(after) == Cursor.from_json(redis_client.get(CURSOR_KEY))
-        assert (full.judged, windowed.active) == (150, 200)  # every owner with work; all active
-        if first_refused:
-            # and a window of refused owners could not fill the slots: the cycle widened it
-            assert windowed.windows > 1
-        else:
-            # and one window of fewer owners sufficed
-            assert (windowed.windows, full.windows) == (1, 1)
-            assert windowed.judged < 150
+    before = redis_client.get(CURSOR_KEY)
+    windowed = _cycle(budget, captured)
+    after = redis_client.get(CURSOR_KEY)
+    put_back(windowed)
+    if before is None:
+        redis_client.delete(CURSOR_KEY)
+    else:
+        redis_client.set(CURSOR_KEY, before)
+    with monkeypatch.context() as patch:
+        patch.setattr(window, "WINDOW_MIN", 10**6)
+        full = _cycle(budget, captured)
+    put_back(full)
+    assert windowed.picks == full.picks
+    assert Cursor.from_json(after) == Cursor.from_json(redis_client.get(CURSOR_KEY))
+    return windowed, full

@@ -1,0 +1,90 @@
+"""Which owners have ready work in a tier (cycle.window.ReadyWork over reads.ready_owners), on
+PostgreSQL: a tier with few such owners is read whole by a loose index scan, one with more is
+asked only about the owners the window needs, so a cycle's reads follow its window and not the
+active owners."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from orchestrator.dispatch.cycle.window import ReadyWork
+from outreach.models import Outreach, Owner, State
+from outreach.tiers import Tier
+from tests.factories import make_lead, make_org, make_outreach, make_owner
+
+pytestmark = pytest.mark.django_db
+
+
+def _owners_with_intros(n: int) -> list[Owner]:
+    org = make_org()
+    owners = [make_owner(organization=org) for _ in range(n)]
+    for owner in owners:
+        make_outreach(lead=make_lead(owner=owner), not_before=timezone.now() - timedelta(minutes=1))
+    return owners
+
+
+def test_a_tier_with_few_owners_with_ready_work_is_read_whole_in_one_statement() -> None:
+    # given two owners with ready intros, and owners whose work is not ready intro work: a
+    # future intro, a reply only, an intro already dispatched, an inactive owner's ready intro
+    a, b, future, replying, dispatched, inactive = _owners_with_intros(6)
+    now = timezone.now()
+    Outreach.objects.filter(owner=future).update(not_before=now + timedelta(hours=1))
+    Outreach.objects.filter(owner=replying).update(kind=Outreach.Kind.REPLY, tier=Tier.REPLY)
+    Outreach.objects.filter(owner=dispatched).update(state=State.DISPATCHED)
+    Owner.objects.filter(pk=inactive.pk).update(active=False)
+    active = frozenset(Owner.objects.filter(active=True).values_list("pk", flat=True))
+    ready = ReadyWork(active=active, now=now)
+    # when the window asks about the intro tier, allowing up to 10 such owners
+    with CaptureQueriesContext(connection) as queries:
+        ready.ask(Tier.INTRO, limit=10, owners=[])
+    # then the tier is read whole, in one statement: exactly the active owners with ready intros
+    assert len(queries) == 1
+    assert ready.whole(Tier.INTRO)
+    assert ready.owners[Tier.INTRO] == {a.pk, b.pk}
+    # and asking again reads nothing
+    with CaptureQueriesContext(connection) as queries:
+        ready.ask(Tier.INTRO, limit=10, owners=[a.pk, future.pk])
+    assert len(queries) == 0
+
+
+def test_a_tier_with_more_owners_than_the_limit_is_asked_only_about_the_owners_named() -> None:
+    # given 12 owners with ready intros and one whose intro is not due yet
+    *owners, future = _owners_with_intros(13)
+    now = timezone.now()
+    Outreach.objects.filter(owner=future).update(not_before=now + timedelta(hours=1))
+    ids = sorted(o.pk for o in owners)
+    ready = ReadyWork(active=frozenset([*ids, future.pk]), now=now)
+    # when the window asks about three owners of the tier, allowing 4 owners with ready work
+    with CaptureQueriesContext(connection) as queries:
+        ready.ask(Tier.INTRO, limit=4, owners=[ids[9], ids[10], future.pk])
+    # then one statement says the tier has more and answers for those three: known to have
+    # ready work are the first 5 the loose scan met (by id) and the two named that have some
+    assert len(queries) == 1
+    assert not ready.whole(Tier.INTRO)
+    assert ready.owners[Tier.INTRO] == {*ids[:5], ids[9], ids[10]}
+    assert ready.asked[Tier.INTRO] == {*ids[:5], ids[9], ids[10], future.pk}
+    # and a later ask reads only about owners not asked yet: none, nothing read; one, one statement
+    with CaptureQueriesContext(connection) as queries:
+        ready.ask(Tier.INTRO, limit=4, owners=[ids[0], ids[9], future.pk])
+    assert len(queries) == 0
+    with CaptureQueriesContext(connection) as queries:
+        ready.ask(Tier.INTRO, limit=4, owners=[ids[11], ids[9]])
+    assert len(queries) == 1
+    assert ids[11] in ready.owners[Tier.INTRO]
+    assert ids[6] not in ready.asked[Tier.INTRO]  # type: ignore[operator]
+
+
+def test_an_empty_tier_is_read_whole_and_asks_about_nobody() -> None:
+    # given owners with intros and no replies at all
+    owners = _owners_with_intros(3)
+    ready = ReadyWork(active=frozenset(o.pk for o in owners), now=timezone.now())
+    # when the window asks about the reply tier, naming every owner, with a limit below them
+    ready.ask(Tier.REPLY, limit=1, owners=[o.pk for o in owners])
+    # then nobody has ready replies, and that is all of the tier
+    assert ready.whole(Tier.REPLY)
+    assert ready.owners[Tier.REPLY] == set()
