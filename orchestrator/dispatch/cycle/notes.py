@@ -4,7 +4,9 @@ so a quiet cycle writes nothing."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from config.redis_client import Client
@@ -13,6 +15,7 @@ from outreach.models import Outreach
 from outreach.tiers import Tier
 
 DEFERRED_KEY = "orchestrator:dispatch:deferred"  # owner id -> reason last written (write on change)
+DEFERRED_VERSION_KEY = DEFERRED_KEY + ":version"  # a new token at each write of it
 LLM_BLOCKED_KEY = "orchestrator:dispatch:llm_blocked"  # the fault last written on waiting rows
 NOTE_ROWS = 50  # a deferred owner's reason goes on this many of each tier's next rows
 
@@ -35,7 +38,7 @@ def deferrals_note(
     notes = {str(o): reason for o, reason in deferred.items()}
     for o, tiers in paused_tiers.items():
         notes |= {f"{o}:{int(tier)}": reason for tier, reason in tiers.items()}
-    previous = {_text(k): _text(v) for k, v in client.hgetall(DEFERRED_KEY).items()}
+    previous = _last_written(client)
     changed = {key: reason for key, reason in notes.items() if previous.get(key) != reason}
     # An owner's reason goes on the head of each of its tiers, but a paused tier keeps its own.
     writes: dict[tuple[int, int], str] = {}
@@ -44,19 +47,53 @@ def deferrals_note(
         heads = [int(tier)] if tier else [int(t) for t in Tier if f"{owner_id}:{int(t)}" not in notes]
         writes |= {(int(owner_id), t): reason for t in heads}
     reasons_write(reasons=writes, rows_each=NOTE_ROWS)
-    # What changed, not the whole map again: a tier paused everywhere is one key per owner
-    removed = [
-        key
-        for key in previous
-        if key not in notes and (judged is None or int(key.partition(":")[0]) in judged)
-    ]
+    # What changed, not the whole map again: a tier paused everywhere is one key per owner.
+    # Only the judged owners' keys can go (the map holds up to one per owner and tier).
+    judged_keys = (
+        previous
+        if judged is None
+        else (key for o in judged for key in (str(o), *(f"{o}:{int(t)}" for t in Tier)))
+    )
+    removed = [key for key in judged_keys if key in previous and key not in notes]
     if removed or changed:
         pipe = client.pipeline()
         if removed:
             pipe.hdel(DEFERRED_KEY, *removed)
         if changed:
             pipe.hset(DEFERRED_KEY, mapping=cast("dict[Any, str]", changed))  # redis-py's key union
+        version = secrets.token_hex(8)  # never another writer's, even after Redis lost the map
+        pipe.set(DEFERRED_VERSION_KEY, version)
         pipe.execute()
+        written = {k: v for k, v in previous.items() if k not in removed} | changed
+        _written.version, _written.notes = version.encode(), written
+
+
+@dataclass(slots=True)
+class _Written:
+    """The map of reasons this process wrote last, and the version it gave it: the next cycle
+    takes it instead of reading the map back (a reason per deferred owner and paused tier: a
+    tier paused across an organization is one per owner, 10,000 at platform scale). Any other
+    version (another dispatcher wrote, or Redis lost the map) is read afresh, with its version
+    in one transaction."""
+
+    version: bytes | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+_written = _Written()
+
+
+def _last_written(client: Client) -> dict[str, str]:
+    version = client.get(DEFERRED_VERSION_KEY)
+    if version is not None and version == _written.version:
+        return _written.notes
+    pipe = client.pipeline()  # MULTI: the map and its version as of one moment
+    pipe.get(DEFERRED_VERSION_KEY)
+    pipe.hgetall(DEFERRED_KEY)
+    version, stored = pipe.execute()
+    notes = {_text(k): _text(v) for k, v in stored.items()}
+    _written.version, _written.notes = version, notes
+    return notes
 
 
 def _text(value: bytes | str) -> str:

@@ -158,6 +158,31 @@ def test_a_deferred_owner_says_why_on_the_next_rows_of_each_tier_and_a_paused_ti
     assert nudge_reason.endswith("nudges paused")
 
 
+def test_a_cycle_reads_the_reasons_back_only_when_another_wrote_them_since(
+    budget: Budget, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an owner outside its hours, whose reason a cycle wrote
+    from orchestrator.dispatch.cycle.notes import DEFERRED_KEY, DEFERRED_VERSION_KEY
+
+    owner = make_owner(timezone="Asia/Tokyo", hours_start=time(9), hours_end=time(17), working_days="12345")
+    make_outreach(lead=make_lead(owner=owner), not_before=datetime(2026, 1, 1, tzinfo=UTC))
+    night = datetime(2026, 3, 4, 20, 0, tzinfo=UTC)
+    _cycle(budget, django_capture_on_commit_callbacks, now=night)
+    reason = redis_client.hget(DEFERRED_KEY, str(owner.pk))
+    assert reason is not None
+    assert b"outside operating hours" in reason
+    # when the map changes behind the cycle's back (its version unchanged), the next cycle
+    # takes what it wrote last and does not read the map
+    redis_client.hset(DEFERRED_KEY, str(owner.pk), "changed behind its back")
+    _cycle(budget, django_capture_on_commit_callbacks, now=night)
+    assert redis_client.hget(DEFERRED_KEY, str(owner.pk)) == b"changed behind its back"
+    # and when another writer gave it a new version, the cycle reads it, sees the reason
+    # differ, and writes its own again
+    redis_client.set(DEFERRED_VERSION_KEY, "another dispatcher's")
+    _cycle(budget, django_capture_on_commit_callbacks, now=night)
+    assert redis_client.hget(DEFERRED_KEY, str(owner.pk)) == reason
+
+
 def test_daily_limit_counts_the_owners_local_day_across_dst(
     budget: Budget, django_capture_on_commit_callbacks: Any
 ) -> None:
