@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,6 +97,30 @@ def windowed(
     return part, Window(left_out=left_out)
 
 
+def _windowed_and_full(
+    candidates: Candidates,
+    policy: dict[str, Any],
+    *,
+    size: int,
+    extra: set[int] | None = None,
+    group_size: int | None = None,
+) -> tuple[Selection, Selection, Window]:
+    """The selection over a window of `size` owners a round (`windowed`), the full selection,
+    both with `policy` (select_batch's; fairness in tokens when it has costs), and the window."""
+    full = select_batch(candidates, **policy)
+    part, window = windowed(
+        candidates,
+        cursor=policy["cursor"],
+        weights=policy["weights"],
+        groups=policy["groups"],
+        tokens=policy["costs"] is not None,
+        size=size,
+        extra=extra or set(),
+        group_size=group_size,
+    )
+    return select_batch(part, window=window, **policy), full, window
+
+
 @settings(deadline=None, max_examples=600)
 @given(
     candidates=workloads(),
@@ -134,19 +159,10 @@ def test_a_window_that_says_exact_picks_what_every_owner_loaded_would(
         "group_slots": group_slots,
         "costs": costs if tokens else None,
     }
-    full = select_batch(candidates, **policy)  # type: ignore[arg-type]
-    part, window = windowed(
-        candidates,
-        cursor=cursor,
-        weights=weights,
-        groups=by_group,
-        tokens=tokens,
-        size=size,
-        extra=extra,
-        group_size=group_size,
-    )
     # when the window's owners alone are selected
-    selection = select_batch(part, window=window, **policy)  # type: ignore[arg-type]
+    selection, full, window = _windowed_and_full(
+        candidates, policy, size=size, extra=extra, group_size=group_size
+    )
     # then, when it says exact, the picks and the cursor (positions, groups, leads) are the full's
     if selection.exact:
         assert selection.picks == full.picks
@@ -191,18 +207,8 @@ def _cycles(
             "group_slots": {"org:1": 20} if grouped else {},
             "costs": costs if tokens else None,
         }
-        full = select_batch(candidates, **policy)  # type: ignore[arg-type]
-        part, window = windowed(
-            candidates,
-            cursor=cursor,
-            weights=weights,
-            groups=groups,
-            tokens=tokens,
-            size=size,
-            extra=set(),
-            group_size=group_size,
-        )
-        pairs.append((select_batch(part, window=window, **policy), full))  # type: ignore[arg-type]
+        part, full, _ = _windowed_and_full(candidates, policy, size=size, group_size=group_size)
+        pairs.append((part, full))
         cursor = full.cursor
     return pairs
 
