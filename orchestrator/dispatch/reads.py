@@ -380,8 +380,8 @@ def ready_owners(*, tier: Tier, now: datetime, limit: int, probe: Iterable[int] 
     """The tier's owners with ready work: every one when there are at most `limit` (a loose
     index scan, one probe per owner found: it costs what it finds, not the active owners);
     past that, which of the owners in `probe` have some (one probe each: the owners the
-    cycle's window reaches first). Inactive owners' rows are found too: the caller keeps its
-    active owners."""
+    cycle's window reaches first). `limit` 0: only the owners in `probe` (the tier is known to
+    have more). Inactive owners' rows are found too: the caller keeps its active owners."""
     probe = list(probe)
     found: list[int] = []
     probed: list[int] = []
