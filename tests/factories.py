@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import time, timedelta
 from typing import Any
 
@@ -60,9 +60,8 @@ def make_org(**overrides: Any) -> Organization:
     return Organization.objects.create(**{"name": f"Org {next(_seq)}", **overrides})
 
 
-def make_owner(*, organization: Organization | None = None, **overrides: Any) -> Owner:
-    fields: dict[str, Any] = {
-        "organization": organization or make_org(),
+def _owner_fields() -> dict[str, Any]:
+    return {
         "name": f"Owner {next(_seq)}",
         "kind": Owner.Kind.AGENT,
         "daily_limit": 50,
@@ -71,7 +70,21 @@ def make_owner(*, organization: Organization | None = None, **overrides: Any) ->
         "working_days": "1234567",
         "timezone": "UTC",
     }
+
+
+def make_owner(*, organization: Organization | None = None, **overrides: Any) -> Owner:
+    fields = {**_owner_fields(), "organization": organization or make_org()}
     return Owner.objects.create(**{**fields, **overrides})
+
+
+def make_owners(
+    count: int, *, each: Callable[[int], dict[str, Any]] | None = None, **overrides: Any
+) -> list[Owner]:
+    """`count` owners as make_owner makes them, in one INSERT: `overrides` for all of them,
+    `each(i)` for the i-th (an organization is required, in one or the other)."""
+    return Owner.objects.bulk_create(
+        Owner(**{**_owner_fields(), **overrides, **(each(i) if each else {})}) for i in range(count)
+    )
 
 
 def make_lead(*, owner: Owner | None = None, **overrides: Any) -> Lead:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import date, time, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -34,6 +34,7 @@ from outreach.models import (
     VerifiedDomain,
 )
 from outreach.tiers import Tier
+from tests.factories import make_owners
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -71,19 +72,7 @@ def _world(*, owners: int, rows_per_owner: int) -> None:
         Organization.objects.create(name="mailboxes", sender_email="c@boxes.example"),
         Organization.objects.create(name="paused domain", sender_email="d@paused.example"),
     ]
-    made = Owner.objects.bulk_create(
-        Owner(
-            organization=orgs[n % 4],
-            name=f"owner {n}",
-            kind=Owner.Kind.AGENT,
-            daily_limit=1000,
-            hours_start=time(0),
-            hours_end=time(0),
-            working_days="1234567",
-            timezone="UTC",
-        )
-        for n in range(owners)
-    )
+    made = make_owners(owners, daily_limit=1000, each=lambda n: {"organization": orgs[n % 4]})
     VerifiedDomain.objects.create(organization=orgs[2], domain="boxes.example")
     box = Mailbox.objects.create(
         organization=orgs[2],

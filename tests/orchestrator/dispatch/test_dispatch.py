@@ -21,7 +21,7 @@ from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
 from outreach.models import Outreach, OutreachEvent, Owner, State
 from outreach.tiers import Tier
-from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner
+from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner, make_owners
 from tests.faults.helpers import outreach_table_locked
 from tests.subprocesses import claim_overlapping, run_cycles
 
@@ -513,19 +513,8 @@ def test_a_window_stops_at_the_first_owner_nobody_asked_about_and_picks_what_jud
     settings.DISPATCH_MAX_IN_FLIGHT = 12
     settings.DISPATCH_FAIRNESS = "count"
     org = make_org()
-    owners = Owner.objects.bulk_create(
-        Owner(
-            organization=org,
-            name=f"seller {i}",
-            kind=Owner.Kind.AGENT,
-            daily_limit=100,
-            hours_start=time(0),
-            hours_end=time(0),  # round the clock
-            working_days="1234567",
-            timezone="UTC",
-            weight=3 if i > 850 else 1,
-        )
-        for i in range(1000)
+    owners = make_owners(
+        1000, organization=org, daily_limit=100, each=lambda i: {"weight": 3 if i > 850 else 1}
     )
     for owner in owners[::12]:
         for _ in range(2):
