@@ -92,23 +92,32 @@ def owners_window(
     meets them from `cursor`, plus `also` (owners judged for other reasons). Asks `ready` about
     the owners it needs: a tier read whole is ordered over its owners with ready work, any
     other over every active owner, and asked about the first of each of its rounds and `also`."""
+    extra = set(also)
     orders: dict[tuple[Tier, str], RoundOrder] = {}
     for tier in Tier:
-
-        def ordered(tier: Tier = tier) -> dict[str, RoundOrder]:
-            owners = ready.owners[tier] if ready.whole(tier) else ready.active
-            return _orders(
-                tier=tier, owners=owners, cursor=cursor, weights=weights, groups=groups, tokens=tokens
-            )
-
-        of_tier = ordered()
-        if not ready.whole(tier):
+        whole = ready.whole(tier)
+        of_tier = _orders(
+            tier=tier,
+            owners=ready.owners[tier] if whole else ready.active,
+            cursor=cursor,
+            weights=weights,
+            groups=groups,
+            tokens=tokens,
+        )
+        if not whole:
             heads = {o for order in of_tier.values() for _, o in order.keyed[: PROBE_OWNERS * size]}
-            ready.ask(tier, limit=size, owners=heads | set(also))
+            ready.ask(tier, limit=size, owners=heads | extra)
             if ready.whole(tier):  # few with ready work: their rounds alone
-                of_tier = ordered()
+                of_tier = _orders(
+                    tier=tier,
+                    owners=ready.owners[tier],
+                    cursor=cursor,
+                    weights=weights,
+                    groups=groups,
+                    tokens=tokens,
+                )
         orders |= {(tier, group): order for group, order in of_tier.items()}
-    loaded = set(also)
+    loaded = set(extra)
     for (tier, _), order in orders.items():
         loaded.update(order.first(size, ready=ready.owners[tier], asked=ready.asked[tier]))
     left_out = {
