@@ -399,17 +399,28 @@ def _top_k_sql(
     owners = list(k_by_owner)
     inner_order = ", ".join(f"q.{col}" for col in order)
     if connection.vendor == "postgresql":
-        extra = ", ".join(f"q.{col}" for col in order if col != "id")
-        outer_order = ", ".join(f"c.{col}" for col in order)
-        sql = f"""
-            SELECT c.id, c.owner_id FROM unnest(%s::bigint[], %s::int[]) AS o(owner_id, k)
-            CROSS JOIN LATERAL (
-                SELECT q.id, q.owner_id, {extra} FROM {TABLE} q
-                WHERE q.owner_id = o.owner_id AND {condition} ORDER BY {inner_order} LIMIT o.k
-            ) c
-            ORDER BY c.owner_id, {outer_order}
-        """
-        return sql, [int_array(owners), int_array(k_by_owner[o] for o in owners), *params]
+        # One arm per power of two the owners' k round up to, its LIMIT written in the statement
+        # (the caller keeps each owner's first k). With `LIMIT o.k` the planner cannot see how
+        # few rows each owner gives, and when an owner's rows lie together in the table (a bulk
+        # assignment writes them so) it reads and sorts all of them through the index on the
+        # owner alone instead of walking the ordered partial index for the first few.
+        by_limit: dict[int, list[int]] = defaultdict(list)
+        for owner in owners:
+            by_limit[1 << (k_by_owner[owner] - 1).bit_length()].append(owner)
+        columns = ", ".join(f"q.{col}" for col in ("owner_id", *order) if col != "id")
+        arms = [
+            f"""
+            SELECT c.* FROM unnest(%s::bigint[]) AS o(owner_id) CROSS JOIN LATERAL (
+                SELECT q.id, {columns} FROM {TABLE} q
+                WHERE q.owner_id = o.owner_id AND {condition} ORDER BY {inner_order} LIMIT {limit:d}
+            ) c"""
+            for limit in sorted(by_limit)
+        ]
+        outer_order = ", ".join(f"a.{col}" for col in order)
+        sql = (
+            f"SELECT a.id, a.owner_id FROM ({' UNION ALL '.join(arms)}) a ORDER BY a.owner_id, {outer_order}"
+        )
+        return sql, [p for limit in sorted(by_limit) for p in (int_array(by_limit[limit]), *params)]
     marks = ",".join("%s" for _ in owners)
     sql = f"""
         SELECT id, owner_id FROM (
