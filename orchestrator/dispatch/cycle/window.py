@@ -68,6 +68,19 @@ class ReadyWork:
         self.asked[tier] = asked | set(new) | set(found.found)
 
 
+@dataclass(slots=True)
+class _LastCycle:
+    """The tiers the last cycle read whole (few owners with ready work). This cycle asks them
+    first, as far as its window needs, and orders their rounds over the owners found, not over
+    every active owner (a round order over 10,000 owners per tier and round). Only an ordering:
+    the ask itself says whether the tier is still whole; one that grew costs a second ask."""
+
+    whole: frozenset[Tier] = frozenset()
+
+
+_last = _LastCycle()
+
+
 @dataclass(frozen=True, slots=True)
 class OwnersWindow:
     """The owners a cycle judges (`loaded`) and where those it left out begin (`window`)."""
@@ -91,10 +104,13 @@ def owners_window(
     own round (`groups`: owner -> its capped organization's scope), in the order the round
     meets them from `cursor`, plus `also` (owners judged for other reasons). Asks `ready` about
     the owners it needs: a tier read whole is ordered over its owners with ready work, any
-    other over every active owner, and asked about the first of each of its rounds and `also`."""
+    other over every active owner, and asked about the first of each of its rounds and `also`.
+    A tier the last cycle read whole is asked first (`_LastCycle`)."""
     extra = set(also)
     orders: dict[tuple[Tier, str], RoundOrder] = {}
     for tier in Tier:
+        if tier in _last.whole and tier not in ready.asked:
+            ready.ask(tier, limit=size, owners=extra)
         whole = ready.whole(tier)
         of_tier = _orders(
             tier=tier,
@@ -120,6 +136,7 @@ def owners_window(
     loaded = set(extra)
     for (tier, _), order in orders.items():
         loaded.update(order.first(size, ready=ready.owners[tier], asked=ready.asked[tier]))
+    _last.whole = frozenset(tier for tier in Tier if ready.whole(tier))
     left_out = {
         name: first
         for name, order in orders.items()

@@ -12,7 +12,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from orchestrator.dispatch.cycle.window import ReadyWork
+from orchestrator.dispatch.cycle import window
+from orchestrator.dispatch.cycle.window import ReadyWork, owners_window
+from orchestrator.dispatch.selection import Cursor
 from outreach.models import Outreach, Owner, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -88,3 +90,39 @@ def test_an_empty_tier_is_read_whole_and_asks_about_nobody() -> None:
     # then nobody has ready replies, and that is all of the tier
     assert ready.whole(Tier.REPLY)
     assert ready.owners[Tier.REPLY] == set()
+
+
+def _window(owners: list[Owner], *, size: int) -> tuple[frozenset[int], int]:
+    """A cycle's window over these owners (no cursor, equal weights): the owners it loads, and
+    how many statements asked about ready work."""
+    ids = [o.pk for o in owners]
+    ready = ReadyWork(active=frozenset(ids), now=timezone.now())
+    with CaptureQueriesContext(connection) as queries:
+        window = owners_window(
+            ready=ready, cursor=Cursor(), weights=dict.fromkeys(ids, 1), groups={}, tokens=False, size=size
+        )
+    return window.loaded, sum("WITH RECURSIVE loose" in q["sql"] for q in queries.captured_queries)
+
+
+def test_a_tier_read_whole_last_cycle_is_asked_first_and_a_tier_that_grew_is_still_judged_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 40 owners, 3 of them with ready intros, and a window of 4 owners a round: the
+    # first cycle reads the intro tier whole
+    owners = _owners_with_intros(40)
+    Outreach.objects.exclude(owner__in=owners[:3]).update(state=State.CANCELLED)
+    monkeypatch.setattr(window, "_last", window._LastCycle())  # a dispatcher's first cycle
+    loaded, asks = _window(owners, size=4)
+    assert loaded == {o.pk for o in owners[:3]}
+    assert asks == 3  # one statement a tier
+    # when every owner has a ready intro by the next cycle (the tier grew past the window)
+    Outreach.objects.update(state=State.QUEUED)
+    loaded, asks = _window(owners, size=4)
+    # then the window is the one a dispatcher that never read the tier whole judges, at the
+    # cost of one statement more; and the cycle after that asks once a tier again
+    monkeypatch.setattr(window, "_last", window._LastCycle())
+    fresh, _ = _window(owners, size=4)
+    assert loaded == fresh
+    assert len(loaded) == 4
+    assert asks == 4
+    assert _window(owners, size=4)[1] == 3
