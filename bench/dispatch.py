@@ -62,14 +62,14 @@ WARM_UP = 3  # cycles run before the timed ones: connections, plans and caches w
 
 
 def _warm_up(*, owners: int, slots: int) -> int:
-    """Cycles before the timed ones: WARM_UP, and enough more for the window (about 2 x slots
-    owners a cycle: cycle.window) to have judged every owner once. A pause (the bench's nudge
-    pause of the organization) has its reason written on each owner's rows the first time a
-    cycle judges the owner, and never again while it holds: in production a transient of the
-    first owners / window cycles after a pause, which the bench would otherwise time as its
-    steady state (until 2026-12-05 it did: 500 reasons written in every timed cycle, 21 ms at
-    10,000 owners)."""
-    return WARM_UP + -(-owners // (2 * slots))
+    """Cycles before the timed ones: WARM_UP, and enough more for the window to have judged
+    every owner once (it moves on by about `slots` owners a cycle, one pick each: cycle.window).
+    A pause (the bench's nudge pause of the organization) has its reason written on each
+    owner's rows the first time a cycle judges the owner, and never again while it holds: in
+    production a transient of the first owners / slots cycles after a pause, which the bench
+    would otherwise time as its steady state (until 2026-12-05 it did: 500 reasons written in
+    every timed cycle, 21 ms at 10,000 owners)."""
+    return WARM_UP + -(-owners // slots)
 
 
 @dataclass(frozen=True)
