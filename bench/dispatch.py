@@ -376,6 +376,10 @@ def main() -> None:
 
 def _run(*, args: argparse.Namespace) -> list[Measured]:
     django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=14)))
+    # The cycle runs in this process: set up as the orchestrator worker's child sets up its own.
+    from config.collector import collector_settle
+
+    collector_settle()
     on = f", every control on, {args.events:,} events of history" if args.controls else ""
     on = on or (f", {args.events:,} events of history" if args.events else "")
     print(

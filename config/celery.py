@@ -184,3 +184,13 @@ def sweep_on_failed_check(pool: Any) -> None:
 
     # Django passes psycopg_pool's own check (CONN_HEALTH_CHECKS) and takes no other.
     pool._check = check
+
+
+# Connected last: the process's other start-up handlers (tracing, the database pool) have run.
+@worker_init.connect
+@worker_process_init.connect
+def _collector_settled(**_: object) -> None:
+    """The start-up heap frozen out of the garbage collector's scans (config.collector)."""
+    from config.collector import collector_settle
+
+    collector_settle()
