@@ -36,7 +36,7 @@ class Reservations(BudgetCore):
         self, *, requests: int, tokens: int, scopes: Sequence[str] = (PROVIDER,)
     ) -> Reservation | Denied:
         """Reserve budget for one unit of work in every scope, or in none."""
-        granted, denied = self._reserve(count=1, requests=requests, tokens=tokens, scopes=tuple(scopes))
+        granted, denied = self._reserve(requests=requests, tokens=[tokens], scopes=tuple(scopes))
         if granted:
             return granted[0]
         assert denied is not None
@@ -54,12 +54,21 @@ class Reservations(BudgetCore):
         self, *, count: int, requests_each: int, tokens_each: int, scopes: Sequence[str] = (PROVIDER,)
     ) -> tuple[list[Reservation], Denied | None]:
         """`reserve_many`, also saying what stopped it short (None when all were granted)."""
-        return self._reserve(count=count, requests=requests_each, tokens=tokens_each, scopes=tuple(scopes))
+        return self._reserve(requests=requests_each, tokens=[tokens_each] * count, scopes=tuple(scopes))
+
+    def reserve_in_order(
+        self, *, requests_each: int, tokens: Sequence[int], scopes: Sequence[str] = (PROVIDER,)
+    ) -> tuple[list[Reservation], Denied | None]:
+        """One reservation per job, `tokens[i]` for the i-th, in one round trip: the longest run
+        of them, in order, that every scope fits; and what stopped it short (None when all were
+        granted). Jobs of different sizes need not be reserved one call each."""
+        return self._reserve(requests=requests_each, tokens=list(tokens), scopes=tuple(scopes))
 
     def _reserve(
-        self, *, count: int, requests: int, tokens: int, scopes: tuple[str, ...]
+        self, *, requests: int, tokens: list[int], scopes: tuple[str, ...]
     ) -> tuple[list[Reservation], Denied | None]:
         plan = self.plan(scopes)
+        count = len(tokens)
         self._check_size(count=count, requests=requests, tokens=tokens, plan=plan)
         # Ids carry their scopes, so settle() can name every key its script touches.
         head, tail, ttl = os.urandom(6).hex() + ".", "@" + ",".join(scopes), self.reservation_ttl_ms
@@ -67,7 +76,8 @@ class Reservations(BudgetCore):
             self.now_arg(),
             count,
             requests,
-            tokens,
+            # One figure for every job when they are equal (the usual batch), else one each.
+            tokens[0] if len(set(tokens)) == 1 else ",".join(map(str, tokens)),
             ttl,
             head,
             tail,
@@ -77,10 +87,14 @@ class Reservations(BudgetCore):
         try:
             granted, wait, scope_index, kind, now = self.run("RESERVE", plan.keys, args)
         except BudgetUnavailable:
-            return self._reserve_unavailable(count=count, requests=requests, tokens=tokens)
+            return self._reserve_unavailable(requests=requests, tokens=tokens)
         reservations = [
             Reservation(
-                id=f"{head}{i}{tail}", requests=requests, tokens=tokens, ttl_ms=ttl, expires_at_ms=now + ttl
+                id=f"{head}{i}{tail}",
+                requests=requests,
+                tokens=tokens[i - 1],
+                ttl_ms=ttl,
+                expires_at_ms=now + ttl,
             )
             for i in range(1, granted + 1)
         ]
@@ -99,18 +113,19 @@ class Reservations(BudgetCore):
         return int(self.plan(tuple(scopes)).capacity[0] // maths.UNITS)
 
     @staticmethod
-    def _check_size(*, count: int, requests: int, tokens: int, plan: Plan) -> None:
-        if count < 1 or requests < 0 or tokens < 0 or requests + tokens == 0:
-            raise ValueError(f"bad reservation: count={count} requests={requests} tokens={tokens}")
+    def _check_size(*, count: int, requests: int, tokens: list[int], plan: Plan) -> None:
+        least, most = (min(tokens), max(tokens)) if tokens else (0, 0)
+        if count < 1 or requests < 0 or least < 0 or requests + least == 0:
+            raise ValueError(f"bad reservation: count={count} requests={requests} tokens={least}")
         cap_r, cap_t = plan.capacity
-        if requests * maths.UNITS > cap_r or tokens * maths.UNITS > cap_t:
+        if requests * maths.UNITS > cap_r or most * maths.UNITS > cap_t:
             raise ValueError(
-                f"{requests} requests / {tokens} tokens can never fit these scopes (capacity "
+                f"{requests} requests / {most} tokens can never fit these scopes (capacity "
                 f"{cap_r / maths.UNITS:g} / {cap_t / maths.UNITS:g}): raise their burst_ms"
             )
 
     def _reserve_unavailable(
-        self, *, count: int, requests: int, tokens: int
+        self, *, requests: int, tokens: list[int]
     ) -> tuple[list[Reservation], Denied | None]:
         if self.failure_policy == "closed":
             return [], Denied(wait_ms=self.unavailable_wait_ms(), bucket="redis")
@@ -118,12 +133,12 @@ class Reservations(BudgetCore):
             Reservation(
                 id=UNMETERED + os.urandom(8).hex(),
                 requests=requests,
-                tokens=tokens,
+                tokens=each,
                 ttl_ms=0,
                 expires_at_ms=0,
                 unmetered=True,
             )
-            for _ in range(count)
+            for each in tokens
         ], None
 
     def settle(

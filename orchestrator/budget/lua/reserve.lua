@@ -1,25 +1,32 @@
 -- KEYS: res, exp, then (bucket, rate) per scope.
--- ARGV: now, count, requests_each, tokens_each, ttl_ms, id_head, id_tail, interval, 9 per scope.
+-- ARGV: now, count, requests_each, tokens (one figure for every job, or one per job in order,
+-- comma-separated), ttl_ms, id_head, id_tail, interval, 9 per scope.
+-- Grants the longest run of jobs, in order, that every bucket fits.
 -- Returns {granted, wait_ms, scope index, kind (1 requests, 2 tokens, 3 retry-after), now}.
 local now = clock(ARGV[1])
 local res, exp = KEYS[1], KEYS[2]
 sweep(res, exp, now, 32)
-local count, req, tok = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local need_r, need_t, interval = req * UNITS, tok * UNITS, tonumber(ARGV[8])
+local count, req = tonumber(ARGV[2]), tonumber(ARGV[3])
+local toks = {}
+for figure in string.gmatch(ARGV[4], '[^,]+') do toks[#toks + 1] = tonumber(figure) end
+-- need_t[k]: the tokens (in UNITS) the first k jobs hold between them
+local need_t = {[0] = 0}
+for k = 1, count do need_t[k] = need_t[k - 1] + (toks[k] or toks[1]) * UNITS end
+local need_r, interval = req * UNITS, tonumber(ARGV[8])
 local buckets, grant = {}, count
 for i = 1, (#KEYS - 2) / 2 do
   local b = bucket(KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV, 9 + (i - 1) * 9, interval, now)
   buckets[i] = b
   if b.blocked > now then grant = 0 end
   if need_r > 0 then grant = math.min(grant, math.floor(b.r / need_r)) end
-  if need_t > 0 then grant = math.min(grant, math.floor(b.t / need_t)) end
+  while grant > 0 and need_t[grant] > 0 and need_t[grant] > b.t do grant = grant - 1 end
 end
 grant = math.max(0, grant)
 local wait, wscope, wkind = 0, 0, 0
 if grant < count then
   for i, b in ipairs(buckets) do
     local waits = {wait_for((grant + 1) * need_r - b.r, b.rate_r),
-                   wait_for((grant + 1) * need_t - b.t, b.rate_t), b.blocked - now}
+                   wait_for(need_t[grant + 1] - b.t, b.rate_t), b.blocked - now}
     for kind = 1, 3 do
       if waits[kind] > wait then wait, wscope, wkind = waits[kind], i, kind end
     end
@@ -27,16 +34,16 @@ if grant < count then
 end
 if grant > 0 then
   for i, b in ipairs(buckets) do
-    b.r, b.t = b.r - grant * need_r, b.t - grant * need_t
+    b.r, b.t = b.r - grant * need_r, b.t - need_t[grant]
     store(KEYS[1 + 2 * i], b)
   end
-  local expires, head, tail, rec = int(now + tonumber(ARGV[5])), ARGV[6], ARGV[7], int(req) .. ':' .. int(tok)
+  local expires, head, tail = int(now + tonumber(ARGV[5])), ARGV[6], ARGV[7]
   local j = 1
   while j <= grant do
     local fields, members = {}, {}
     for k = j, math.min(grant, j + 199) do  -- chunks: unpack() has a stack limit
       local id = head .. int(k) .. tail
-      fields[#fields + 1], fields[#fields + 2] = id, rec
+      fields[#fields + 1], fields[#fields + 2] = id, int(req) .. ':' .. int(toks[k] or toks[1])
       members[#members + 1], members[#members + 2] = expires, id
     end
     redis.call('HSET', res, unpack(fields))

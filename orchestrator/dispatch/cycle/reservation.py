@@ -5,10 +5,8 @@ what was not claimed is refunded."""
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from fractions import Fraction
 
 from django.conf import settings
 from django.db import transaction
@@ -48,10 +46,12 @@ def picks_reserve_and_claim(
     LLM cap reserve from its scope too; any its cap cannot take after all (its workers' calls
     came first) stay QUEUED and say why.
 
-    In pick order, runs of picks with one route, organization and size are reserved at once.
-    Once a deployment's bucket refuses (or the budget's Redis), the later picks placed on it
-    wait too: a cheap job must not take the room a costly one earlier in the schedule is
-    waiting for. A refusing organization stops only its own picks.
+    In pick order, runs of picks with one route and organization are reserved at once, each
+    pick its own size (`Budget.reserve_in_order`: one round trip a deployment for the run, not
+    one a pick, though every owner's learned size differs). Once a deployment's bucket refuses
+    (or the budget's Redis), the later picks placed on it wait too: a cheap job must not take
+    the room a costly one earlier in the schedule is waiting for. A refusing organization stops
+    only its own picks.
     """
     if not picks:
         return []
@@ -59,15 +59,15 @@ def picks_reserve_and_claim(
     routing = routing_plan(budget=budget, client=client, count=len(picks), per_call=per_call)
     _, default_tokens = outreach_cost()
 
-    def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, int, bool]:
+    def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, bool]:
         pick, route = item
         reply = pick.tier == Tier.REPLY  # a reply makes the triage call too (config.deployments.job_steps)
-        return route.steps, groups.get(pick.owner_id), tokens(pick) if tokens else default_tokens, reply
+        return route.steps, groups.get(pick.owner_id), reply
 
     scope_of = {d.label: d.scope for d in deployments()}
     placed: dict[int, tuple[str, str]] = {}
     refused: dict[str, str] = {}  # scope ("redis": the budget itself) -> the bucket that refused
-    for (_, org_scope, tokens_each, reply), run in itertools.groupby(
+    for (_, org_scope, reply), run in itertools.groupby(
         zip(picks, routing.placement.routes, strict=False), key=run_key
     ):
         group = list(run)
@@ -81,8 +81,7 @@ def picks_reserve_and_claim(
             budget=budget,
             route=route,
             org_scope=org_scope,
-            count=len(group),
-            tokens_each=tokens_each,
+            tokens=[tokens(pick) if tokens else default_tokens for pick, _ in group],
             steps=job_steps(reply=reply),
         )
         # Each row keeps the route of the calls it makes (an intro's has no triage step).
@@ -135,14 +134,15 @@ def _reserve_on(
     budget: Budget,
     route: Route,
     org_scope: str | None,
-    count: int,
-    tokens_each: int,
+    tokens: list[int],
     steps: tuple[str, ...] = STEPS,
 ) -> tuple[list[str], list[str]]:
-    """Reserve `count` jobs on each deployment of the route, what its steps draw from it (its
-    calls' share of a job's `tokens_each`), all or nothing per job: each deployment is asked
-    for as many as the one before granted, and what a later one refused is refunded on the
-    earlier ones. Returns the joined ids and the buckets that stopped it short (none when all were granted)."""
+    """Reserve a job per entry of `tokens` (each job's tokens, in order) on each deployment of
+    the route, what its steps draw from it (its calls' share of the job's tokens), all or
+    nothing per job: each deployment is asked for as many as the one before granted, and what a
+    later one refused is refunded on the earlier ones. Returns the joined ids and the buckets
+    that stopped it short (none when all were granted)."""
+    count = len(tokens)
     by_label = {d.label: d for d in deployments()}
     job_calls = [(step, used) for step, used in route.steps if step in steps]  # what this job calls
     # The configured estimate is for a writing job (LLM_CALLS_PER_OUTREACH calls); a reply's
@@ -157,18 +157,15 @@ def _reserve_on(
         # The cycle widened the bursts for its costliest pick (Budget.hold_job); a job beyond
         # what any burst can hold (strict limits, or more than the limit itself) reserves the
         # most a bucket can, and the settlement charges the rest.
-        reservations, denied = budget.reserve_up_to(
-            count=count,
+        largest = budget.largest_tokens(scopes=scopes)
+        reservations, denied = budget.reserve_in_order(
             # A writing job's calls always fit (the cycle widened the bursts for them); a
             # reply's triage call on top may not under a small cap: the settlement counts it.
             requests_each=min(
                 calls, max(len(job_steps(reply=False)), budget.largest_requests(scopes=scopes))
             ),
-            tokens_each=min(
-                # Fractions: one deployment taking every call reserves exactly the estimate.
-                math.ceil(Fraction(tokens_each * calls, calls_per_job)),
-                budget.largest_tokens(scopes=scopes),
-            ),
+            # Exact in ints: one deployment taking every call reserves exactly the estimate.
+            tokens=[min(-(-each * calls // calls_per_job), largest) for each in tokens[:count]],
             scopes=scopes,
         )
         granted.append([r.id for r in reservations])

@@ -123,6 +123,28 @@ def test_reserve_many_grants_what_fits_in_one_round_trip(make_budget):
     assert budget.headroom().fits(requests_each=3, tokens_each=1_800) == 3
 
 
+def test_jobs_of_different_sizes_are_reserved_in_order_in_one_round_trip_as_far_as_they_fit(make_budget):
+    budget = make_budget()  # strict 300,000 tpm, 2 s burst: 9,677 tokens
+    # when four jobs of their own sizes ask, in order: 4,000 + 3,000 + 2,000 fit, the 1,000 after not
+    reservations, denied = budget.reserve_in_order(requests_each=1, tokens=[4_000, 3_000, 2_000, 1_000])
+    # then the first three hold their own sizes, and the tokens bucket says why the fourth waits
+    assert [r.tokens for r in reservations] == [4_000, 3_000, 2_000]
+    assert denied is not None
+    assert denied.bucket == "provider:tokens"
+    assert denied.wait_ms > 0
+    # and each gives back its own size: the 3,000 one's refund makes room for a 3,000 job
+    assert budget.headroom().fits(requests_each=1, tokens_each=3_000) == 0
+    assert budget.refund(reservation_id=reservations[1].id)
+    assert budget.headroom().fits(requests_each=1, tokens_each=3_000) == 1
+
+
+def test_a_smaller_job_later_in_the_order_does_not_take_the_room_a_larger_one_waits_for(make_budget):
+    budget = make_budget()
+    reservations, denied = budget.reserve_in_order(requests_each=1, tokens=[4_000, 6_000, 100])
+    assert [r.tokens for r in reservations] == [4_000]
+    assert denied is not None
+
+
 def test_denied_says_exactly_how_long_to_wait(make_budget, clock):
     budget = make_budget()
     budget.reserve_many(count=3, requests_each=3, tokens_each=1_800)
