@@ -24,8 +24,11 @@ With --controls every control the cycle reads is on, none binding (as the cycle'
 test, tests/orchestrator/dispatch/test_cycle_queries.py): two deployments (plan and context on
 one, the message on the other, each priced), the organization's daily spend cap and its own
 LLM cap, a pause of one owner, of the nudge tier and of another sender domain, and a mailbox on
-a verified domain sending for every second owner. With --events N the queued rows carry N
-history events (OutreachEvent rows, spread over them) before the timed cycles.
+a verified domain sending for every second owner; and every owner has learned its own job
+size (owner_tokens, 1,800-2,196 tokens counted), as owners with finished jobs have (until
+2026-12-05 none had, and the claim's reservations looked cheaper than in production). With
+--events N the queued rows carry N history events (OutreachEvent rows, spread over them)
+before the timed cycles.
 
     .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000, controls on: seconds
 
@@ -190,6 +193,7 @@ def _controls_on() -> None:
     from django.conf import settings
 
     from config.deployments import Deployment
+    from orchestrator.dispatch.owner_tokens import owner_tokens_record
     from orchestrator.models import Pause
     from outreach.models import Mailbox, Organization, Owner, VerifiedDomain
     from outreach.tiers import Tier
@@ -223,6 +227,11 @@ def _controls_on() -> None:
         max_spacing_s=0,
     )
     box.owners.add(*owners[1::2])
+    # Every owner has finished jobs: the sizes it learned are its own (owner_tokens), as in
+    # production, where a claim's picks rarely share one.
+    for owner_id in owners:
+        spread = owner_id % 397
+        owner_tokens_record(owner_id=owner_id, settled=1_500 + spread, counted=1_800 + spread, kind="intro")
 
 
 def _add_events(*, events: int) -> None:
