@@ -35,26 +35,29 @@ def tasks_enqueue_on_commit(task_name: str, ids: list[int]) -> None:
 
 def _publish(task_name: str, ids: list[int]) -> None:
     """Celery's send_task for each id, less what send_task works out again for every message
-    though it is the batch's: the route (the task's queue), the configuration read, and the
-    task this runs in (the messages' parent, as send_task records it). Each message is still
-    made by create_task_message and sent by send_task_message: its publish signals (which carry
-    the trace context), retry policy and kombu's publish, as send_task sends it. Half the
-    publish's CPU (bench/dispatch.py, 2026-12-05)."""
+    though it is the batch's: the task's execution options (its time limits, where the task is
+    registered, as in the dispatcher), its route (the task's queue), the configuration read,
+    and the task this runs in (the messages' parent). Each message is still made by
+    create_task_message and sent by send_task_message: its publish signals (which carry the
+    trace context), retry policy and kombu's publish, as send_task sends it. Half the publish's
+    CPU (bench/dispatch.py, 2026-12-05)."""
     amqp = app.amqp
-    route = amqp.router.route({}, task_name)
-    parent = app.current_worker_task
-    lineage = (
-        {"root_id": parent.request.root_id or parent.request.id, "parent_id": parent.request.id}
-        if parent
-        else {}
-    )
+    task: Any = app.tasks.get(task_name)  # an instance, as send_task passes it (the stubs say a class)
+    # What send_task merges from a registered task, and takes apart as it does.
+    options = {k: v for k, v in (task._get_exec_options() if task else {}).items() if v is not None}
     made = {
+        "time_limit": options.pop("time_limit", None),
+        "soft_time_limit": options.pop("soft_time_limit", None),
+        "expires": options.pop("expires", None),
+        "ignore_result": options.pop("ignore_result", None),
         "reply_to": app.thread_oid,
         "create_sent_event": app.conf.task_send_sent_event,
-        "ignore_result": True,  # the tasks' own setting (nurture.tasks): nobody reads results
         "kwargsrepr": "{}",
-        **lineage,
     }
+    route = amqp.router.route(options, task_name, (), None, task)
+    parent = app.current_worker_task
+    if parent:
+        made |= {"root_id": parent.request.root_id or parent.request.id, "parent_id": parent.request.id}
     # kombu's publish batch: on Redis the batch's LPUSHes go in pipelined round trips (one per
     # 1,000 commands) instead of one each; on RabbitMQ it publishes each at once, as before.
     # The first message declares its queue (once per connection: kombu remembers it); the rest

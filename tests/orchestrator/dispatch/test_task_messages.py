@@ -10,11 +10,16 @@ from typing import Any
 import pytest
 import redis
 
+import nurture.tasks  # noqa: F401 (imported and registered, as in the dispatcher's worker)
 from config.celery import app
 from config.queues import Queue
 from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TASK, tasks_enqueue_on_commit
 
 pytestmark = pytest.mark.django_db
+
+# A worker's app is finalized as it starts: its tasks registered, so send_task finds each one's
+# time limits and puts them in the message.
+app.finalize()
 
 # What differs between any two messages: the task's id and the values made from it.
 PER_MESSAGE = {"id", "root_id", "argsrepr", "correlation_id", "delivery_tag", "body"}
@@ -53,9 +58,7 @@ def test_a_batch_publishes_the_messages_send_task_publishes(
 ) -> None:
     # given the messages Celery's send_task publishes for two jobs
     for outreach_id in (11, 12):
-        app.send_task(
-            task_name, args=[outreach_id], argsrepr=f"[{outreach_id}]", kwargsrepr="{}", ignore_result=True
-        )
+        app.send_task(task_name, args=[outreach_id], argsrepr=f"[{outreach_id}]", kwargsrepr="{}")
     # when the cycle publishes two more on its claim's commit
     with django_capture_on_commit_callbacks(execute=True):
         tasks_enqueue_on_commit(task_name, [21, 22])
@@ -65,6 +68,7 @@ def test_a_batch_publishes_the_messages_send_task_publishes(
     assert [_body(m)[0] for m in batched] == [[21], [22]]
     assert [_body(m)[1:] for m in batched] == [_body(m)[1:] for m in sent]
     assert [_shape(m) for m in batched] == [_shape(m) for m in sent]
+    assert all(None not in m["headers"]["timelimit"] for m in batched)  # the task's own limits
     # each its own task, its own root (no task published them)
     ids = [m["headers"]["id"] for m in sent + batched]
     assert len(set(ids)) == 4
@@ -78,7 +82,7 @@ def test_published_from_a_task_each_message_names_it_as_its_parent_and_root(
     # given a task that publishes one job by send_task and one by the cycle's batch
     @app.task(name="tests.publish_both", shared=False)
     def publish_both() -> None:
-        app.send_task(GENERATE_TASK, args=[31], argsrepr="[31]", kwargsrepr="{}", ignore_result=True)
+        app.send_task(GENERATE_TASK, args=[31], argsrepr="[31]", kwargsrepr="{}")
         with django_capture_on_commit_callbacks(execute=True):
             tasks_enqueue_on_commit(GENERATE_TASK, [32])
 
