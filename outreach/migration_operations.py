@@ -24,3 +24,37 @@ class AddIndexConcurrentlyOnPostgres(AddIndexConcurrently):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
         else:
             migrations.AddIndex.database_backwards(self, app_label, schema_editor, from_state, to_state)
+
+
+class DropFieldIndexConcurrentlyOnPostgres(migrations.AlterField):
+    """An AlterField that only sets `db_index=False` on a foreign key whose own index another
+    index leads with already: the index goes with DROP INDEX CONCURRENTLY on PostgreSQL, so the
+    table keeps taking writes (the migration must be `atomic = False`), and plainly on the
+    demo's SQLite. Backwards, it is built again the same way."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._index_sql(schema_editor, from_state, app_label, "DROP INDEX {concurrently} IF EXISTS {name}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._index_sql(
+            schema_editor,
+            to_state,
+            app_label,
+            "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} ({column})",
+        )
+
+    def _index_sql(self, schema_editor: Any, state: Any, app_label: str, template: str) -> None:
+        model = state.apps.get_model(app_label, self.model_name)
+        field = model._meta.get_field(self.name)
+        table = model._meta.db_table
+        # The name Django gave the field's index when it made it (the same on every backend).
+        name = schema_editor._create_index_name(table, [field.column], suffix="")
+        concurrently = "CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
+        schema_editor.execute(
+            template.format(
+                concurrently=concurrently,
+                name=schema_editor.quote_name(name),
+                table=schema_editor.quote_name(table),
+                column=schema_editor.quote_name(field.column),
+            )
+        )

@@ -55,7 +55,8 @@ class Outreach(models.Model):
 
     KIND_TIER = {Kind.REPLY: Tier.REPLY, Kind.INTRO: Tier.INTRO, Kind.NUDGE: Tier.NUDGE}
 
-    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="outreach")
+    # No index of its own: outreach_lead_state (lead, state) leads with it.
+    lead = models.ForeignKey(Lead, on_delete=models.PROTECT, related_name="outreach", db_index=False)
     owner = models.ForeignKey(Owner, on_delete=models.PROTECT, related_name="outreach")
     kind = models.CharField(max_length=8, choices=Kind.choices)
     tier = models.PositiveSmallIntegerField(choices=[(t.value, t.name.lower()) for t in Tier])
@@ -240,7 +241,8 @@ class Outreach(models.Model):
 class OutreachEvent(models.Model):
     """One row per transition (and per attempt outcome): the outreach's history."""
 
-    outreach = models.ForeignKey(Outreach, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the (outreach, at) index leads with it.
+    outreach = models.ForeignKey(Outreach, on_delete=models.CASCADE, related_name="events", db_index=False)
     from_state = models.CharField(max_length=20, choices=State.choices)
     to_state = models.CharField(max_length=20, choices=State.choices)
     at = models.DateTimeField(auto_now_add=True)
