@@ -407,6 +407,7 @@ def _top_k_sql(
         by_limit: dict[int, list[int]] = defaultdict(list)
         for owner in owners:
             by_limit[1 << (k_by_owner[owner] - 1).bit_length()].append(owner)
+        limits = sorted(by_limit)
         columns = ", ".join(f"q.{col}" for col in ("owner_id", *order) if col != "id")
         arms = [
             f"""
@@ -414,13 +415,13 @@ def _top_k_sql(
                 SELECT q.id, {columns} FROM {TABLE} q
                 WHERE q.owner_id = o.owner_id AND {condition} ORDER BY {inner_order} LIMIT {limit:d}
             ) c"""
-            for limit in sorted(by_limit)
+            for limit in limits
         ]
         outer_order = ", ".join(f"a.{col}" for col in order)
         sql = (
             f"SELECT a.id, a.owner_id FROM ({' UNION ALL '.join(arms)}) a ORDER BY a.owner_id, {outer_order}"
         )
-        return sql, [p for limit in sorted(by_limit) for p in (int_array(by_limit[limit]), *params)]
+        return sql, [p for limit in limits for p in (int_array(by_limit[limit]), *params)]
     marks = ",".join("%s" for _ in owners)
     sql = f"""
         SELECT id, owner_id FROM (

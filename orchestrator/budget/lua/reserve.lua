@@ -9,9 +9,12 @@ sweep(res, exp, now, 32)
 local count, req = tonumber(ARGV[2]), tonumber(ARGV[3])
 local toks = {}
 for figure in string.gmatch(ARGV[4], '[^,]+') do toks[#toks + 1] = tonumber(figure) end
--- need_t[k]: the tokens (in UNITS) the first k jobs hold between them
-local need_t = {[0] = 0}
-for k = 1, count do need_t[k] = need_t[k - 1] + (toks[k] or toks[1]) * UNITS end
+-- size[k]: the k-th job's tokens (one figure: every job's); need_t[k]: the first k jobs' (UNITS)
+local size, need_t = {}, {[0] = 0}
+for k = 1, count do
+  size[k] = toks[k] or toks[1]
+  need_t[k] = need_t[k - 1] + size[k] * UNITS
+end
 local need_r, interval = req * UNITS, tonumber(ARGV[8])
 local buckets, grant = {}, count
 for i = 1, (#KEYS - 2) / 2 do
@@ -43,7 +46,7 @@ if grant > 0 then
     local fields, members = {}, {}
     for k = j, math.min(grant, j + 199) do  -- chunks: unpack() has a stack limit
       local id = head .. int(k) .. tail
-      fields[#fields + 1], fields[#fields + 2] = id, int(req) .. ':' .. int(toks[k] or toks[1])
+      fields[#fields + 1], fields[#fields + 2] = id, int(req) .. ':' .. int(size[k])
       members[#members + 1], members[#members + 2] = expires, id
     end
     redis.call('HSET', res, unpack(fields))
