@@ -31,7 +31,7 @@ rows the shell loads), `checks` (input checks). Import from the package.
 from __future__ import annotations
 
 from orchestrator.dispatch.selection.batch import select_batch, select_sends
-from orchestrator.dispatch.selection.cursor import Cursor, Position
+from orchestrator.dispatch.selection.cursor import Cursor, Leads, Position
 from orchestrator.dispatch.selection.schedule import TOKEN_UNIT, RoundOrder, round_order
 from orchestrator.dispatch.selection.sizing import rows_per_owner, rows_to_load
 from orchestrator.dispatch.selection.values import (
@@ -51,6 +51,7 @@ __all__ = [
     "Candidate",
     "Candidates",
     "Cursor",
+    "Leads",
     "Pick",
     "Position",
     "RoundOrder",

@@ -4,10 +4,11 @@ in Redis between cycles, so reading it back rejects anything that is not one (`f
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from types import MappingProxyType
+from itertools import chain
 
 from outreach.tiers import Tier
 
@@ -30,6 +31,40 @@ class Position:
 
 
 @dataclass(frozen=True, slots=True)
+class Leads:
+    """One round's leads: per owner, how far its next tag lies ahead, in units of 1 / `scale`.
+
+    Exact ints, as the schedule's clock keeps its tags: a round may hold one lead per owner
+    (thousands at platform scale), and as Fractions they were made, scaled, compared and
+    written as text again by every clock of every cycle. Always in lowest terms (`scale` and
+    the leads share no factor), so the same leads compare equal whatever clock wrote them.
+    """
+
+    scale: int = 1
+    ticks: Mapping[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scale <= 0 or (self.ticks and min(self.ticks.values()) <= 0):
+            raise ValueError(
+                "a cursor holds one positive lead per tier, group and owner, over a positive scale"
+            )
+        common = math.gcd(self.scale, *self.ticks.values())
+        if common > 1:
+            object.__setattr__(self, "scale", self.scale // common)
+            object.__setattr__(self, "ticks", {o: n // common for o, n in self.ticks.items()})
+
+    @classmethod
+    def of(cls, leads: Mapping[int, Fraction]) -> Leads:
+        """From exact leads (Fractions or ints), over their least common denominator."""
+        exact = {owner: Fraction(lead) for owner, lead in leads.items()}
+        scale = math.lcm(*{lead.denominator for lead in exact.values()}) if exact else 1
+        return cls(scale, {o: lead.numerator * (scale // lead.denominator) for o, lead in exact.items()})
+
+    def fractions(self) -> dict[int, Fraction]:
+        return {owner: Fraction(n, self.scale) for owner, n in self.ticks.items()}
+
+
+@dataclass(frozen=True, slots=True)
 class Cursor:
     """Per tier, the schedule position of the last pick; the next cycle starts strictly after it.
 
@@ -38,7 +73,7 @@ class Cursor:
     `Cursor()` starts every tier at the lowest owner id. Persist with `to_json()` / `from_json()`;
     a tier without a position (never served) is simply absent from the JSON.
 
-    `leads` (fairness in tokens only): per tier, and per group ("" for the tier's own round), the
+    `leads` (fairness in tokens only): per tier and group ("" for the tier's own round), the
     owners whose next tag lies ahead of the position, with that tag in the position's frame (the
     position's phase plus what they are ahead by): an owner that just took a costly job waits its
     turn across cycles. Owners at or behind the clock are absent (they start at the position).
@@ -46,12 +81,7 @@ class Cursor:
 
     positions: tuple[tuple[Tier, Position], ...] = ()
     groups: tuple[tuple[Tier, str, Position], ...] = ()
-    leads: tuple[tuple[Tier, str, int, Fraction], ...] = ()
-    # `leads` by round, (tier, group) -> owner -> lead: what the schedule reads (derived, so
-    # not compared)
-    _rounds: dict[tuple[Tier, str], dict[int, Fraction]] = field(
-        init=False, repr=False, compare=False, default_factory=dict
-    )
+    leads: Mapping[tuple[Tier, str], Leads] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         by_tier = {Tier(tier): position for tier, position in self.positions}
@@ -62,44 +92,28 @@ class Cursor:
             raise ValueError("a cursor holds one position per tier and group, in tiers it has served")
         object.__setattr__(self, "positions", tuple(sorted(by_tier.items())))
         object.__setattr__(self, "groups", tuple((t, g, p) for (t, g), p in sorted(by_group.items())))
-        # Leads number up to one per owner of the tier (thousands at platform scale) and a cycle
-        # builds several cursors: no Fraction or Tier is made again where one is given, and a
-        # Fraction's sign is its numerator's (the denominator is positive).
-        by_lead = {
-            (t if type(t) is Tier else Tier(t), g, o): lead if type(lead) is Fraction else Fraction(lead)
-            for t, g, o, lead in self.leads
-        }
-        if len(by_lead) != len(self.leads) or any(
-            t not in by_tier or lead.numerator <= 0 for (t, _, _), lead in by_lead.items()
-        ):
-            raise ValueError(
-                "a cursor holds one positive lead per tier, group and owner, in tiers it has served"
-            )
-        object.__setattr__(
-            self, "leads", tuple((t, g, o, lead) for (t, g, o), lead in sorted(by_lead.items()))
-        )
-        for t, g, o, lead in self.leads:
-            self._rounds.setdefault((t, g), {})[o] = lead
+        leads = {(Tier(t), g): by_owner for (t, g), by_owner in self.leads.items() if by_owner.ticks}
+        if any(t not in by_tier for t, _ in leads):
+            raise ValueError("a cursor holds leads only in tiers it has served")
+        object.__setattr__(self, "leads", leads)
 
     def position(self, tier: Tier, group: str | None = None) -> Position | None:
         if group is not None:
             return next((p for t, g, p in self.groups if (t, g) == (tier, group)), None)
         return dict(self.positions).get(tier)
 
-    def leads_of(self, tier: Tier, group: str = "") -> Mapping[int, Fraction]:
-        return MappingProxyType(self._rounds.get((tier, group), {}))
+    def leads_of(self, tier: Tier, group: str = "") -> Leads:
+        return self.leads.get((tier, group), _NO_LEADS)
 
     def moved(self, moves: Mapping[Tier, Move]) -> Cursor:
-        """Where each tier's schedule stopped, in one new cursor (its leads are sorted once, and
-        a cycle's may number one per owner). A move replaces its tier's position, its groups'
-        positions and the leads of the rounds it names ("" the tier's, else a group's); a tier
-        whose move has no position stays where it was."""
+        """Where each tier's schedule stopped, in one new cursor. A move replaces its tier's
+        position, its groups' positions and the leads of the rounds it names ("" the tier's,
+        else a group's); a tier whose move has no position stays where it was."""
         moves = {tier: move for tier, move in moves.items() if move.position is not None}
         if not moves:
             return self
         new_groups = {(t, g): p for t, m in moves.items() for g, p in m.groups.items()}
-        new_leads = {(t, g): by_owner for t, m in moves.items() for g, by_owner in m.leads.items()}
-        moved = Cursor(
+        return Cursor(
             positions=(
                 *((t, p) for t, p in self.positions if t not in moves),
                 *((t, m.position) for t, m in moves.items() if m.position is not None),
@@ -108,33 +122,17 @@ class Cursor:
                 *((t, g, p) for t, g, p in self.groups if (t, g) not in new_groups),
                 *((t, g, p) for (t, g), p in new_groups.items()),
             ),
+            leads={**self.leads, **{(t, g): leads for t, m in moves.items() for g, leads in m.leads.items()}},
         )
-        # The leads a selection computed are valid by construction (positive, in tiers it
-        # served): sorted by owner round by round, not checked and sorted again as a whole
-        # (up to one per owner: a third of a 10,000-owner cycle's cursor work).
-        rounds = {
-            key: dict(sorted(by_owner.items()))
-            for key, by_owner in {**self._rounds, **new_leads}.items()
-            if by_owner
-        }
-        object.__setattr__(
-            moved,
-            "leads",
-            tuple((t, g, o, lead) for (t, g) in sorted(rounds) for o, lead in rounds[(t, g)].items()),
-        )
-        moved._rounds.update(rounds)
-        return moved
 
     def keeping_groups(self, groups: Collection[str]) -> Cursor:
         """Only the positions of these groups (the shell drops organizations no longer capped)."""
-        if all(g in groups for _, g, _ in self.groups) and all(
-            g == "" or g in groups for _, g in self._rounds
-        ):
+        if all(g in groups for _, g, _ in self.groups) and all(g == "" or g in groups for _, g in self.leads):
             return self
         return Cursor(
             positions=self.positions,
             groups=tuple(x for x in self.groups if x[1] in groups),
-            leads=tuple(x for x in self.leads if x[1] == "" or x[1] in groups),
+            leads={(t, g): leads for (t, g), leads in self.leads.items() if g == "" or g in groups},
         )
 
     def as_dict(self) -> dict[str, dict[str, object]]:
@@ -145,11 +143,12 @@ class Cursor:
             by_group = result[tier.name.lower()].setdefault("groups", {})
             assert isinstance(by_group, dict)
             by_group[group] = _pos_dict(pos)
-        # Round by round, each name once: up to one lead per owner.
-        for (tier, group), by_owner in self._rounds.items():
+        # Round by round: its scale, then owner and lead pairs in one flat list of ints (up to
+        # one pair per owner: no key made text, nothing sorted).
+        for (tier, group), leads in self.leads.items():
             by_round = result[tier.name.lower()].setdefault("leads", {})
             assert isinstance(by_round, dict)
-            by_round[group] = {str(owner): str(lead) for owner, lead in by_owner.items()}
+            by_round[group] = {"scale": leads.scale, "owners": list(chain.from_iterable(leads.ticks.items()))}
         return result
 
     @classmethod
@@ -162,18 +161,17 @@ class Cursor:
                 for name, pos in data.items()
                 for group, gpos in _mapping(pos.get("groups", {})).items()
             )
-            leads = tuple(
-                (Tier[name.upper()], _str(group), int(owner), _fraction(_str(lead)))
+            leads = {
+                (Tier[name.upper()], _str(group)): _leads(by_owner)
                 for name, pos in data.items()
                 for group, by_owner in _mapping(pos.get("leads", {})).items()
-                for owner, lead in _mapping(by_owner).items()
-            )
+            }
         except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
             raise ValueError(f"not a selection cursor: {data!r}") from exc
         return cls(positions=positions, groups=groups, leads=leads)
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True)  # few keys: the leads are a list
 
     @classmethod
     def from_json(cls, text: str | bytes | None) -> Cursor:
@@ -193,7 +191,10 @@ class Move:
 
     position: Position | None
     groups: Mapping[str, Position] = field(default_factory=dict)
-    leads: Mapping[str, Mapping[int, Fraction]] = field(default_factory=dict)
+    leads: Mapping[str, Leads] = field(default_factory=dict)
+
+
+_NO_LEADS = Leads()
 
 
 def _pos_dict(pos: Position) -> dict[str, object]:
@@ -205,14 +206,18 @@ def _position(data: object) -> Position:
     return Position(owner_id=_int(pos["owner_id"]), phase=Fraction(str(pos["phase"])))
 
 
-def _fraction(text: str) -> Fraction:
-    """ "7/3" or "2" as a Fraction: parsed as two ints (Fraction's own parser is a regular
-    expression, and a cursor carries up to one lead per owner)."""
-    numerator, slash, denominator = text.partition("/")
-    try:
-        return Fraction(int(numerator), int(denominator)) if slash else Fraction(int(numerator))
-    except ValueError:
-        return Fraction(text)  # anything else Fraction reads ("0.5"), or its ValueError
+def _leads(data: object) -> Leads:
+    """A round's leads as `as_dict` writes them, or as written before 2026-12-05: owner -> "n/d"."""
+    by_round = _mapping(data)
+    if "scale" in by_round:
+        flat = by_round["owners"]
+        if not isinstance(flat, list) or len(flat) % 2 or not all(type(x) is int for x in flat):
+            raise TypeError(f"expected owner and lead ints, got {flat!r}")
+        ticks = dict(zip(flat[::2], flat[1::2], strict=True))
+        if len(ticks) * 2 != len(flat):
+            raise ValueError("a cursor holds one lead per tier, group and owner")
+        return Leads(_int(by_round["scale"]), ticks)
+    return Leads.of({int(owner): Fraction(_str(lead)) for owner, lead in by_round.items()})
 
 
 def _mapping(value: object) -> Mapping[str, object]:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from orchestrator.dispatch.selection.cursor import Cursor, Move, Position
+from orchestrator.dispatch.selection.cursor import Cursor, Leads, Move, Position
 from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard, Window
 from outreach.tiers import Tier
 
@@ -28,10 +28,11 @@ class _Clock:
     lead from the cursor, or at the start position's phase when it has none (it is not ahead).
     `tags` keeps each owner's next tag, so `leads_after` can carry the ones still ahead.
 
-    Tags are exact: kept as ints in units of 1 / `scale`, the least common denominator of the
-    start's phase, the leads and every step of the round's `owners`, so the heaps compare ints
-    (a round may hold thousands of owners; Fractions made it the cycle's costliest part). The
-    cursor still gets Fractions: a position's phase and the leads.
+    Tags are exact: kept as ints in units of 1 / `scale`, the least common multiple of the
+    start's phase's denominator, the leads' scale and every step of the round's `owners`, so
+    the heaps compare ints (a round may hold thousands of owners; Fractions made it the cycle's
+    costliest part). The leads come and go as ints too (`Leads`); a position's phase stays a
+    Fraction (one a round).
     """
 
     def __init__(
@@ -40,16 +41,17 @@ class _Clock:
         start: Position | None,
         weights: Mapping[int, int],
         costs: Mapping[int, int] | None,
-        leads: Mapping[int, Fraction],
+        leads: Leads,
         owners: Collection[int],
     ) -> None:
         self.start, self.weights, self.costs, self.leads = start, weights, costs, leads
         unit = 1 if costs is None else TOKEN_UNIT
         self.scale = math.lcm(
             start.phase.denominator if start else 1,
-            *{lead.denominator for lead in leads.values()},
-            *{weights.get(o, 1) * unit for o in owners},
+            leads.scale,
+            *(w * unit for w in {weights.get(o, 1) for o in owners}),
         )
+        self.per_lead = self.scale // leads.scale  # a lead's tick in the clock's
         # where owners not ahead start (tokens)
         self.phase = _scaled(start.phase, self.scale) if start else 0
         self.tags: dict[int, int] = {}
@@ -61,10 +63,9 @@ class _Clock:
         if self.costs is None:
             keyed = [(self._first_counted(o), o) for o in owners]
         else:
-            phase, scale, leads = self.phase, self.scale, self.leads
+            phase, per_lead, leads = self.phase, self.per_lead, self.leads.ticks
             keyed = [
-                (phase if (lead := leads.get(o)) is None else max(phase, _scaled(lead, scale)), o)
-                for o in owners
+                (phase if (lead := leads.get(o)) is None else max(phase, lead * per_lead), o) for o in owners
             ]
         self.tags.update((o, tag) for tag, o in keyed)
         return keyed
@@ -96,21 +97,21 @@ class _Clock:
         assert self.last is not None
         return Position(owner_id=owner, phase=Fraction(self.last % self.scale, self.scale))
 
-    def leads_after(self) -> dict[int, Fraction] | None:
+    def leads_after(self) -> Leads | None:
         """The leads to persist (tokens only): every owner's next tag, in the frame of the last
         pick's round (its integer part subtracted), when ahead of that pick; owners not seen
         this cycle keep theirs, moved into the new frame."""
         if self.costs is None or self.last is None:
             return None
-        rounds, last, scale = self.last // self.scale, self.last, self.scale
-        base = rounds * scale
+        last, per_lead = self.last, self.per_lead
+        base = last // self.scale * self.scale
         leads = {
-            o: lead if rounds == 0 else lead - rounds
-            for o, lead in self.leads.items()
-            if o not in self.tags and _scaled(lead, scale) > last
+            o: at - base
+            for o, lead in self.leads.ticks.items()
+            if o not in self.tags and (at := lead * per_lead) > last
         }
-        leads.update((o, Fraction(tag - base, scale)) for o, tag in self.tags.items() if tag > last)
-        return leads
+        leads.update((o, tag - base) for o, tag in self.tags.items() if tag > last)
+        return Leads(self.scale, leads)
 
 
 def _scaled(value: Fraction, scale: int) -> int:
@@ -253,7 +254,7 @@ class _TierRound:
     def group_positions(self) -> dict[str, Position]:
         return {g: r.position for g, r in self.group_rounds.items() if r.position is not None}
 
-    def leads(self) -> dict[str, dict[int, Fraction]]:
+    def leads(self) -> dict[str, Leads]:
         """Leads to persist per round ("" the tier's own, else a group's); tokens only."""
         rounds = {"": self.clock, **{g: r.clock for g, r in self.group_rounds.items()}}
         return {g: leads for g, clock in rounds.items() if (leads := clock.leads_after()) is not None}

@@ -184,7 +184,7 @@ def test_a_costly_pick_the_bucket_refuses_keeps_its_turn(
     with django_capture_on_commit_callbacks(execute=False):
         assert dispatch_cycle(budget=budget).generation == []
     # then nobody was charged a turn, and once the bucket refilled the costly job goes first
-    assert Cursor.from_json(redis_client.get(CURSOR_KEY)).leads == ()
+    assert Cursor.from_json(redis_client.get(CURSOR_KEY)).leads == {}
     clock.now += 60_000
     with django_capture_on_commit_callbacks(execute=False):
         assert dispatch_cycle(budget=budget).generation[0] == first.pk

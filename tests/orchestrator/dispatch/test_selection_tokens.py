@@ -19,6 +19,7 @@ from orchestrator.dispatch.selection import (
     Candidate,
     Candidates,
     Cursor,
+    Leads,
     Position,
     StarvationGuard,
     rows_to_load,
@@ -215,14 +216,42 @@ def test_leads_round_trip_through_json_and_reject_garbage() -> None:
     cursor = Cursor(
         positions=((REPLY, Position(owner_id=2, phase=Fraction(1, 3))),),
         groups=((REPLY, "org:1", Position(owner_id=5)),),
-        leads=((REPLY, "", 2, Fraction(7, 3)), (REPLY, "org:1", 5, Fraction(1, 2))),
+        leads={(REPLY, ""): Leads.of({2: Fraction(7, 3)}), (REPLY, "org:1"): Leads.of({5: Fraction(1, 2)})},
     )
     assert Cursor.from_json(cursor.to_json()) == cursor
-    assert cursor.keeping_groups([]).leads == ((REPLY, "", 2, Fraction(7, 3)),)
+    assert cursor.keeping_groups([]).leads == {(REPLY, ""): Leads(3, {2: 7})}
     with pytest.raises(ValueError, match="positive lead"):
-        Cursor(positions=cursor.positions, leads=((REPLY, "", 2, Fraction(0)),))
-    with pytest.raises(ValueError, match="invalid literal"):
-        Cursor.from_json('{"reply": {"owner_id": 2, "phase": "0", "leads": {"": {"x": "1"}}}}')
+        Cursor(positions=cursor.positions, leads={(REPLY, ""): Leads(1, {2: 0})})
+    with pytest.raises(ValueError, match="only in tiers it has served"):
+        Cursor(positions=cursor.positions, leads={(Tier.INTRO, ""): Leads(1, {2: 1})})
+    for garbage in (
+        '{"x": 1}',
+        "[1]",
+        '{"": {"scale": 0, "owners": []}}',
+        '{"": {"scale": 1, "owners": [2]}}',
+    ):
+        with pytest.raises(ValueError, match=r"not a selection cursor|positive scale"):
+            Cursor.from_json(f'{{"reply": {{"owner_id": 2, "phase": "0", "leads": {garbage}}}}}')
+    with pytest.raises(ValueError, match="one lead per"):
+        Cursor.from_json(
+            '{"reply": {"owner_id": 2, "phase": "0", "leads": {"": {"scale": 2, "owners": [2, 1, 2, 3]}}}}'
+        )
+
+
+def test_leads_are_kept_in_lowest_terms_so_equal_leads_compare_equal() -> None:
+    # given the same leads over two scales (two clocks whose owners' weights differ)
+    assert Leads(6_000, {1: 3_000, 2: 9_000}) == Leads(2, {1: 1, 2: 3})
+    assert Leads.of({1: Fraction(1, 2), 2: Fraction(3, 2)}).fractions() == {
+        1: Fraction(1, 2),
+        2: Fraction(3, 2),
+    }
+
+
+def test_a_cursor_written_before_leads_were_ints_is_read() -> None:
+    # given the text a dispatcher wrote until 2026-12-05: each lead "n/d" under its owner's id
+    text = '{"reply": {"owner_id": 2, "phase": "1/3", "leads": {"": {"2": "7/3", "9": "1/2"}}}}'
+    # then the same leads are read, over their least common denominator
+    assert Cursor.from_json(text).leads_of(REPLY) == Leads(6, {2: 14, 9: 3})
 
 
 def test_costs_must_cover_every_owner_with_rows() -> None:

@@ -20,6 +20,7 @@ from orchestrator.dispatch.selection import (
     Candidate,
     Candidates,
     Cursor,
+    Leads,
     Position,
     Selection,
     StarvationGuard,
@@ -57,10 +58,13 @@ def cursors_with_leads(draw: st.DrawFn) -> Cursor:
             max_size=8,
         )
     )
+    by_round: dict[tuple[Tier, str], dict[int, Fraction]] = {}
+    for (round_, owner), lead in leads.items():
+        by_round.setdefault(round_, {})[owner] = lead
     return Cursor(
         positions=cursor.positions,
         groups=cursor.groups,
-        leads=tuple((tier, group, owner, lead) for ((tier, group), owner), lead in leads.items()),
+        leads={round_: Leads.of(by_owner) for round_, by_owner in by_round.items()},
     )
 
 
