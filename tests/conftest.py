@@ -28,6 +28,15 @@ hypothesis.settings.load_profile("outreach")
 WEBHOOK_SECRET = "test-webhook-secret"
 
 
+@pytest.fixture(autouse=True)
+def dispatcher_starts_afresh() -> None:
+    """Each test's dispatcher is a new process's: nothing learned from another test's cycles
+    (cycle.window's last cycle sizes and orders the next window)."""
+    from orchestrator.dispatch.cycle import window
+
+    window._last = window._LastCycle()
+
+
 @pytest.fixture
 def redis_client() -> Iterator[redis.Redis]:
     """The test Redis database (REDIS_URL, db 15 by default), emptied before and after."""

@@ -19,7 +19,7 @@ from orchestrator.dispatch.cycle.admission import job_pricing, owners_admit
 from orchestrator.dispatch.cycle.generation import Generation, cursor_load, generation_dispatch
 from orchestrator.dispatch.cycle.notes import deferrals_note
 from orchestrator.dispatch.cycle.sends import approved_dispatch
-from orchestrator.dispatch.cycle.window import WIDEN, ReadyWork, owners_window, window_size
+from orchestrator.dispatch.cycle.window import WIDEN, ReadyWork, owners_window, window_learn, window_size
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.owner_tokens import job_costs_load
 from orchestrator.dispatch.selection import Pick
@@ -184,6 +184,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         if generation.exact:
             break
         size *= WIDEN
+    window_learn(window, generation.picks)  # the next cycle's first window (cycle.window)
     report.slots, report.picks, report.generation = generation.slots, generation.picks, generation.claimed
     report.phases_ms["claim"] = round(generation.claim_ms, 1)
     return report

@@ -13,18 +13,23 @@ and the cycle selects again, so the window changes what a cycle costs, never wha
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.dispatch import reads
-from orchestrator.dispatch.selection import Cursor, RoundOrder, Window, round_order
+from orchestrator.dispatch.selection import Cursor, Pick, RoundOrder, Window, round_order
 from outreach.tiers import Tier
 
-# The window holds this many times the cycle's slot bound in owners per round (at least
-# WINDOW_MIN): an owner refused by admission, or whose room or rows run out, leaves the round,
-# and the rest of the window fills its slots. Each widening multiplies it by WIDEN.
+# The window holds at most this many times the cycle's slot bound in owners per round (at
+# least WINDOW_MIN): an owner refused by admission, or whose room or rows run out, leaves the
+# round, and the rest of the window fills its slots. Each widening multiplies it by WIDEN.
 WINDOW_SLOTS, WINDOW_MIN, WIDEN = 2, 64, 4
+# Once a cycle has picked, the next holds WINDOW_MARGIN times the owners per slot its picks
+# reached into their rounds (`window_learn`), up to WINDOW_SLOTS: where every owner the rounds
+# meet is admitted with work, about 1.25 owners a slot instead of 2.
+WINDOW_MARGIN = 1.25
 # A tier with more owners with ready work than a window takes is asked about the first
 # PROBE_OWNERS x `size` owners of each of its rounds: at least half of them with ready work
 # fill the window; fewer, and the window may widen.
@@ -70,12 +75,19 @@ class ReadyWork:
 
 @dataclass(slots=True)
 class _LastCycle:
-    """The tiers the last cycle read whole (few owners with ready work). This cycle asks them
-    first, as far as its window needs, and orders their rounds over the owners found, not over
-    every active owner (a round order over 10,000 owners per tier and round). Only an ordering:
-    the ask itself says whether the tier is still whole; one that grew costs a second ask."""
+    """What the last cycle's window found, for the next one's to start from.
+
+    `whole`: the tiers it read whole (few owners with ready work). This cycle asks them first,
+    as far as its window needs, and orders their rounds over the owners found, not over every
+    active owner (a round order over 10,000 owners per tier and round). Only an ordering: the
+    ask itself says whether the tier is still whole; one that grew costs a second ask.
+
+    `reach`: how many of its rounds' first owners with ready work its picks went through, per
+    pick (`window_learn`): what sizes the next first window (`window_size`). Only a size: a
+    window too small for the next cycle's picks says so (`Selection.exact`) and widens."""
 
     whole: frozenset[Tier] = frozenset()
+    reach: float = WINDOW_SLOTS
 
 
 _last = _LastCycle()
@@ -88,6 +100,8 @@ class OwnersWindow:
     loaded: frozenset[int]
     window: Window
     complete: bool  # nobody with ready work was left out
+    # per round, (tier, "") or (tier, group), the owners it loaded in the order the round meets them
+    firsts: Mapping[tuple[Tier, str], Sequence[int]] = field(default_factory=dict)
 
 
 def owners_window(
@@ -133,9 +147,11 @@ def owners_window(
                     tokens=tokens,
                 )
         orders |= {(tier, group): order for group, order in of_tier.items()}
-    loaded = set(extra)
-    for (tier, _), order in orders.items():
-        loaded.update(order.first(size, ready=ready.owners[tier], asked=ready.asked[tier]))
+    firsts = {
+        (tier, group): order.first(size, ready=ready.owners[tier], asked=ready.asked[tier])
+        for (tier, group), order in orders.items()
+    }
+    loaded = set(extra).union(*firsts.values())
     _last.whole = frozenset(tier for tier in Tier if ready.whole(tier))
     left_out = {
         name: first
@@ -143,7 +159,27 @@ def owners_window(
         if (first := order.left_out(loaded, ready=ready.owners[name[0]], asked=ready.asked[name[0]]))
         is not None
     }
-    return OwnersWindow(loaded=frozenset(loaded), window=Window(left_out=left_out), complete=not left_out)
+    return OwnersWindow(
+        loaded=frozenset(loaded), window=Window(left_out=left_out), complete=not left_out, firsts=firsts
+    )
+
+
+def window_learn(window: OwnersWindow, picks: Collection[Pick]) -> None:
+    """Remember how far into its rounds' first owners this window's picks went, per pick: for
+    each round, the place of the furthest owner it picked from (the owners before it were
+    passed over or served), summed over the rounds, over their picks. Nothing when it picked
+    nothing (no slots, or no work: it says nothing of the owners)."""
+    tiers: dict[Tier, list[int]] = {}
+    for pick in picks:
+        tiers.setdefault(pick.tier, []).append(pick.owner_id)
+    reached = served = 0
+    for (tier, _), firsts in window.firsts.items():
+        place = {owner: n for n, owner in enumerate(firsts, start=1)}
+        picked = [place[o] for o in tiers.get(tier, ()) if o in place]
+        if picked:
+            reached, served = reached + max(picked), served + len(picked)
+    if served:
+        _last.reach = reached / served
 
 
 def _orders(
@@ -169,5 +205,8 @@ def _orders(
 
 
 def window_size(*, slot_bound: int) -> int:
-    """The first window's owners per round for a cycle of at most `slot_bound` slots."""
-    return max(WINDOW_MIN, WINDOW_SLOTS * slot_bound)
+    """The first window's owners per round for a cycle of at most `slot_bound` slots: as many
+    per slot as the last cycle's picks reached (`window_learn`) with WINDOW_MARGIN to spare,
+    WINDOW_SLOTS at most (and before any cycle picked)."""
+    per_slot = min(WINDOW_SLOTS, _last.reach * WINDOW_MARGIN)
+    return max(WINDOW_MIN, math.ceil(per_slot * slot_bound))

@@ -567,6 +567,40 @@ def test_a_window_stops_at_the_first_owner_nobody_asked_about_and_picks_what_jud
     assert len({pick.owner_id for pick in windowed.picks}) == 12
 
 
+@pytest.mark.parametrize("refused_every", [0, 2])
+def test_the_next_window_holds_as_many_owners_a_slot_as_the_last_cycles_picks_went_through(
+    refused_every: int,
+    budget: Budget,
+    redis_client: redis.Redis,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 400 owners with two intros each and cycles of 100 slots, counted by picks (each
+    # cycle's round goes on from the owner after the last one served); in the second case
+    # every second owner on leave (admission refuses it)
+    settings.DISPATCH_MAX_IN_FLIGHT = 100
+    settings.DISPATCH_FAIRNESS = "count"
+    org = make_org()
+    owners = make_owners(400, organization=org, daily_limit=100)
+    for i, owner in enumerate(owners):
+        for _ in range(2):
+            make_outreach(lead=make_lead(owner=owner))
+        if refused_every and i % refused_every:
+            Pause.objects.create(owner=owner, reason="on leave")
+    # when a dispatcher runs its first cycle, and then its second (each also judging every
+    # owner from the same cursor: _windowed_and_full)
+    first, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    second, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    # then the first judged 2 owners a slot, knowing nothing yet; the second as many a slot as
+    # the first's picks went through, and a quarter more: 1 where every owner is admitted,
+    # 2 where every second owner is refused; each picked what judging every owner picks
+    assert first.judged == 200
+    assert second.judged == (125 if not refused_every else 200)
+    assert (first.windows, second.windows) == (1, 1)
+    assert len(first.picks) == len(second.picks) == 100
+
+
 def _windowed_and_full(
     budget: Budget, redis_client: redis.Redis, captured: Any, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Any, Any]:
