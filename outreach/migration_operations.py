@@ -58,3 +58,50 @@ class DropFieldIndexConcurrentlyOnPostgres(migrations.AlterField):
                 column=schema_editor.quote_name(field.column),
             )
         )
+
+
+class DropLikeIndexConcurrentlyOnPostgres(migrations.operations.base.Operation):
+    """Drop the `varchar_pattern_ops` index PostgreSQL's Django adds beside a unique CharField's
+    own (for LIKE 'prefix%' lookups), CONCURRENTLY (the migration must be `atomic = False`); the
+    model keeps `unique=True`, whose unique index stays. Nothing on SQLite, which has no such
+    index. Backwards, it is built again the same way. Django drops it with IF EXISTS when it
+    alters the field, so its absence never fails a later migration."""
+
+    reduces_to_sql = False
+    reversible = True
+
+    def __init__(self, model_name: str, name: str) -> None:
+        self.model_name, self.name = model_name, name
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass  # the model state has no record of the index
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._index_sql(schema_editor, from_state, app_label, "DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._index_sql(
+            schema_editor,
+            to_state,
+            app_label,
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} ({column} varchar_pattern_ops)",
+        )
+
+    def describe(self) -> str:
+        return f"Drop the LIKE index of {self.model_name}.{self.name} concurrently"
+
+    def _index_sql(self, schema_editor: Any, state: Any, app_label: str, template: str) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        model = state.apps.get_model(app_label, self.model_name)
+        column = model._meta.get_field(self.name).column
+        table = model._meta.db_table
+        # The name Django's PostgreSQL schema editor gave it (schema.py, `_create_like_index_sql`).
+        name = schema_editor._create_index_name(table, [column], suffix="_like")
+        schema_editor.execute(
+            template.format(
+                name=schema_editor.quote_name(name),
+                table=schema_editor.quote_name(table),
+                column=schema_editor.quote_name(column),
+            )
+        )

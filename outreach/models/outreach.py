@@ -91,7 +91,12 @@ class Outreach(models.Model):
     # event also says "rejected: <reason>").
     rejected_reason = models.CharField(max_length=200, blank=True)
     approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,  # outreach_approved_by_set: only the rows someone approved
     )
     approved_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
@@ -111,7 +116,12 @@ class Outreach(models.Model):
     esp_message_id = models.CharField(max_length=255, blank=True, default="", db_default="")
     # The mailbox it left from (set at the send claim); NULL: the organization's sender address.
     mailbox = models.ForeignKey(
-        Mailbox, null=True, blank=True, on_delete=models.SET_NULL, related_name="outreach"
+        Mailbox,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="outreach",
+        db_index=False,  # outreach_mailbox_set: only the rows that left from a mailbox
     )
     # A reply's triage (nurture.intake.triage): its class, why, and who decided it (rules, the
     # model, or a person reclassifying it: that choice is also in the history). Empty: not a
@@ -217,6 +227,16 @@ class Outreach(models.Model):
             models.Index(
                 fields=["owner", "generated_at"], condition=Q(llm_cost__gt=0), name="outreach_spend_by_owner"
             ),
+            # The two nullable foreign keys set late in a row's life (its approval, its send
+            # claim): their lookups (SET NULL when a user or mailbox goes; a mailbox's delivery
+            # attempts, orchestrator.controls.deliverability) name a value, so a partial index
+            # serves them, and a row gets an entry only once it has one, not on every state move.
+            models.Index(
+                fields=["approved_by"],
+                condition=Q(approved_by__isnull=False),
+                name="outreach_approved_by_set",
+            ),
+            models.Index(fields=["mailbox"], condition=Q(mailbox__isnull=False), name="outreach_mailbox_set"),
         ]
         constraints = [
             # nurture.intake.belief: an inbound email's reply address finds its conversation by
