@@ -77,12 +77,13 @@ class ActiveOwners:
         return {owner_id: scopes[row[7]] for owner_id, row in self.rows.items() if row[7] in scopes}
 
     def of(self, owner_ids: Iterable[int]) -> list[ActiveOwner]:
-        """These owners (those active among them), for admission: in the read's order."""
-        wanted = set(owner_ids)
+        """These owners (those active among them), for admission: in id order (a window's,
+        not all the active owners' rows gone through)."""
+        rows = self.rows
         return [
             ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], self.domains[row[7]], row[8], row[9])
-            for owner_id, row in self.rows.items()
-            if owner_id in wanted
+            for owner_id in sorted(set(owner_ids))
+            if (row := rows.get(owner_id)) is not None
         ]
 
 

@@ -64,9 +64,8 @@ class _Clock:
             keyed = [(self._first_counted(o), o) for o in owners]
         else:
             phase, per_lead, leads = self.phase, self.per_lead, self.leads.ticks
-            keyed = [
-                (phase if (lead := leads.get(o)) is None else max(phase, lead * per_lead), o) for o in owners
-            ]
+            # an owner without a lead starts at the phase (leads are positive)
+            keyed = [((at if (at := leads.get(o, 0) * per_lead) > phase else phase), o) for o in owners]
         self.tags.update((o, tag) for tag, o in keyed)
         return keyed
 
