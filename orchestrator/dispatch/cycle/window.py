@@ -82,11 +82,18 @@ class _LastCycle:
     active owner (a round order over 10,000 owners per tier and round). Only an ordering: the
     ask itself says whether the tier is still whole; one that grew costs a second ask.
 
+    `big`: the tiers in which it found more owners with ready work than its window took. This
+    cycle asks them only about the owners its window reaches, without first scanning for up to
+    a window's worth of owners with work (it would stop short again). A tier that shrank is
+    then judged as a big one once (a window that finds too little widens); the next cycle,
+    having found few, scans it again.
+
     `reach`: how many of its rounds' first owners with ready work its picks went through, per
     pick (`window_learn`): what sizes the next first window (`window_size`). Only a size: a
     window too small for the next cycle's picks says so (`Selection.exact`) and widens."""
 
     whole: frozenset[Tier] = frozenset()
+    big: frozenset[Tier] = frozenset()
     reach: float = WINDOW_SLOTS
 
 
@@ -136,7 +143,7 @@ def owners_window(
         )
         if not whole:
             heads = {o for order in of_tier.values() for _, o in order.keyed[: PROBE_OWNERS * size]}
-            ready.ask(tier, limit=size, owners=heads | extra)
+            ready.ask(tier, limit=0 if tier in _last.big else size, owners=heads | extra)
             if ready.whole(tier):  # few with ready work: their rounds alone
                 of_tier = _orders(
                     tier=tier,
@@ -153,6 +160,7 @@ def owners_window(
     }
     loaded = set(extra).union(*firsts.values())
     _last.whole = frozenset(tier for tier in Tier if ready.whole(tier))
+    _last.big = frozenset(tier for tier in Tier if not ready.whole(tier) and len(ready.owners[tier]) > size)
     left_out = {
         name: first
         for name, order in orders.items()

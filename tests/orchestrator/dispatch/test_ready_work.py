@@ -126,3 +126,36 @@ def test_a_tier_read_whole_last_cycle_is_asked_first_and_a_tier_that_grew_is_sti
     assert len(loaded) == 4
     assert asks == 4
     assert _window(owners, size=4)[1] == 3
+
+
+def test_a_tier_found_bigger_than_the_window_is_asked_without_a_scan_until_it_shrinks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 40 owners with ready intros and a window of 4 owners a round, the intro tier's
+    # asks recorded (the limit up to which its loose scan looks for owners with ready work)
+    from orchestrator.dispatch import reads
+
+    owners = _owners_with_intros(40)
+    limits: list[int] = []
+    real_ready_owners = reads.ready_owners
+
+    def ready_owners(**kwargs: object) -> reads.ReadyOwners:
+        if kwargs["tier"] == Tier.INTRO:
+            limits.append(kwargs["limit"])  # type: ignore[arg-type]
+        return real_ready_owners(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reads, "ready_owners", ready_owners)
+    # when a dispatcher judges its first window, and its second
+    first, _ = _window(owners, size=4)
+    second, _ = _window(owners, size=4)
+    # then the first scanned for up to 4 owners with ready intros and found more; the second
+    # asked only about the owners its window reaches, and loaded the same owners
+    assert limits == [4, 0]
+    assert second == first
+    # when all but two owners' intros are cancelled: the next window still asks as of a big
+    # tier (and finds the two), the one after it scans again and reads the tier whole
+    Outreach.objects.exclude(owner__in=owners[:2]).update(state=State.CANCELLED)
+    third, _ = _window(owners, size=4)
+    fourth, _ = _window(owners, size=4)
+    assert limits == [4, 0, 0, 4]
+    assert third == fourth == {owners[0].pk, owners[1].pk}
