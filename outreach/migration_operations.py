@@ -33,31 +33,39 @@ class DropFieldIndexConcurrentlyOnPostgres(migrations.AlterField):
     demo's SQLite. Backwards, it is built again the same way."""
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
-        self._index_sql(schema_editor, from_state, app_label, "DROP INDEX {concurrently} IF EXISTS {name}")
+        _field_index_sql(
+            schema_editor,
+            from_state.apps.get_model(app_label, self.model_name),
+            self.name,
+            "DROP INDEX {concurrently} IF EXISTS {name}",
+        )
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
-        self._index_sql(
+        _field_index_sql(
             schema_editor,
-            to_state,
-            app_label,
+            to_state.apps.get_model(app_label, self.model_name),
+            self.name,
             "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} ({column})",
         )
 
-    def _index_sql(self, schema_editor: Any, state: Any, app_label: str, template: str) -> None:
-        model = state.apps.get_model(app_label, self.model_name)
-        field = model._meta.get_field(self.name)
-        table = model._meta.db_table
-        # The name Django gave the field's index when it made it (the same on every backend).
-        name = schema_editor._create_index_name(table, [field.column], suffix="")
-        concurrently = "CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
-        schema_editor.execute(
-            template.format(
-                concurrently=concurrently,
-                name=schema_editor.quote_name(name),
-                table=schema_editor.quote_name(table),
-                column=schema_editor.quote_name(field.column),
-            )
+
+def _field_index_sql(
+    schema_editor: Any, model: Any, field_name: str, template: str, *, suffix: str = ""
+) -> None:
+    """Run `template` for the index Django gave `field_name` when it made it (the same name on
+    every backend; `suffix` "_like": PostgreSQL's pattern-ops index beside a CharField's),
+    CONCURRENTLY on PostgreSQL."""
+    column = model._meta.get_field(field_name).column
+    table = model._meta.db_table
+    name = schema_editor._create_index_name(table, [column], suffix=suffix)
+    schema_editor.execute(
+        template.format(
+            concurrently="CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else "",
+            name=schema_editor.quote_name(name),
+            table=schema_editor.quote_name(table),
+            column=schema_editor.quote_name(column),
         )
+    )
 
 
 class DropLikeIndexConcurrentlyOnPostgres(migrations.operations.base.Operation):
@@ -77,31 +85,24 @@ class DropLikeIndexConcurrentlyOnPostgres(migrations.operations.base.Operation):
         pass  # the model state has no record of the index
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
-        self._index_sql(schema_editor, from_state, app_label, "DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        if schema_editor.connection.vendor == "postgresql":
+            _field_index_sql(
+                schema_editor,
+                from_state.apps.get_model(app_label, self.model_name),
+                self.name,
+                "DROP INDEX {concurrently} IF EXISTS {name}",
+                suffix="_like",
+            )
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
-        self._index_sql(
-            schema_editor,
-            to_state,
-            app_label,
-            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} ({column} varchar_pattern_ops)",
-        )
+        if schema_editor.connection.vendor == "postgresql":
+            _field_index_sql(
+                schema_editor,
+                to_state.apps.get_model(app_label, self.model_name),
+                self.name,
+                "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} ({column} varchar_pattern_ops)",
+                suffix="_like",
+            )
 
     def describe(self) -> str:
         return f"Drop the LIKE index of {self.model_name}.{self.name} concurrently"
-
-    def _index_sql(self, schema_editor: Any, state: Any, app_label: str, template: str) -> None:
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        model = state.apps.get_model(app_label, self.model_name)
-        column = model._meta.get_field(self.name).column
-        table = model._meta.db_table
-        # The name Django's PostgreSQL schema editor gave it (schema.py, `_create_like_index_sql`).
-        name = schema_editor._create_index_name(table, [column], suffix="_like")
-        schema_editor.execute(
-            template.format(
-                name=schema_editor.quote_name(name),
-                table=schema_editor.quote_name(table),
-                column=schema_editor.quote_name(column),
-            )
-        )

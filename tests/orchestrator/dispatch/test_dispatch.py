@@ -553,9 +553,7 @@ def test_a_window_stops_at_the_first_owner_nobody_asked_about_and_picks_what_jud
     owners = make_owners(
         1000, organization=org, daily_limit=100, each=lambda i: {"weight": 3 if i > 850 else 1}
     )
-    for owner in owners[::12]:
-        for _ in range(2):
-            make_outreach(lead=make_lead(owner=owner))
+    _two_intros_each(owners[::12])
     cursor = Cursor(positions=((Tier.INTRO, Position(owner_id=owners[850].pk)),))
     redis_client.set(CURSOR_KEY, cursor.to_json())
     # when a cycle runs over its window, and again from the same cursor judging every owner
@@ -583,11 +581,9 @@ def test_the_next_window_holds_as_many_owners_a_slot_as_the_last_cycles_picks_we
     settings.DISPATCH_FAIRNESS = "count"
     org = make_org()
     owners = make_owners(400, organization=org, daily_limit=100)
-    for i, owner in enumerate(owners):
-        for _ in range(2):
-            make_outreach(lead=make_lead(owner=owner))
-        if refused_every and i % refused_every:
-            Pause.objects.create(owner=owner, reason="on leave")
+    _two_intros_each(owners)
+    for owner in owners[1::refused_every] if refused_every else ():
+        Pause.objects.create(owner=owner, reason="on leave")
     # when a dispatcher runs its first cycle, and then its second (each also judging every
     # owner from the same cursor: _windowed_and_full)
     first, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
@@ -599,6 +595,12 @@ def test_the_next_window_holds_as_many_owners_a_slot_as_the_last_cycles_picks_we
     assert second.judged == (125 if not refused_every else 200)
     assert (first.windows, second.windows) == (1, 1)
     assert len(first.picks) == len(second.picks) == 100
+
+
+def _two_intros_each(owners: list[Owner]) -> None:
+    for owner in owners:
+        for _ in range(2):
+            make_outreach(lead=make_lead(owner=owner))
 
 
 def _windowed_and_full(
