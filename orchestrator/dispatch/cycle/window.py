@@ -22,13 +22,14 @@ from orchestrator.dispatch import reads
 from orchestrator.dispatch.selection import Cursor, Pick, RoundOrder, Window, round_order
 from outreach.tiers import Tier
 
-# The window holds at most this many times the cycle's slot bound in owners per round (at
-# least WINDOW_MIN): an owner refused by admission, or whose room or rows run out, leaves the
-# round, and the rest of the window fills its slots. Each widening multiplies it by WIDEN.
+# A dispatcher's first window holds this many times the cycle's slot bound in owners per round
+# (at least WINDOW_MIN): an owner refused by admission, or whose room or rows run out, leaves
+# the round, and the rest of the window fills its slots. Each widening multiplies it by WIDEN.
 WINDOW_SLOTS, WINDOW_MIN, WIDEN = 2, 64, 4
 # Once a cycle has picked, the next holds WINDOW_MARGIN times the owners per slot its picks
-# reached into their rounds (`window_learn`), up to WINDOW_SLOTS: where every owner the rounds
-# meet is admitted with work, about 1.25 owners a slot instead of 2.
+# reached into their rounds (`window_learn`): about 1.25 owners a slot where every owner the
+# rounds meet is admitted with work; where most are refused (outside their hours, paused),
+# as many as the picks had to pass, in one window instead of a window widened every cycle.
 WINDOW_MARGIN = 1.25
 # A tier with more owners with ready work than a window takes is asked about the first
 # PROBE_OWNERS x `size` owners of each of its rounds: at least half of them with ready work
@@ -94,7 +95,7 @@ class _LastCycle:
 
     whole: frozenset[Tier] = frozenset()
     big: frozenset[Tier] = frozenset()
-    reach: float = WINDOW_SLOTS
+    reach: float | None = None  # None: no cycle has picked yet
 
 
 _last = _LastCycle()
@@ -214,7 +215,7 @@ def _orders(
 
 def window_size(*, slot_bound: int) -> int:
     """The first window's owners per round for a cycle of at most `slot_bound` slots: as many
-    per slot as the last cycle's picks reached (`window_learn`) with WINDOW_MARGIN to spare,
-    WINDOW_SLOTS at most (and before any cycle picked)."""
-    per_slot = min(WINDOW_SLOTS, _last.reach * WINDOW_MARGIN)
+    per slot as the last cycle's picks reached (`window_learn`) with WINDOW_MARGIN to spare;
+    WINDOW_SLOTS before any cycle picked."""
+    per_slot = WINDOW_SLOTS if _last.reach is None else _last.reach * WINDOW_MARGIN
     return max(WINDOW_MIN, math.ceil(per_slot * slot_bound))

@@ -516,7 +516,7 @@ def test_a_cycle_judges_a_window_of_owners_and_picks_what_judging_every_owner_pi
     real_ready_owners = reads.ready_owners
     monkeypatch.setattr(reads, "ready_owners", ready_owners)
     # when each of four cycles runs over the window, and again from the same cursor judging every owner
-    for _ in range(4):
+    for cycle in range(4):
         read_whole.clear()
         windowed, full = _windowed_and_full(
             budget, redis_client, django_capture_on_commit_callbacks, monkeypatch
@@ -526,9 +526,12 @@ def test_a_cycle_judges_a_window_of_owners_and_picks_what_judging_every_owner_pi
         # then the picks and the cursor are the full cycle's (_windowed_and_full), 12 picks
         assert len(windowed.picks) == 12
         assert (full.judged, windowed.active) == (150, 200)  # every owner with work; all active
-        if first_refused:
+        if first_refused and cycle == 0:
             # and a window of refused owners could not fill the slots: the cycle widened it
             assert windowed.windows > 1
+        elif first_refused:
+            # and the next cycles' first windows were as wide as the picks had to go: one sufficed
+            assert windowed.windows == 1
         else:
             # and one window of fewer owners sufficed
             assert (windowed.windows, full.windows) == (1, 1)
@@ -589,11 +592,38 @@ def test_the_next_window_holds_as_many_owners_a_slot_as_the_last_cycles_picks_we
     first, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
     second, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
     # then the first judged 2 owners a slot, knowing nothing yet; the second as many a slot as
-    # the first's picks went through, and a quarter more: 1 where every owner is admitted,
-    # 2 where every second owner is refused; each picked what judging every owner picks
+    # the first's picks went through, and a quarter more: 1.25 where every owner is admitted,
+    # 2.49 where every second owner is refused (the first's last pick was its 199th owner);
+    # each picked what judging every owner picks
     assert first.judged == 200
-    assert second.judged == (125 if not refused_every else 200)
+    assert second.judged == (125 if not refused_every else 249)
     assert (first.windows, second.windows) == (1, 1)
+    assert len(first.picks) == len(second.picks) == 100
+
+
+def test_a_window_that_had_to_widen_is_as_wide_as_the_picks_needed_the_next_cycle(
+    budget: Budget,
+    redis_client: redis.Redis,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 400 owners with two intros each, cycles of 100 slots, fairness in tokens (owners
+    # never served sit at the front of the round, cycle after cycle), and three of every four
+    # owners on leave: the picks must pass 3 refused owners for each one admitted
+    settings.DISPATCH_MAX_IN_FLIGHT = 100
+    owners = make_owners(400, organization=make_org(), daily_limit=100)
+    _two_intros_each(owners)
+    for i, owner in enumerate(owners):
+        if i % 4:
+            Pause.objects.create(owner=owner, reason="on leave")
+    # when a dispatcher runs its first two cycles (each also judging every owner: _windowed_and_full)
+    first, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    second, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    # then the first window of 200 owners held 50 it could pick from, so it widened; the next
+    # cycle's first window was as wide as the picks went, a quarter more, and sufficed
+    assert first.windows == 2
+    assert second.windows == 1
     assert len(first.picks) == len(second.picks) == 100
 
 
