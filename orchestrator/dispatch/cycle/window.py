@@ -26,10 +26,11 @@ from outreach.tiers import Tier
 # (at least WINDOW_MIN): an owner refused by admission, or whose room or rows run out, leaves
 # the round, and the rest of the window fills its slots. Each widening multiplies it by WIDEN.
 WINDOW_SLOTS, WINDOW_MIN, WIDEN = 2, 64, 4
-# Once a cycle has picked, the next holds WINDOW_MARGIN times the owners per slot its picks
-# reached into their rounds (`window_learn`): about 1.25 owners a slot where every owner the
-# rounds meet is admitted with work; where most are refused (outside their hours, paused),
-# as many as the picks had to pass, in one window instead of a window widened every cycle.
+# Once a cycle has picked, the next holds WINDOW_MARGIN times as many owners as its picks went
+# through in their rounds, scaled to its slots (`window_learn`, `window_size`): about 1.25 a
+# slot where every owner the rounds meet is admitted with work; where most are refused
+# (outside their hours, on leave), as many as the picks pass, in one window instead of a
+# window widened every cycle.
 WINDOW_MARGIN = 1.25
 # A tier with more owners with ready work than a window takes is asked about the first
 # PROBE_OWNERS x `size` owners of each of its rounds: at least half of them with ready work
@@ -89,13 +90,15 @@ class _LastCycle:
     then judged as a big one once (a window that finds too little widens); the next cycle,
     having found few, scans it again.
 
-    `reach`: how many of its rounds' first owners with ready work its picks went through, per
-    pick (`window_learn`): what sizes the next first window (`window_size`). Only a size: a
-    window too small for the next cycle's picks says so (`Selection.exact`) and widens."""
+    `reached`, `served`: how many of its rounds' first owners with ready work its picks went
+    through, and how many picks that was (`window_learn`): what sizes the next first window
+    (`window_size`). Only a size: a window too small for the next cycle's picks says so
+    (`Selection.exact`) and widens."""
 
     whole: frozenset[Tier] = frozenset()
     big: frozenset[Tier] = frozenset()
-    reach: float | None = None  # None: no cycle has picked yet
+    reached: int = 0
+    served: int = 0  # 0: no cycle has picked yet
 
 
 _last = _LastCycle()
@@ -188,7 +191,7 @@ def window_learn(window: OwnersWindow, picks: Collection[Pick]) -> None:
         if picked:
             reached, served = reached + max(picked), served + len(picked)
     if served:
-        _last.reach = reached / served
+        _last.reached, _last.served = reached, served
 
 
 def _orders(
@@ -214,8 +217,21 @@ def _orders(
 
 
 def window_size(*, slot_bound: int) -> int:
-    """The first window's owners per round for a cycle of at most `slot_bound` slots: as many
-    per slot as the last cycle's picks reached (`window_learn`) with WINDOW_MARGIN to spare;
-    WINDOW_SLOTS before any cycle picked."""
-    per_slot = WINDOW_SLOTS if _last.reach is None else _last.reach * WINDOW_MARGIN
-    return max(WINDOW_MIN, math.ceil(per_slot * slot_bound))
+    """The first window's owners per round for a cycle of at most `slot_bound` slots: as far as
+    the last cycle's picks went (`window_learn`), scaled to this cycle's slots, WINDOW_MARGIN
+    to spare; WINDOW_SLOTS a slot before any cycle picked.
+
+    Fewer slots than the last picks take proportionally fewer owners. More slots take, beyond
+    the owners the last picks went through, as many a slot as they needed a pick, but at most
+    WINDOW_SLOTS: the owners a round passes over may be a fixed few at its front (refused
+    owners never served stay there) rather than spread through it, and a cycle of a few picks
+    after many such owners must not make the next, of many slots, judge them all many times
+    over. A window that falls short widens, and the cycle after it learns from the wider one."""
+    reached, served = _last.reached, _last.served
+    if not served:
+        return max(WINDOW_MIN, WINDOW_SLOTS * slot_bound)
+    if slot_bound <= served:
+        owners = reached * slot_bound / served
+    else:
+        owners = reached + (slot_bound - served) * min(WINDOW_SLOTS, reached / served)
+    return max(WINDOW_MIN, math.ceil(WINDOW_MARGIN * owners))

@@ -627,6 +627,23 @@ def test_a_window_that_had_to_widen_is_as_wide_as_the_picks_needed_the_next_cycl
     assert len(first.picks) == len(second.picks) == 100
 
 
+def test_a_window_scales_what_the_last_picks_went_through_to_this_cycles_slots() -> None:
+    # given a dispatcher that has not picked yet: 2 owners a slot
+    assert window.window_size(slot_bound=500) == 1_000
+    # given the last cycle's 500 picks went through its rounds' first 500 owners: 1.25 a slot,
+    # and proportionally fewer for fewer slots
+    window._last.reached, window._last.served = 500, 500
+    assert window.window_size(slot_bound=500) == 625
+    assert window.window_size(slot_bound=250) == 313
+    # given its 5 picks went through 405 owners (400 refused ones at the rounds' front): a
+    # cycle of 500 slots takes those 405, and at most 2 a slot beyond them, not 81 a slot
+    window._last.reached, window._last.served = 405, 5
+    assert window.window_size(slot_bound=500) == 1_744
+    # and never fewer than WINDOW_MIN
+    window._last.reached, window._last.served = 500, 500
+    assert window.window_size(slot_bound=4) == window.WINDOW_MIN
+
+
 def _two_intros_each(owners: list[Owner]) -> None:
     for owner in owners:
         for _ in range(2):
