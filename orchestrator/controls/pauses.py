@@ -14,7 +14,7 @@ and complaint rates). `pause` is idempotent: the same scope paused twice is one 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -99,20 +99,31 @@ def active() -> list[Pause]:
     )
 
 
-def blocking(*, owner_ids: Iterable[int], mailbox_owners: Collection[int] = ()) -> Blocking:
-    """What the active pauses stop among these owners. One query, plus one for the owners'
-    organizations when anything is paused: O(pauses + owners). `mailbox_owners` send from
-    mailboxes of their own: a sender-domain pause is judged per mailbox for them
+def blocking(
+    *,
+    owner_ids: Iterable[int],
+    mailbox_owners: Collection[int] = (),
+    organizations: Mapping[int, tuple[int, str]] | None = None,
+) -> Blocking:
+    """What the active pauses stop among these owners. One query, plus two for the owners'
+    organizations and their sender domains when anything is paused and the caller did not
+    pass them (`organizations`: owner id -> its organization's id and sender domain, as the
+    dispatch cycle has them): O(pauses + owners). `mailbox_owners` send from mailboxes of
+    their own: a sender-domain pause is judged per mailbox for them
     (orchestrator.controls.mailboxes), not by their organization's sender domain."""
     pauses = active()
     if not pauses:
         return Blocking()
-    owner_org = dict(Owner.objects.filter(id__any=owner_ids).values_list("id", "organization_id"))
-    # Per organization and per pause once, not per owner (thousands of owners, a few of each).
-    domain_of = {
-        org.pk: org.sender_domain
-        for org in Organization.objects.filter(id__any=set(owner_org.values())).only("id", "sender_email")
-    }
+    if organizations is not None:
+        owner_org = {owner_id: organizations[owner_id][0] for owner_id in owner_ids}
+        domain_of = {organizations[owner_id][0]: organizations[owner_id][1] for owner_id in owner_org}
+    else:
+        owner_org = dict(Owner.objects.filter(id__any=owner_ids).values_list("id", "organization_id"))
+        # Per organization once, not per owner (thousands of owners, a few of each).
+        domain_of = {
+            org.pk: org.sender_domain
+            for org in Organization.objects.filter(id__any=set(owner_org.values())).only("id", "sender_email")
+        }
     reasons = {p.pk: p.blocked_reason() for p in pauses}
     # Each pause under the narrowest part of its scope, so an owner meets only the pauses that
     # may cover it (most owners none), not every pause: thousands of owners x every pause was

@@ -231,19 +231,19 @@ def job_scopes(*, budget: Budget, reservation_id: str) -> tuple[str, ...]:
 
 
 def organization_spend(
-    *, owner_ids: Iterable[int], now: datetime, job_cost: Callable[[int, str | None], Decimal]
+    *, organization_ids: Iterable[int], now: datetime, job_cost: Callable[[int, str | None], Decimal]
 ) -> dict[int, SpendFacts]:
-    """Per organization with a daily spend cap (Organization.daily_spend_cap) among these
-    owners': the cap, what it spent in the UTC day of `now`, and what its LLM jobs in flight
-    (not yet costed) reserve, each at `job_cost(owner id, kind)`. Three queries whatever the
-    number of organizations: the capped ones, their spend today (index outreach_spend_by_owner:
-    their owners' drafts written today) and their jobs in flight per owner and kind (the
-    partial in-flight index); no cap, no second query."""
+    """Per organization with a daily spend cap (Organization.daily_spend_cap) among these: the
+    cap, what it spent in the UTC day of `now`, and what its LLM jobs in flight (not yet
+    costed) reserve, each at `job_cost(owner id, kind)`. Three queries whatever the number of
+    organizations: the capped ones, their spend today (index outreach_spend_by_owner: their
+    owners' drafts written today) and their jobs in flight per owner and kind (the partial
+    in-flight index); no cap, no second query."""
     start, _ = spend_day(now)
     caps: dict[int, Decimal | None] = dict(
-        Organization.objects.filter(owners__id__any=owner_ids, daily_spend_cap__isnull=False)
-        .distinct()
-        .values_list("id", "daily_spend_cap")
+        Organization.objects.filter(id__any=set(organization_ids), daily_spend_cap__isnull=False).values_list(
+            "id", "daily_spend_cap"
+        )
     )
     if not caps:
         return {}

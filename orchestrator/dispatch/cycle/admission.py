@@ -88,7 +88,9 @@ def owners_admit(
     # sender domain does not stop it (a paused domain's mailboxes are left out of its room).
     mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget)
     paused = pauses.blocking(
-        owner_ids=ids, mailbox_owners={o for o, room in mailbox_room.items() if room is not None}
+        owner_ids=ids,
+        mailbox_owners={o for o, room in mailbox_room.items() if room is not None},
+        organizations={o.rules.owner_id: (o.organization_id, o.sender_domain) for o in owners},
     )
     facts = [
         OwnerFacts(
@@ -108,7 +110,9 @@ def owners_admit(
     domains = budget.domain_days(
         domains=sorted({d for f in facts for d in f.sender_domains}), now_ms=int(now.timestamp() * 1000)
     )
-    spend = reads.organization_spend(owner_ids=ids, now=now, job_cost=price)
+    spend = reads.organization_spend(
+        organization_ids={o.organization_id for o in owners}, now=now, job_cost=price
+    )
     capped = {o.rules.owner_id for o in owners if o.organization_id in spend}
     decisions, shared = owner_admission(
         owners=facts,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from nurture.mail.sending import outreach_send
 from nurture.writing.generation import outreach_generate
@@ -201,6 +203,13 @@ def test_the_cycles_view_gives_each_owner_the_oldest_pause_of_every_scope_that_c
         cat.pk: {**everywhere, Tier.NUDGE: nudges.blocked_reason()},
         dan.pk: everywhere,
     }
+    # and given the owners' organizations and sender domains, as the cycle has them, the same
+    # verdicts from the one read of the pauses
+    known = {o.pk: (o.organization_id, o.organization.sender_domain) for o in (ann, bob, cat, dan)}
+    with CaptureQueriesContext(connection) as queries:
+        again = pauses.blocking(owner_ids=[ann.pk, bob.pk, cat.pk, dan.pk], organizations=known)
+    assert (again.owners, again.tiers) == (found.owners, found.tiers)
+    assert len(queries) == 1
 
 
 def test_owners_of_one_organization_share_its_verdict_but_not_one_owners_own_pause() -> None:
