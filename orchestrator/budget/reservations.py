@@ -45,16 +45,11 @@ class Reservations(BudgetCore):
     def reserve_many(
         self, *, count: int, requests_each: int, tokens_each: int, scopes: Sequence[str] = (PROVIDER,)
     ) -> list[Reservation]:
-        """Reserve up to `count` equal reservations in one round trip; returns those granted."""
-        return self.reserve_up_to(
-            count=count, requests_each=requests_each, tokens_each=tokens_each, scopes=scopes
+        """Reserve up to `count` equal reservations in one round trip; returns those granted
+        (`reserve_in_order`'s equal-size case)."""
+        return self.reserve_in_order(
+            requests_each=requests_each, tokens=[tokens_each] * count, scopes=scopes
         )[0]
-
-    def reserve_up_to(
-        self, *, count: int, requests_each: int, tokens_each: int, scopes: Sequence[str] = (PROVIDER,)
-    ) -> tuple[list[Reservation], Denied | None]:
-        """`reserve_many`, also saying what stopped it short (None when all were granted)."""
-        return self._reserve(requests=requests_each, tokens=[tokens_each] * count, scopes=tuple(scopes))
 
     def reserve_in_order(
         self, *, requests_each: int, tokens: Sequence[int], scopes: Sequence[str] = (PROVIDER,)

@@ -30,6 +30,11 @@ class Position:
             raise ValueError(f"cursor phase must be in [0, 1), got {self.phase}")
 
 
+def scaled(value: Fraction, scale: int) -> int:
+    """`value` in units of 1 / `scale` (a multiple of its denominator)."""
+    return value.numerator * (scale // value.denominator)
+
+
 @dataclass(frozen=True, slots=True)
 class Leads:
     """One round's leads: per owner, how far its next tag lies ahead, in units of 1 / `scale`.
@@ -58,7 +63,7 @@ class Leads:
         """From exact leads (Fractions or ints), over their least common denominator."""
         exact = {owner: Fraction(lead) for owner, lead in leads.items()}
         scale = math.lcm(*{lead.denominator for lead in exact.values()}) if exact else 1
-        return cls(scale, {o: lead.numerator * (scale // lead.denominator) for o, lead in exact.items()})
+        return cls(scale, {o: scaled(lead, scale) for o, lead in exact.items()})
 
     def fractions(self) -> dict[int, Fraction]:
         return {owner: Fraction(n, self.scale) for owner, n in self.ticks.items()}

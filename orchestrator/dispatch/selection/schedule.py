@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from orchestrator.dispatch.selection.cursor import Cursor, Leads, Move, Position
+from orchestrator.dispatch.selection.cursor import Cursor, Leads, Move, Position, scaled
 from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard, Window
 from outreach.tiers import Tier
 
@@ -53,7 +53,7 @@ class _Clock:
         )
         self.per_lead = self.scale // leads.scale  # a lead's tick in the clock's
         # where owners not ahead start (tokens)
-        self.phase = _scaled(start.phase, self.scale) if start else 0
+        self.phase = scaled(start.phase, self.scale) if start else 0
         self.tags: dict[int, int] = {}
         self.last: int | None = None  # the tag of the last pick
 
@@ -111,11 +111,6 @@ class _Clock:
         }
         leads.update((o, tag - base) for o, tag in self.tags.items() if tag > last)
         return Leads(self.scale, leads)
-
-
-def _scaled(value: Fraction, scale: int) -> int:
-    """`value` in units of 1 / `scale` (a multiple of its denominator)."""
-    return value.numerator * (scale // value.denominator)
 
 
 class _TierRound:

@@ -62,7 +62,7 @@ def _drain(budget: Budget, scope: str, *, leave: int = 0) -> None:
     """Reserve a scope's requests until `leave` whole requests are left."""
     room = int(budget.headroom(scopes=(scope,)).requests)
     if room > leave:
-        budget.reserve_up_to(count=room - leave, requests_each=1, tokens_each=1, scopes=(scope,))
+        budget.reserve_many(count=room - leave, requests_each=1, tokens_each=1, scopes=(scope,))
 
 
 def _cycle(budget: Budget, capture: Any, *, later_s: float = 0) -> list[int]:

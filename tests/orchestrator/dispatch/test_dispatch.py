@@ -568,9 +568,9 @@ def test_a_window_stops_at_the_first_owner_nobody_asked_about_and_picks_what_jud
     assert len({pick.owner_id for pick in windowed.picks}) == 12
 
 
-@pytest.mark.parametrize("refused_every", [0, 2])
+@pytest.mark.parametrize("admitted_every", [1, 2])
 def test_the_next_window_holds_as_many_owners_a_slot_as_the_last_cycles_picks_went_through(
-    refused_every: int,
+    admitted_every: int,
     budget: Budget,
     redis_client: redis.Redis,
     settings: Any,
@@ -580,23 +580,17 @@ def test_the_next_window_holds_as_many_owners_a_slot_as_the_last_cycles_picks_we
     # given 400 owners with two intros each and cycles of 100 slots, counted by picks (each
     # cycle's round goes on from the owner after the last one served); in the second case
     # every second owner on leave (admission refuses it)
-    settings.DISPATCH_MAX_IN_FLIGHT = 100
     settings.DISPATCH_FAIRNESS = "count"
-    org = make_org()
-    owners = make_owners(400, organization=org, daily_limit=100)
-    _two_intros_each(owners)
-    for owner in owners[1::refused_every] if refused_every else ():
-        Pause.objects.create(owner=owner, reason="on leave")
-    # when a dispatcher runs its first cycle, and then its second (each also judging every
-    # owner from the same cursor: _windowed_and_full)
-    first, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
-    second, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    # when a dispatcher runs its first cycle, and then its second
+    first, second = _first_two_cycles(
+        admitted_every, settings, budget, redis_client, django_capture_on_commit_callbacks, monkeypatch
+    )
     # then the first judged 2 owners a slot, knowing nothing yet; the second as many a slot as
     # the first's picks went through, and a quarter more: 1.25 where every owner is admitted,
     # 2.49 where every second owner is refused (the first's last pick was its 199th owner);
     # each picked what judging every owner picks
     assert first.judged == 200
-    assert second.judged == (125 if not refused_every else 249)
+    assert second.judged == {1: 125, 2: 249}[admitted_every]
     assert (first.windows, second.windows) == (1, 1)
     assert len(first.picks) == len(second.picks) == 100
 
@@ -611,20 +605,37 @@ def test_a_window_that_had_to_widen_is_as_wide_as_the_picks_needed_the_next_cycl
     # given 400 owners with two intros each, cycles of 100 slots, fairness in tokens (owners
     # never served sit at the front of the round, cycle after cycle), and three of every four
     # owners on leave: the picks must pass 3 refused owners for each one admitted
-    settings.DISPATCH_MAX_IN_FLIGHT = 100
-    owners = make_owners(400, organization=make_org(), daily_limit=100)
-    _two_intros_each(owners)
-    for i, owner in enumerate(owners):
-        if i % 4:
-            Pause.objects.create(owner=owner, reason="on leave")
-    # when a dispatcher runs its first two cycles (each also judging every owner: _windowed_and_full)
-    first, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
-    second, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    # when a dispatcher runs its first two cycles
+    first, second = _first_two_cycles(
+        4, settings, budget, redis_client, django_capture_on_commit_callbacks, monkeypatch
+    )
     # then the first window of 200 owners held 50 it could pick from, so it widened; the next
     # cycle's first window was as wide as the picks went, a quarter more, and sufficed
     assert first.windows == 2
     assert second.windows == 1
     assert len(first.picks) == len(second.picks) == 100
+
+
+def _first_two_cycles(
+    admitted_every: int,
+    settings: Any,
+    budget: Budget,
+    redis_client: redis.Redis,
+    captured: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Any, Any]:
+    """A dispatcher's first two cycles, each also judging every owner from the same cursor
+    (_windowed_and_full), over 400 owners with two intros each, cycles of 100 slots, every
+    owner on leave but every `admitted_every`th."""
+    settings.DISPATCH_MAX_IN_FLIGHT = 100
+    owners = make_owners(400, organization=make_org(), daily_limit=100)
+    _two_intros_each(owners)
+    for i, owner in enumerate(owners):
+        if i % admitted_every:
+            Pause.objects.create(owner=owner, reason="on leave")
+    first, _ = _windowed_and_full(budget, redis_client, captured, monkeypatch)
+    second, _ = _windowed_and_full(budget, redis_client, captured, monkeypatch)
+    return first, second
 
 
 def test_a_window_scales_what_the_last_picks_went_through_to_this_cycles_slots() -> None:
