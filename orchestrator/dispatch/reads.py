@@ -59,54 +59,66 @@ class ActiveOwner:
 
 @dataclass(frozen=True, slots=True)
 class ActiveOwners:
-    """Every active owner as one read returns them (`active_owners`): their weights and
-    organizations for every owner, an `ActiveOwner` only for those a cycle judges (its window)."""
+    """Every active owner's weight and organization, as one narrow read returns them
+    (`active_owners`: the round orders and the budget groups need them for every owner); the
+    rest of an owner's row only for those a cycle judges (`of`: its window)."""
 
-    rows: Mapping[int, tuple[Any, ...]]  # owner id -> its row (ACTIVE_OWNER_FIELDS)
-    domains: Mapping[int, str]  # organization id -> its sender domain
-
-    def weights(self) -> dict[int, int]:
-        return {owner_id: row[6] for owner_id, row in self.rows.items()}
+    weights: Mapping[int, int]  # owner id -> its weight
+    organizations: Mapping[int, int]  # owner id -> its organization's id
 
     def capped_scopes(self, caps: Mapping[str, Limits]) -> dict[int, str]:
         """Owner id -> its organization's budget scope, for the owners of organizations in `caps`
         (the selection's budget groups)."""
         if not caps:
             return {}
-        scopes = {org: scope for org in self.domains if (scope := organization_scope(org)) in caps}
-        return {owner_id: scopes[row[7]] for owner_id, row in self.rows.items() if row[7] in scopes}
+        orgs = set(self.organizations.values())
+        scopes = {org: scope for org in orgs if (scope := organization_scope(org)) in caps}
+        return {owner_id: scopes[org] for owner_id, org in self.organizations.items() if org in scopes}
 
     def of(self, owner_ids: Iterable[int]) -> list[ActiveOwner]:
-        """These owners (those active among them), for admission: in id order (a window's,
-        not all the active owners' rows gone through)."""
-        rows = self.rows
+        """These owners (those still active among them), in id order, for admission: one read
+        of their rows and their organizations' sender addresses, a window's owners, not every
+        active owner's row (at 10,000 owners the full rows of all took 12 ms a cycle, the
+        narrow read 4: bench/dispatch.py, 2026-12-05)."""
+        wanted = sorted({o for o in owner_ids if o in self.weights})
+        rows = list(
+            Owner.objects.filter(id__any=wanted, active=True)
+            .order_by("id")
+            .values_list(*ACTIVE_OWNER_FIELDS, "organization__sender_email")
+        )
+        domains: dict[str, str] = {}  # sender address -> its domain, once per organization
+        for row in rows:
+            if row[10] not in domains:
+                domains[row[10]] = Organization(sender_email=row[10]).sender_domain
         return [
-            ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], self.domains[row[7]], row[8], row[9])
-            for owner_id in sorted(set(owner_ids))
-            if (row := rows.get(owner_id)) is not None
+            ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[10]], row[8], row[9])
+            for row in rows
         ]
 
 
+ACTIVE_OWNER_FIELDS = (
+    "id",
+    "daily_limit",
+    "hours_start",
+    "hours_end",
+    "working_days",
+    "timezone",
+    "weight",
+    "organization_id",
+    "review_required",
+    "draft_ahead_days",
+)
+
+
 def active_owners() -> ActiveOwners:
-    """Every active owner: O(owners), plus one read of their organizations' sender addresses."""
-    rows = list(
-        Owner.objects.filter(active=True).values_list(
-            "id",
-            "daily_limit",
-            "hours_start",
-            "hours_end",
-            "working_days",
-            "timezone",
-            "weight",
-            "organization_id",
-            "review_required",
-            "draft_ahead_days",
-        )
-    )
-    orgs = Organization.objects.filter(id__any={row[7] for row in rows}).only("id", "sender_email")
-    return ActiveOwners(
-        rows={row[0]: row for row in rows}, domains={org.pk: org.sender_domain for org in orgs}
-    )
+    """Every active owner's weight and organization: O(owners), three columns."""
+    weights: dict[int, int] = {}
+    organizations: dict[int, int] = {}
+    for owner_id, weight, organization_id in Owner.objects.filter(active=True).values_list(
+        "id", "weight", "organization_id"
+    ):
+        weights[owner_id], organizations[owner_id] = weight, organization_id
+    return ActiveOwners(weights=weights, organizations=organizations)
 
 
 def active_owner_ids() -> list[int]:

@@ -106,7 +106,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     )
     laps.lap("recover")
     every = reads.active_owners()
-    weights = every.weights()
+    weights = every.weights
     report.active = len(weights)
     # The window (cycle.window): the owners each round meets first from the cursor, and those
     # whose committed work the shared rooms count or whose approved drafts wait: only these are
