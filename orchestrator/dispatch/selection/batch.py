@@ -80,7 +80,7 @@ def select_batch(
     """
     if slots < 0:
         raise ValueError(f"slots must be >= 0, got {slots}")
-    weights = checked_weights(weights or {})
+    weights = checked_weights(weights or {}, candidates)
     groups, group_slots = checked_groups(groups or {}, group_slots or {})
     check_candidates(candidates)
     if costs is not None:

@@ -31,8 +31,12 @@ def checked_groups(
     return groups, group_slots
 
 
+def _with_rows(candidates: Candidates) -> set[int]:
+    return {o for by_owner in candidates.values() for o, rows in by_owner.items() if rows}
+
+
 def checked_costs(costs: Mapping[int, int], candidates: Candidates) -> Mapping[int, int]:
-    owners = {o for by_owner in candidates.values() for o, rows in by_owner.items() if rows}
+    owners = _with_rows(candidates)
     bad = {o: costs.get(o) for o in sorted(owners) if not _positive_int(costs.get(o))}
     if bad:
         raise ValueError(f"costs (tokens per job) must be positive ints for every owner with rows, got {bad}")
@@ -43,8 +47,14 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def checked_weights(weights: Mapping[int, int]) -> Mapping[int, int]:
-    bad = {owner: w for owner, w in weights.items() if not isinstance(w, int) or isinstance(w, bool) or w < 1}
+def checked_weights(weights: Mapping[int, int], candidates: Candidates) -> Mapping[int, int]:
+    """The weights the schedule reads, those of the owners with rows (the shell passes every
+    active owner's: thousands, most without candidates this cycle); absent ones are 1."""
+    bad = {
+        o: weights[o]
+        for o in sorted(_with_rows(candidates))
+        if o in weights and not _positive_int(weights[o])
+    }
     if bad:
         raise ValueError(f"owner weights must be positive ints, got {bad}")
     return weights

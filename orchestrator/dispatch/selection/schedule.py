@@ -140,7 +140,8 @@ class _TierRound:
         window: Window | None = None,
     ) -> None:
         self.rows, self.weights, self.groups, self.group_left = rows_by_owner, weights, groups, group_left
-        self.position = cursor.position(tier)
+        self.start = cursor.position(tier)
+        self.last_place: int | None = None  # the owner whose place the last pick took
         left_out = window.left_out if window is not None else {}
         # The first owner a windowed cycle left out of this round (None: nobody), whether the
         # round ran out of rows before its count, and the first place a group gave up: what
@@ -150,7 +151,7 @@ class _TierRound:
         self.first_dropped: tuple[int, int] | None = None
         owners = [o for o, rows in rows_by_owner.items() if rows]
         self.clock = _Clock(
-            start=self.position, weights=weights, costs=costs, leads=cursor.leads_of(tier), owners=owners
+            start=self.start, weights=weights, costs=costs, leads=cursor.leads_of(tier), owners=owners
         )
         self.heap = self.clock.firsts(owners)
         heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
@@ -196,7 +197,7 @@ class _TierRound:
             nth = self.taken[owner] = self.taken.get(owner, 0) + 1
             chosen.append((self.rows[owner][nth - 1], nth))
             next_tag = self.clock.after(owner=place, tag=tag, cost_of=owner)
-            self.position = self.clock.position(place)
+            self.last_place = place
             more = nth < len(self.rows[owner])
             if group is not None:
                 self._group_served(group=group, place=place, next_tag=next_tag, more=more)
@@ -204,6 +205,12 @@ class _TierRound:
                 heapq.heappush(self.heap, (next_tag, place))
         self.short = self.short or len(chosen) < count
         return chosen
+
+    @property
+    def position(self) -> Position | None:
+        """Where the round stopped: its last pick's place, else where it started (made once a
+        selection, not per pick: a Position holds a Fraction)."""
+        return self.start if self.last_place is None else self.clock.position(self.last_place)
 
     def exact(self) -> bool:
         """Whether the picks are those this round makes with the owners a window left out back
@@ -216,9 +223,7 @@ class _TierRound:
         if self.short:
             return False
         last = (
-            None
-            if self.clock.last is None or self.position is None
-            else (self.clock.last, self.position.owner_id)
+            None if self.clock.last is None or self.last_place is None else (self.clock.last, self.last_place)
         )
         if last is not None and not _before(last, self.clock.scale, self.horizon):
             return False
@@ -260,7 +265,8 @@ class _GroupRound:
     def __init__(
         self, *, owners: Sequence[int], clock: _Clock, horizon: tuple[Fraction, int] | None = None
     ) -> None:
-        self.clock, self.position, self.horizon = clock, clock.start, horizon
+        self.clock, self.start, self.horizon = clock, clock.start, horizon
+        self.last_owner: int | None = None
         self.heap = clock.firsts(owners)
         heapq.heapify(self.heap)
         self.current: tuple[int, int] | None = None
@@ -275,8 +281,12 @@ class _GroupRound:
         self.current = heapq.heappop(self.heap)
         tag, owner = self.current
         self.next_tag = self.clock.after(owner=owner, tag=tag)
-        self.position = self.clock.position(owner)
+        self.last_owner = owner
         return owner
+
+    @property
+    def position(self) -> Position | None:
+        return self.start if self.last_owner is None else self.clock.position(self.last_owner)
 
     def served(self, *, more: bool) -> None:
         """After `next()`: its owner comes round again if it has rows left."""

@@ -304,8 +304,12 @@ def test_cursor_from_json_rejects_garbage(text: str) -> None:
     ("kwargs", "candidates"),
     [
         ({"slots": -1}, {}),
-        ({"slots": 1, "weights": {1: 0}}, {}),
-        ({"slots": 1, "weights": {1: True}}, {}),
+        # the weights of the owners with rows: the shell passes every active owner's
+        ({"slots": 1, "weights": {1: 0}}, {REPLY: {1: [Candidate(outreach_id=1, owner_id=1, tier=REPLY)]}}),
+        (
+            {"slots": 1, "weights": {1: True}},
+            {REPLY: {1: [Candidate(outreach_id=1, owner_id=1, tier=REPLY)]}},
+        ),
         ({"slots": 1}, {REPLY: {2: [Candidate(outreach_id=1, owner_id=1, tier=REPLY)]}}),
         ({"slots": 1}, {INTRO: {1: [Candidate(outreach_id=1, owner_id=1, tier=REPLY)]}}),
         ({"slots": 1}, {REPLY: {1: [Candidate(outreach_id=1, owner_id=1, tier=REPLY)] * 2}}),
