@@ -34,7 +34,9 @@ WINDOW_SLOTS, WINDOW_MIN, WIDEN = 2, 64, 4
 WINDOW_MARGIN = 1.25
 # A tier with more owners with ready work than a window takes is asked about the first
 # PROBE_OWNERS x `size` owners of each of its rounds: at least half of them with ready work
-# fill the window; fewer, and the window may widen.
+# fill the window; fewer, and the window may widen. Once a cycle has asked, the next asks
+# about as many as that share of owners with ready work needs to fill its window, WINDOW_MARGIN
+# to spare (`_probes`: 1.25 x `size` where every owner asked had some), never more.
 PROBE_OWNERS = 2
 
 
@@ -93,10 +95,15 @@ class _LastCycle:
     `reached`, `served`: how many of its rounds' first owners with ready work its picks went
     through, and how many picks that was (`window_learn`): what sizes the next first window
     (`window_size`). Only a size: a window too small for the next cycle's picks says so
-    (`Selection.exact`) and widens."""
+    (`Selection.exact`) and widens.
+
+    `ready_share`: per tier asked about its rounds' first owners, the share of them that had
+    ready work: how many the next cycle asks about (`_probes`). Only a count: too few found, and
+    the window ends at the first owner not asked about and widens."""
 
     whole: frozenset[Tier] = frozenset()
     big: frozenset[Tier] = frozenset()
+    ready_share: dict[Tier, float] = field(default_factory=dict)
     reached: int = 0
     served: int = 0  # 0: no cycle has picked yet
 
@@ -146,8 +153,11 @@ def owners_window(
             tokens=tokens,
         )
         if not whole:
-            heads = {o for order in of_tier.values() for _, o in order.keyed[: PROBE_OWNERS * size]}
+            probes = _probes(tier, size)
+            heads = {o for order in of_tier.values() for _, o in order.keyed[:probes]}
             ready.ask(tier, limit=0 if tier in _last.big else size, owners=heads | extra)
+            if heads and not ready.whole(tier):
+                _last.ready_share[tier] = len(heads & ready.owners[tier]) / len(heads)
             if ready.whole(tier):  # few with ready work: their rounds alone
                 of_tier = _orders(
                     tier=tier,
@@ -174,6 +184,15 @@ def owners_window(
     return OwnersWindow(
         loaded=frozenset(loaded), window=Window(left_out=left_out), complete=not left_out, firsts=firsts
     )
+
+
+def _probes(tier: Tier, size: int) -> int:
+    """How many of the first owners of each of the tier's rounds a window of `size` asks about:
+    as many as the last cycle's share of them with ready work needs, WINDOW_MARGIN to spare, at
+    most PROBE_OWNERS x `size` (all a cycle asks before it has asked)."""
+    share = _last.ready_share.get(tier)
+    per_owner = PROBE_OWNERS if not share else min(PROBE_OWNERS, WINDOW_MARGIN / share)
+    return math.ceil(per_owner * size)
 
 
 def window_learn(window: OwnersWindow, picks: Collection[Pick]) -> None:

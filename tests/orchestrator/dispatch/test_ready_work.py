@@ -159,3 +159,34 @@ def test_a_tier_found_bigger_than_the_window_is_asked_without_a_scan_until_it_sh
     fourth, _ = _window(owners, size=4)
     assert limits == [4, 0, 0, 4]
     assert third == fourth == {owners[0].pk, owners[1].pk}
+
+
+def test_a_big_tier_is_asked_about_as_many_first_owners_as_its_last_share_with_work_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 60 owners with ready intros, the owners each ask of the intro tier names recorded
+    from orchestrator.dispatch import reads
+
+    owners = _owners_with_intros(60)
+    asked: list[int] = []
+    real_ready_owners = reads.ready_owners
+
+    def ready_owners(**kwargs: object) -> reads.ReadyOwners:
+        if kwargs["tier"] == Tier.INTRO:
+            asked.append(len(list(kwargs.get("probe", ()))))  # type: ignore[call-overload]
+        return real_ready_owners(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reads, "ready_owners", ready_owners)
+    # when a dispatcher judges its first two windows of 8 owners a round
+    first, _ = _window(owners, size=8)
+    second, _ = _window(owners, size=8)
+    # then the first asked about 2 owners a place (none asked before), found every one with
+    # work, and the second asked about 1.25 a place (10), loading the same owners
+    assert asked == [16, 10]
+    assert second == first
+    # when every second owner's intro is cancelled, the next window finds half of its 10 with
+    # work: the one after it asks about 2 a place again (1.25 / 0.5 is more: at most 2)
+    Outreach.objects.filter(owner__in=owners[1::2]).update(state=State.CANCELLED)
+    _window(owners, size=8)
+    _window(owners, size=8)
+    assert asked[2:] == [10, 16]
