@@ -351,17 +351,20 @@ class ReadyOwners:
 def _ready_owners_sql(*, tier: Tier, now: datetime, limit: int, probe: list[int]) -> tuple[str, list[Any]]:
     if connection.vendor == "postgresql":
         # A loose scan of outreach_ready_by_tier_owner: from each owner found, the next owner
-        # with a ready row (one probe each), at most `limit` + 1. Only when it finds more does
+        # with a ready row (one probe each), at most `limit` + 1, ordered by the index's owner
+        # and due time: an order only that index gives, so the planner never walks the index on
+        # the owner alone, filtering each owner's history (it did when the partial index's file
+        # was bloated: its pages per entry made it look dearer). Only when it finds more does
         # the second arm probe the owners asked about (the same index; LIMIT 1 in index order,
         # not EXISTS: the planner then never walks an owner's history instead).
         ready = "q.tier = %s AND q.state = 'queued' AND q.not_before <= %s"
         sql = f"""
             WITH RECURSIVE loose(owner_id, n) AS (
-                (SELECT q.owner_id, 1 FROM {TABLE} q WHERE {ready} ORDER BY q.owner_id LIMIT 1)
+                (SELECT q.owner_id, 1 FROM {TABLE} q WHERE {ready} ORDER BY q.owner_id, q.not_before LIMIT 1)
                 UNION ALL
                 SELECT next.owner_id, loose.n + 1 FROM loose CROSS JOIN LATERAL (
                     SELECT q.owner_id FROM {TABLE} q WHERE {ready} AND q.owner_id > loose.owner_id
-                    ORDER BY q.owner_id LIMIT 1
+                    ORDER BY q.owner_id, q.not_before LIMIT 1
                 ) AS next
                 WHERE loose.n <= %s
             )
