@@ -6,6 +6,7 @@ active owners."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -128,36 +129,44 @@ def test_a_tier_read_whole_last_cycle_is_asked_first_and_a_tier_that_grew_is_sti
     assert _window(owners, size=4)[1] == 3
 
 
+def _intro_asks(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Each ask of the intro tier (reads.ready_owners' arguments, its probes as a list), recorded
+    as the cycle makes them."""
+    from orchestrator.dispatch import reads
+
+    asks: list[dict[str, Any]] = []
+    real_ready_owners = reads.ready_owners
+
+    def ready_owners(**kwargs: Any) -> reads.ReadyOwners:
+        kwargs["probe"] = list(kwargs.get("probe", ()))
+        if kwargs["tier"] == Tier.INTRO:
+            asks.append(kwargs)
+        return real_ready_owners(**kwargs)
+
+    monkeypatch.setattr(reads, "ready_owners", ready_owners)
+    return asks
+
+
 def test_a_tier_found_bigger_than_the_window_is_asked_without_a_scan_until_it_shrinks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # given 40 owners with ready intros and a window of 4 owners a round, the intro tier's
     # asks recorded (the limit up to which its loose scan looks for owners with ready work)
-    from orchestrator.dispatch import reads
-
     owners = _owners_with_intros(40)
-    limits: list[int] = []
-    real_ready_owners = reads.ready_owners
-
-    def ready_owners(**kwargs: object) -> reads.ReadyOwners:
-        if kwargs["tier"] == Tier.INTRO:
-            limits.append(kwargs["limit"])  # type: ignore[arg-type]
-        return real_ready_owners(**kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(reads, "ready_owners", ready_owners)
+    asks = _intro_asks(monkeypatch)
     # when a dispatcher judges its first window, and its second
     first, _ = _window(owners, size=4)
     second, _ = _window(owners, size=4)
     # then the first scanned for up to 4 owners with ready intros and found more; the second
     # asked only about the owners its window reaches, and loaded the same owners
-    assert limits == [4, 0]
+    assert [ask["limit"] for ask in asks] == [4, 0]
     assert second == first
     # when all but two owners' intros are cancelled: the next window still asks as of a big
     # tier (and finds the two), the one after it scans again and reads the tier whole
     Outreach.objects.exclude(owner__in=owners[:2]).update(state=State.CANCELLED)
     third, _ = _window(owners, size=4)
     fourth, _ = _window(owners, size=4)
-    assert limits == [4, 0, 0, 4]
+    assert [ask["limit"] for ask in asks] == [4, 0, 0, 4]
     assert third == fourth == {owners[0].pk, owners[1].pk}
 
 
@@ -165,28 +174,18 @@ def test_a_big_tier_is_asked_about_as_many_first_owners_as_its_last_share_with_w
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # given 60 owners with ready intros, the owners each ask of the intro tier names recorded
-    from orchestrator.dispatch import reads
-
     owners = _owners_with_intros(60)
-    asked: list[int] = []
-    real_ready_owners = reads.ready_owners
-
-    def ready_owners(**kwargs: object) -> reads.ReadyOwners:
-        if kwargs["tier"] == Tier.INTRO:
-            asked.append(len(list(kwargs.get("probe", ()))))  # type: ignore[call-overload]
-        return real_ready_owners(**kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(reads, "ready_owners", ready_owners)
+    asks = _intro_asks(monkeypatch)
     # when a dispatcher judges its first two windows of 8 owners a round
     first, _ = _window(owners, size=8)
     second, _ = _window(owners, size=8)
     # then the first asked about 2 owners a place (none asked before), found every one with
     # work, and the second asked about 1.25 a place (10), loading the same owners
-    assert asked == [16, 10]
+    assert [len(ask["probe"]) for ask in asks] == [16, 10]
     assert second == first
     # when every second owner's intro is cancelled, the next window finds half of its 10 with
     # work: the one after it asks about 2 a place again (1.25 / 0.5 is more: at most 2)
     Outreach.objects.filter(owner__in=owners[1::2]).update(state=State.CANCELLED)
     _window(owners, size=8)
     _window(owners, size=8)
-    assert asked[2:] == [10, 16]
+    assert [len(ask["probe"]) for ask in asks[2:]] == [10, 16]
