@@ -56,6 +56,7 @@ class _Clock:
         self.phase = scaled(start.phase, self.scale) if start else 0
         self.tags: dict[int, int] = {}
         self.last: int | None = None  # the tag of the last pick
+        self.last_owner: int | None = None  # whose place it took
 
     def firsts(self, owners: Iterable[int]) -> list[tuple[int, int]]:
         """(first tag, owner) of each owner, in one pass (a round may hold thousands): counts,
@@ -83,7 +84,7 @@ class _Clock:
         """The owner's next tag after a pick at `tag`; `cost_of` names whose job the pick was
         (a group's place is filled by another owner of the group)."""
         weight = self.weights.get(owner, 1)
-        self.last = tag
+        self.last, self.last_owner = tag, owner
         step = (
             self.scale // weight
             if self.costs is None
@@ -92,9 +93,12 @@ class _Clock:
         self.tags[owner] = tag + step
         return tag + step
 
-    def position(self, owner: int) -> Position:
-        assert self.last is not None
-        return Position(owner_id=owner, phase=Fraction(self.last % self.scale, self.scale))
+    def position(self) -> Position | None:
+        """Where the round stopped: its last pick's place, else where it started (made once a
+        selection, not at every pick: a Position holds a Fraction)."""
+        if self.last is None or self.last_owner is None:
+            return self.start
+        return Position(owner_id=self.last_owner, phase=Fraction(self.last % self.scale, self.scale))
 
     def leads_after(self) -> Leads | None:
         """The leads to persist (tokens only): every owner's next tag, in the frame of the last
@@ -140,8 +144,7 @@ class _TierRound:
         window: Window | None = None,
     ) -> None:
         self.rows, self.weights, self.groups, self.group_left = rows_by_owner, weights, groups, group_left
-        self.start = cursor.position(tier)
-        self.last_place: int | None = None  # the owner whose place the last pick took
+        start = cursor.position(tier)
         left_out = window.left_out if window is not None else {}
         # The first owner a windowed cycle left out of this round (None: nobody), whether the
         # round ran out of rows before its count, and the first place a group gave up: what
@@ -151,7 +154,7 @@ class _TierRound:
         self.first_dropped: tuple[int, int] | None = None
         owners = [o for o, rows in rows_by_owner.items() if rows]
         self.clock = _Clock(
-            start=self.start, weights=weights, costs=costs, leads=cursor.leads_of(tier), owners=owners
+            start=start, weights=weights, costs=costs, leads=cursor.leads_of(tier), owners=owners
         )
         self.heap = self.clock.firsts(owners)
         heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
@@ -197,7 +200,6 @@ class _TierRound:
             nth = self.taken[owner] = self.taken.get(owner, 0) + 1
             chosen.append((self.rows[owner][nth - 1], nth))
             next_tag = self.clock.after(owner=place, tag=tag, cost_of=owner)
-            self.last_place = place
             more = nth < len(self.rows[owner])
             if group is not None:
                 self._group_served(group=group, place=place, next_tag=next_tag, more=more)
@@ -205,12 +207,6 @@ class _TierRound:
                 heapq.heappush(self.heap, (next_tag, place))
         self.short = self.short or len(chosen) < count
         return chosen
-
-    @property
-    def position(self) -> Position | None:
-        """Where the round stopped: its last pick's place, else where it started (made once a
-        selection, not per pick: a Position holds a Fraction)."""
-        return self.start if self.last_place is None else self.clock.position(self.last_place)
 
     def exact(self) -> bool:
         """Whether the picks are those this round makes with the owners a window left out back
@@ -223,7 +219,9 @@ class _TierRound:
         if self.short:
             return False
         last = (
-            None if self.clock.last is None or self.last_place is None else (self.clock.last, self.last_place)
+            None
+            if self.clock.last is None or self.clock.last_owner is None
+            else (self.clock.last, self.clock.last_owner)
         )
         if last is not None and not _before(last, self.clock.scale, self.horizon):
             return False
@@ -251,7 +249,7 @@ class _TierRound:
                     break
 
     def group_positions(self) -> dict[str, Position]:
-        return {g: r.position for g, r in self.group_rounds.items() if r.position is not None}
+        return {g: p for g, r in self.group_rounds.items() if (p := r.clock.position()) is not None}
 
     def leads(self) -> dict[str, Leads]:
         """Leads to persist per round ("" the tier's own, else a group's); tokens only."""
@@ -265,8 +263,7 @@ class _GroupRound:
     def __init__(
         self, *, owners: Sequence[int], clock: _Clock, horizon: tuple[Fraction, int] | None = None
     ) -> None:
-        self.clock, self.start, self.horizon = clock, clock.start, horizon
-        self.last_owner: int | None = None
+        self.clock, self.horizon = clock, horizon
         self.heap = clock.firsts(owners)
         heapq.heapify(self.heap)
         self.current: tuple[int, int] | None = None
@@ -281,12 +278,7 @@ class _GroupRound:
         self.current = heapq.heappop(self.heap)
         tag, owner = self.current
         self.next_tag = self.clock.after(owner=owner, tag=tag)
-        self.last_owner = owner
         return owner
-
-    @property
-    def position(self) -> Position | None:
-        return self.start if self.last_owner is None else self.clock.position(self.last_owner)
 
     def served(self, *, more: bool) -> None:
         """After `next()`: its owner comes round again if it has rows left."""
@@ -334,7 +326,9 @@ def schedule_run(
             left -= len(taken)
     new_cursor = cursor.moved(
         {
-            tier: Move(position=round_.position, groups=round_.group_positions(), leads=round_.leads())
+            tier: Move(
+                position=round_.clock.position(), groups=round_.group_positions(), leads=round_.leads()
+            )
             for tier, round_ in rounds.items()
         }
     )
