@@ -89,7 +89,7 @@ def generation_dispatch(
     per_call = per_call_tokens(budget=budget, job_tokens=job_costs.smallest_counted())
     slots = _llm_slots(budget=budget, client=client, per_call=per_call, in_flight=llm_in_flight)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
-    groups = {owner: scope for owner, scope in groups.items() if owner in room}
+    groups = {owner: groups[owner] for owner in room if owner in groups}  # the window's, not all
     group_slots = _group_slots(groups=groups, budget=budget, per_call=per_call)
     costs = (
         {o: t.settled for o, t in job_costs.owners.items()}

@@ -113,7 +113,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     # judged and loaded. Widened until the selection says its picks are the full selection's.
     cursor = cursor_load(client).keeping_groups(caps)
     groups = every.capped_scopes(caps)
-    ready = ReadyWork(active=frozenset(weights), now=now)  # asked as the windows need (cycle.window)
+    ready = ReadyWork(active=weights.keys(), now=now)  # asked as the windows need (cycle.window)
     # Read once for every window: what each owner committed (admission; the window judges every
     # owner with any) and the LLM jobs in flight (the window's slot bound and the cycle's slots).
     work = reads.committed_work_load()

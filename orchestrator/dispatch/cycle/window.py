@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -46,7 +47,7 @@ class ReadyWork:
     (reads.ready_owners): `owners` those that have; `asked` those whose answer is known (None:
     every owner's, the tier was read whole)."""
 
-    active: frozenset[int]
+    active: AbstractSet[int]  # the active owners (their weights' keys: not copied)
     now: datetime
     owners: dict[Tier, set[int]] = field(default_factory=dict)
     asked: dict[Tier, set[int] | None] = field(default_factory=dict)
@@ -140,16 +141,21 @@ def owners_window(
     A tier the last cycle read whole is asked first (`_LastCycle`)."""
     extra = set(also)
     orders: dict[tuple[Tier, str], RoundOrder] = {}
+    every_group: dict[str, list[int]] | None = None  # the groups' active owners: once, if needed
     for tier in Tier:
         if tier in _last.whole and tier not in ready.asked:
             ready.ask(tier, limit=size, owners=extra)
         whole = ready.whole(tier)
+        if whole:
+            members = _members(ready.owners[tier], groups)
+        else:
+            members = every_group = every_group if every_group is not None else _members(ready.active, groups)
         of_tier = _orders(
             tier=tier,
             owners=ready.owners[tier] if whole else ready.active,
+            members=members,
             cursor=cursor,
             weights=weights,
-            groups=groups,
             tokens=tokens,
         )
         if not whole:
@@ -162,9 +168,9 @@ def owners_window(
                 of_tier = _orders(
                     tier=tier,
                     owners=ready.owners[tier],
+                    members=_members(ready.owners[tier], groups),
                     cursor=cursor,
                     weights=weights,
-                    groups=groups,
                     tokens=tokens,
                 )
         orders |= {(tier, group): order for group, order in of_tier.items()}
@@ -213,21 +219,27 @@ def window_learn(window: OwnersWindow, picks: Collection[Pick]) -> None:
         _last.reached, _last.served = reached, served
 
 
-def _orders(
-    *,
-    tier: Tier,
-    owners: Collection[int],
-    cursor: Cursor,
-    weights: Mapping[int, int],
-    groups: Mapping[int, str],
-    tokens: bool,
-) -> dict[str, RoundOrder]:
-    """The tier's round ("") and each budget group's own round over `owners`, in round order."""
-    orders = {"": round_order(tier=tier, owners=owners, cursor=cursor, weights=weights, tokens=tokens)}
+def _members(owners: Collection[int], groups: Mapping[int, str]) -> dict[str, list[int]]:
+    """Each budget group's owners among `owners`."""
     members: dict[str, list[int]] = {}
     for owner in owners:
         if owner in groups:
             members.setdefault(groups[owner], []).append(owner)
+    return members
+
+
+def _orders(
+    *,
+    tier: Tier,
+    owners: Collection[int],
+    members: Mapping[str, list[int]],
+    cursor: Cursor,
+    weights: Mapping[int, int],
+    tokens: bool,
+) -> dict[str, RoundOrder]:
+    """The tier's round ("") over `owners` and each budget group's own round over its
+    `members` among them, in round order."""
+    orders = {"": round_order(tier=tier, owners=owners, cursor=cursor, weights=weights, tokens=tokens)}
     for group, owners_of in members.items():
         orders[group] = round_order(
             tier=tier, owners=owners_of, cursor=cursor, weights=weights, tokens=tokens, group=group

@@ -12,6 +12,7 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import itemgetter
 
 from orchestrator.dispatch.selection.cursor import Cursor, Leads, Move, Position, scaled
 from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard, Window
@@ -59,16 +60,19 @@ class _Clock:
         self.last_owner: int | None = None  # whose place it took
 
     def firsts(self, owners: Iterable[int]) -> list[tuple[int, int]]:
+        """(first tag, owner) of each owner, kept as each owner's next tag (`leads_after`)."""
+        keyed = self.first_tags(owners)
+        self.tags.update((o, tag) for tag, o in keyed)
+        return keyed
+
+    def first_tags(self, owners: Iterable[int]) -> list[tuple[int, int]]:
         """(first tag, owner) of each owner, in one pass (a round may hold thousands): counts,
         the first k / weight after the start; tokens, its lead or the start's phase."""
         if self.costs is None:
-            keyed = [(self._first_counted(o), o) for o in owners]
-        else:
-            phase, per_lead, leads = self.phase, self.per_lead, self.leads.ticks
-            # an owner without a lead starts at the phase (leads are positive)
-            keyed = [((at if (at := leads.get(o, 0) * per_lead) > phase else phase), o) for o in owners]
-        self.tags.update((o, tag) for tag, o in keyed)
-        return keyed
+            return [(self._first_counted(o), o) for o in owners]
+        phase, per_lead, leads = self.phase, self.per_lead, self.leads.ticks
+        # an owner without a lead starts at the phase (leads are positive)
+        return [((at if (at := leads.get(o, 0) * per_lead) > phase else phase), o) for o in owners]
 
     def _first_counted(self, owner: int) -> int:
         """The owner's first tag k/weight whose (tag, owner_id) comes strictly after the start."""
@@ -108,12 +112,15 @@ class _Clock:
             return None
         last, per_lead = self.last, self.per_lead
         base = last // self.scale * self.scale
-        leads = {
-            o: at - base
-            for o, lead in self.leads.ticks.items()
-            if o not in self.tags and (at := lead * per_lead) > last
-        }
-        leads.update((o, tag - base) for o, tag in self.tags.items() if tag > last)
+        if per_lead == 1 and base == 0:  # most cycles: the frame did not move, nor the scale
+            leads = {o: lead for o, lead in self.leads.ticks.items() if lead > last}
+        else:
+            leads = {o: at - base for o, lead in self.leads.ticks.items() if (at := lead * per_lead) > last}
+        for o, tag in self.tags.items():  # the owners seen this cycle: their own next tags
+            if tag > last:
+                leads[o] = tag - base
+            else:
+                leads.pop(o, None)
         return Leads(self.scale, leads)
 
 
@@ -405,4 +412,8 @@ def round_order(
         leads=cursor.leads_of(tier, group),
         owners=owners,
     )
-    return RoundOrder(keyed=tuple(sorted(clock.firsts(owners))), scale=clock.scale)
+    # Owners in id order, then a stable sort by tag alone: (tag, owner) order without comparing
+    # thousands of tuples, and nothing kept of the tags (this clock is thrown away).
+    keyed = clock.first_tags(sorted(owners))
+    keyed.sort(key=itemgetter(0))
+    return RoundOrder(keyed=tuple(keyed), scale=clock.scale)
