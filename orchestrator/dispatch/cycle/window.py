@@ -36,8 +36,10 @@ WINDOW_MARGIN = 1.25
 # A tier with more owners with ready work than a window takes is asked about the first
 # PROBE_OWNERS x `size` owners of each of its rounds: at least half of them with ready work
 # fill the window; fewer, and the window may widen. Once a cycle has asked, the next asks
-# about as many as that share of owners with ready work needs to fill its window, WINDOW_MARGIN
-# to spare (`_probes`: 1.25 x `size` where every owner asked had some), never more.
+# about as many as that share of owners with ready work needs to fill its window (`_probes`:
+# `size` where every owner asked had some), never more. No margin of its own: the window's
+# (WINDOW_MARGIN) already holds more owners than the last picks went through, so a window a
+# few owners short of `size` still holds the next picks' (and one that does not widens).
 PROBE_OWNERS = 2
 
 
@@ -87,7 +89,8 @@ class _LastCycle:
     active owner (a round order over 10,000 owners per tier and round). Only an ordering: the
     ask itself says whether the tier is still whole; one that grew costs a second ask.
 
-    `big`: the tiers in which it found more owners with ready work than its window took. This
+    `big`: the tiers in which it found as many owners with ready work as its window takes (it
+    read them not whole: there may be more; a probe of just enough finds no more). This
     cycle asks them only about the owners its window reaches, without first scanning for up to
     a window's worth of owners with work (it would stop short again). A tier that shrank is
     then judged as a big one once (a window that finds too little widens); the next cycle,
@@ -180,7 +183,7 @@ def owners_window(
     }
     loaded = set(extra).union(*firsts.values())
     _last.whole = frozenset(tier for tier in Tier if ready.whole(tier))
-    _last.big = frozenset(tier for tier in Tier if not ready.whole(tier) and len(ready.owners[tier]) > size)
+    _last.big = frozenset(tier for tier in Tier if not ready.whole(tier) and len(ready.owners[tier]) >= size)
     left_out = {
         name: first
         for name, order in orders.items()
@@ -194,10 +197,10 @@ def owners_window(
 
 def _probes(tier: Tier, size: int) -> int:
     """How many of the first owners of each of the tier's rounds a window of `size` asks about:
-    as many as the last cycle's share of them with ready work needs, WINDOW_MARGIN to spare, at
-    most PROBE_OWNERS x `size` (all a cycle asks before it has asked)."""
+    as many as the last cycle's share of them with ready work needs to find `size`, at most
+    PROBE_OWNERS x `size` (all a cycle asks before it has asked)."""
     share = _last.ready_share.get(tier)
-    per_owner = PROBE_OWNERS if not share else min(PROBE_OWNERS, WINDOW_MARGIN / share)
+    per_owner = PROBE_OWNERS if not share else min(PROBE_OWNERS, 1 / share)
     return math.ceil(per_owner * size)
 
 
