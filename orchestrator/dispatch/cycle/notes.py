@@ -49,10 +49,11 @@ def deferrals_note(
     reasons_write(reasons=writes, rows_each=NOTE_ROWS)
     # What changed, not the whole map again: a tier paused everywhere is one key per owner.
     # Only the judged owners' keys can go (the map holds up to one per owner and tier).
+    suffixes = [f":{int(t)}" for t in Tier]  # each judged owner's keys: "7", "7:1", "7:2", "7:3"
     judged_keys = (
         previous
         if judged is None
-        else (key for o in judged for key in (str(o), *(f"{o}:{int(t)}" for t in Tier)))
+        else (key for o in map(str, judged) for key in (o, *(o + suffix for suffix in suffixes)))
     )
     removed = [key for key in judged_keys if key in previous and key not in notes]
     if removed or changed:
