@@ -124,7 +124,8 @@ def picks_reserve_and_claim(
         _refund(placed.keys(), placed=placed, budget=budget)
         raise
     _refund(set(placed) - set(claimed), placed=placed, budget=budget)  # someone else claimed them
-    used = {label for i in claimed for label in Route.decode(placed[i][1]).labels()}  # type: ignore[union-attr]
+    # Each route the claimed rows keep, decoded once (500 picks keep a few distinct routes).
+    used = {label for kept in {placed[i][1] for i in claimed} for label in Route.decode(kept).labels()}  # type: ignore[union-attr]
     probes_mark(client=client, routing=routing, labels_used=used)
     return claimed
 

@@ -23,6 +23,7 @@ from devtools.llm_stub import LLMStub, StubResponse
 from devtools.processes import free_port
 from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, Limits, Reservation, reservation_ids, reservation_scopes
+from orchestrator.deployments import breaker
 from orchestrator.deployments.breaker import fault_reason, fault_record, healths
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
@@ -149,6 +150,29 @@ def test_a_misconfigured_deployment_shifts_its_work_to_the_pool_in_one_cycle(
     assert len(second) == 12
     assert {r.split("message=")[1] for r in routes} == {"large#1"}
     assert not Outreach.objects.filter(pk__in=ids, state=State.DEAD).exists()
+
+
+def test_a_half_open_deployment_gets_one_probe_job_and_the_cycle_marks_it_probing(
+    two_models: Budget, django_capture_on_commit_callbacks: Any, settings: Any
+) -> None:
+    # given large#0's breaker opened by a fault a probe interval ago (half open)
+    budget = two_models
+    settings.LLM_FAULT_THRESHOLD, settings.LLM_FAULT_PROBE_S = 1, 30.0
+    fault_record(deployment=LARGE, reason=fault_reason(deployment=LARGE, status=404, code="model_not_found"))
+    budget._redis.hincrby(breaker.KEY_PREFIX + LARGE.scope, "opened_ms", -31_000)  # opened 31 s earlier
+    assert healths(client=budget._redis, deployments=[LARGE])["large#0"].state == "half_open"
+    ids = _queue(6)
+    # when a cycle runs
+    claimed = _cycle(budget, django_capture_on_commit_callbacks)
+    # then one job (the probe) runs its message step on large#0, the rest on large#1, and the
+    # breaker says a probe is out, so the next cycle sends it nothing more
+    routes = Counter(
+        route.split("message=")[1]
+        for route in Outreach.objects.filter(pk__in=claimed).values_list("llm_route", flat=True)
+    )
+    assert sorted(claimed) == sorted(ids)
+    assert routes == {"large#0": 1, "large#1": 5}
+    assert healths(client=budget._redis, deployments=[LARGE])["large#0"].state == "probing"
 
 
 def test_a_pool_without_room_for_longer_than_the_wait_runs_on_its_fallback(
