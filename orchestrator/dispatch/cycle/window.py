@@ -152,7 +152,9 @@ def owners_window(
         if whole:
             members = _members(ready.owners[tier], groups)
         else:
-            members = every_group = every_group if every_group is not None else _members(ready.active, groups)
+            if every_group is None:
+                every_group = _members(ready.active, groups)
+            members = every_group
         of_tier = _orders(
             tier=tier,
             owners=ready.owners[tier] if whole else ready.active,

@@ -112,10 +112,7 @@ class _Clock:
             return None
         last, per_lead = self.last, self.per_lead
         base = last // self.scale * self.scale
-        if per_lead == 1 and base == 0:  # most cycles: the frame did not move, nor the scale
-            leads = {o: lead for o, lead in self.leads.ticks.items() if lead > last}
-        else:
-            leads = {o: at - base for o, lead in self.leads.ticks.items() if (at := lead * per_lead) > last}
+        leads = {o: at - base for o, lead in self.leads.ticks.items() if (at := lead * per_lead) > last}
         for o, tag in self.tags.items():  # the owners seen this cycle: their own next tags
             if tag > last:
                 leads[o] = tag - base
