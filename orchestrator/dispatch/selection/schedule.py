@@ -97,12 +97,18 @@ class _Clock:
         self.tags[owner] = tag + step
         return tag + step
 
+    @property
+    def last_pick(self) -> tuple[int, int] | None:
+        """(tag, owner) of the round's last pick: the place it took; None before any."""
+        return None if self.last is None or self.last_owner is None else (self.last, self.last_owner)
+
     def position(self) -> Position | None:
         """Where the round stopped: its last pick's place, else where it started (made once a
         selection, not at every pick: a Position holds a Fraction)."""
-        if self.last is None or self.last_owner is None:
+        if (pick := self.last_pick) is None:
             return self.start
-        return Position(owner_id=self.last_owner, phase=Fraction(self.last % self.scale, self.scale))
+        tag, owner = pick
+        return Position(owner_id=owner, phase=Fraction(tag % self.scale, self.scale))
 
     def leads_after(self) -> Leads | None:
         """The leads to persist (tokens only): every owner's next tag, in the frame of the last
@@ -222,11 +228,7 @@ class _TierRound:
             return True  # nobody left out: the group rounds' owners are the tier's, all in
         if self.short:
             return False
-        last = (
-            None
-            if self.clock.last is None or self.clock.last_owner is None
-            else (self.clock.last, self.clock.last_owner)
-        )
+        last = self.clock.last_pick
         if last is not None and not _before(last, self.clock.scale, self.horizon):
             return False
         if last is not None and self.first_dropped is not None and self.first_dropped <= last:
