@@ -31,10 +31,12 @@ WEBHOOK_SECRET = "test-webhook-secret"
 @pytest.fixture(autouse=True)
 def dispatcher_starts_afresh() -> None:
     """Each test's dispatcher is a new process's: nothing learned from another test's cycles
-    (cycle.window's last cycle sizes and orders the next window)."""
-    from orchestrator.dispatch.cycle import window
+    (cycle.window's last cycle sizes and orders the next window) and no cursor it wrote
+    (cycle.cursor_state writes what changed since)."""
+    from orchestrator.dispatch.cycle import cursor_state, window
 
     window._last = window._LastCycle()
+    cursor_state._written = cursor_state._Written()
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ they are conditional UPDATEs with SKIP LOCKED.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from config.redis_client import Client
 
@@ -22,12 +23,9 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# Write a value only while our lease is still held (fencing).
-_SET_IF_HOLDER = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2])
-return 1
-"""
+# Before a write made under the lease: nothing while our lease is not held (fencing). The
+# write's own keys and arguments follow the lease's (KEYS[1], ARGV[1]).
+_IF_HELD = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
 
 
 class Lease:
@@ -39,7 +37,14 @@ class Lease:
         return self.client.get(LOCK_KEY) == self.token.encode()
 
     def set_if_held(self, key: str, value: str) -> bool:
-        return bool(self.client.eval(_SET_IF_HOLDER, 2, LOCK_KEY, key, self.token, value))
+        return bool(
+            self.run_if_held("redis.call('SET', KEYS[2], ARGV[2]) return 1", keys=[key], args=[value])
+        )
+
+    def run_if_held(self, script: str, *, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        """Run `script` atomically while our lease is still held, its `keys` from KEYS[2] and
+        `args` from ARGV[2]; its answer, or 0 when the lease is not ours any more."""
+        return self.client.eval(_IF_HELD + script, 1 + len(keys), LOCK_KEY, *keys, self.token, *args)
 
 
 @contextmanager

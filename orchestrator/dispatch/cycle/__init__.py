@@ -10,14 +10,14 @@ Every query is bounded by slots and active owners (see orchestrator.dispatch.rea
 costs the same at a thousand queued rows as at a million.
 
 Modules, one role each: `shell` (the lease, the owners' room, the report), `sends` (approved
-drafts to `send`), `generation` (the LLM slots, the selection and its cursor), `reservation`
-(reserve on deployments and caps, claim), `notes` (why waiting rows wait), `enqueue` (tasks
-published on commit).
+drafts to `send`), `generation` (the LLM slots and the selection), `cursor_state` (the
+selection's cursor in Redis), `reservation` (reserve on deployments and caps, claim), `notes`
+(why waiting rows wait), `enqueue` (tasks published on commit).
 """
 
 from __future__ import annotations
 
-from orchestrator.dispatch.cycle.generation import CURSOR_KEY
+from orchestrator.dispatch.cycle.cursor_state import CURSOR_KEY
 from orchestrator.dispatch.cycle.sends import SEND_CURSOR_KEY
 from orchestrator.dispatch.cycle.shell import CycleReport, dispatch_cycle
 

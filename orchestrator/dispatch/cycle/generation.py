@@ -21,6 +21,7 @@ from config.redis_client import Client
 from orchestrator.budget import PROVIDER, Budget
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
+from orchestrator.dispatch.cycle.cursor_state import cursor_store
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
 from orchestrator.dispatch.deployment_plan import per_call_tokens, routing_plan
@@ -39,8 +40,6 @@ from orchestrator.dispatch.selection import (
 from orchestrator.dispatch.selection.admission import Shared
 from orchestrator.dispatch.singleton import Lease
 from outreach.tiers import Tier
-
-CURSOR_KEY = "orchestrator:dispatch:cursor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,36 +151,8 @@ def generation_dispatch(
             slots=len(ran),
             **policy,
         )
-    _cursor_store(lease, selection.cursor)
+    cursor_store(lease, selection.cursor)
     return Generation(slots=slots, picks=picks, claimed=claimed, claim_ms=claim_ms)
-
-
-@dataclass(slots=True)
-class _Persisted:
-    """The cursor this process persisted last, with the text it wrote: the next cycle reads the
-    same text back and takes this cursor instead of parsing it (up to one lead per owner: 50 ms
-    of a 10,000-owner cycle). Any other text (another dispatcher's, or none) is parsed."""
-
-    text: bytes | None = None
-    cursor: Cursor | None = None
-
-
-_persisted = _Persisted()
-
-
-def cursor_load(client: Client) -> Cursor:
-    text = client.get(CURSOR_KEY)
-    if _persisted.cursor is not None and text == _persisted.text:
-        return _persisted.cursor
-    return Cursor.from_json(text)
-
-
-def _cursor_store(lease: Lease, cursor: Cursor) -> None:
-    """Persist the cursor while the lease is held."""
-    text = cursor.to_json()
-    _persisted.text = _persisted.cursor = None
-    if lease.set_if_held(CURSOR_KEY, text):
-        _persisted.text, _persisted.cursor = text.encode(), cursor
 
 
 def _guard() -> StarvationGuard | None:

@@ -17,7 +17,7 @@ from outreach.models import State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
 
-# Apart from the LLM cursor (generation.CURSOR_KEY): sends take turns among the owners with approved drafts, the LLM
+# Apart from the LLM cursor (cursor_state.CURSOR_KEY): sends take turns among the owners with approved drafts, the LLM
 # slots among those with queued work; one cursor would let either round skip owners of the other.
 SEND_CURSOR_KEY = "orchestrator:dispatch:send_cursor"
 

@@ -16,7 +16,8 @@ from config.redis_client import Client
 from orchestrator.budget import Budget, get_budget, reservation_ids
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle.admission import job_pricing, owners_admit
-from orchestrator.dispatch.cycle.generation import Generation, cursor_load, generation_dispatch
+from orchestrator.dispatch.cycle.cursor_state import cursor_load
+from orchestrator.dispatch.cycle.generation import Generation, generation_dispatch
 from orchestrator.dispatch.cycle.notes import deferrals_note
 from orchestrator.dispatch.cycle.sends import approved_dispatch
 from orchestrator.dispatch.cycle.window import WIDEN, ReadyWork, owners_window, window_learn, window_size

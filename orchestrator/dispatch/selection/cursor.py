@@ -140,7 +140,9 @@ class Cursor:
             leads={(t, g): leads for (t, g), leads in self.leads.items() if g == "" or g in groups},
         )
 
-    def as_dict(self) -> dict[str, dict[str, object]]:
+    def as_dict(self, *, owners: bool = True) -> dict[str, dict[str, object]]:
+        """`owners=False`: each round's leads as their scale and count only, without the owners'
+        (the dispatcher keeps those apart: cycle.cursor_state)."""
         result: dict[str, dict[str, object]] = {
             tier.name.lower(): _pos_dict(pos) for tier, pos in self.positions
         }
@@ -153,7 +155,11 @@ class Cursor:
         for (tier, group), leads in self.leads.items():
             by_round = result[tier.name.lower()].setdefault("leads", {})
             assert isinstance(by_round, dict)
-            by_round[group] = {"scale": leads.scale, "owners": list(chain.from_iterable(leads.ticks.items()))}
+            by_round[group] = (
+                {"scale": leads.scale, "owners": list(chain.from_iterable(leads.ticks.items()))}
+                if owners
+                else {"scale": leads.scale, "count": len(leads.ticks)}
+            )
         return result
 
     @classmethod

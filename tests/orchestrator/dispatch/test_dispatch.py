@@ -4,7 +4,6 @@ import itertools
 import multiprocessing
 from collections.abc import Callable
 from datetime import UTC, datetime, time, timedelta
-from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from django.utils import timezone
 
 from orchestrator.budget import Budget, Limits, Reservation
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle, window
-from orchestrator.dispatch.cycle.generation import _cursor_store, cursor_load
+from orchestrator.dispatch.cycle.cursor_state import LEADS_KEY, cursor_read
 from orchestrator.dispatch.cycle.shell import PHASES
 from orchestrator.dispatch.selection import Cursor, Position
 from orchestrator.dispatch.singleton import dispatch_lease
@@ -310,24 +309,6 @@ def test_second_dispatcher_skips_while_the_lease_is_held(budget: Budget, redis_c
         assert lease is not None
         assert dispatch_cycle(budget=budget).ran is False
     assert Outreach.objects.get().state == State.QUEUED
-
-
-def test_the_cursor_this_process_wrote_is_read_back_without_parsing_and_any_other_is_parsed(
-    redis_client: redis.Redis,
-) -> None:
-    # given a cursor persisted by this process while it held the lease
-    written = Cursor(positions=((Tier.INTRO, Position(owner_id=3, phase=Fraction(1, 3))),))
-    with dispatch_lease(redis_client, ttl_s=30) as lease:
-        assert lease is not None
-        _cursor_store(lease, written)
-    # when the next cycle reads it, it gets that very cursor back
-    assert cursor_load(redis_client) is written
-    # and when another dispatcher has written since (or the key is gone), what is there is parsed
-    other = Cursor(positions=((Tier.INTRO, Position(owner_id=9)),))
-    redis_client.set(CURSOR_KEY, other.to_json())
-    assert cursor_load(redis_client) == other
-    redis_client.delete(CURSOR_KEY)
-    assert cursor_load(redis_client) == Cursor()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -718,18 +699,16 @@ def _windowed_and_full(
             state=State.QUEUED, reservation_id="", llm_route=""
         )
 
-    before = redis_client.get(CURSOR_KEY)
+    before = cursor_read(redis_client)
     windowed = _cycle(budget, captured)
-    after = redis_client.get(CURSOR_KEY)
+    after = cursor_read(redis_client)
     put_back(windowed)
-    if before is None:
-        redis_client.delete(CURSOR_KEY)
-    else:
-        redis_client.set(CURSOR_KEY, before)
+    redis_client.delete(LEADS_KEY)
+    redis_client.set(CURSOR_KEY, before.to_json())  # a cursor's JSON, its leads inline: read as such
     with monkeypatch.context() as patch:
         patch.setattr(window, "WINDOW_MIN", 10**6)
         full = _cycle(budget, captured)
     put_back(full)
     assert windowed.picks == full.picks
-    assert Cursor.from_json(after) == Cursor.from_json(redis_client.get(CURSOR_KEY))
+    assert after == cursor_read(redis_client)
     return windowed, full

@@ -17,7 +17,8 @@ from nurture.writing.generation import outreach_generate
 from nurture.writing.llm import prompt_tokens_estimate
 from orchestrator.budget import Budget, Limits, Reservation, limits_from_settings, maths
 from orchestrator.budget.maths import UNITS
-from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle
+from orchestrator.dispatch.cycle import dispatch_cycle
+from orchestrator.dispatch.cycle.cursor_state import cursor_read
 from orchestrator.dispatch.owner_tokens import (
     KEY,
     JobTokens,
@@ -25,7 +26,6 @@ from orchestrator.dispatch.owner_tokens import (
     owner_tokens_load,
     owner_tokens_record,
 )
-from orchestrator.dispatch.selection import Cursor
 from outreach.models import Outreach, State
 from tests.factories import make_lead, make_outreach, make_owner
 from tests.orchestrator.conftest import FakeClock
@@ -184,7 +184,7 @@ def test_a_costly_pick_the_bucket_refuses_keeps_its_turn(
     with django_capture_on_commit_callbacks(execute=False):
         assert dispatch_cycle(budget=budget).generation == []
     # then nobody was charged a turn, and once the bucket refilled the costly job goes first
-    assert Cursor.from_json(redis_client.get(CURSOR_KEY)).leads == {}
+    assert cursor_read(redis_client).leads == {}
     clock.now += 60_000
     with django_capture_on_commit_callbacks(execute=False):
         assert dispatch_cycle(budget=budget).generation[0] == first.pk

@@ -1,0 +1,202 @@
+"""The selection cursor in Redis (cycle.cursor_state): read back whole by any process, written
+as what changed since this process's last write, whole when Redis does not hold that write."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+import redis
+
+from orchestrator.budget import Budget
+from orchestrator.dispatch.cycle import cursor_state, dispatch_cycle
+from orchestrator.dispatch.cycle.cursor_state import (
+    CURSOR_KEY,
+    LEADS_KEY,
+    cursor_load,
+    cursor_read,
+    cursor_store,
+    leads_change,
+)
+from orchestrator.dispatch.selection import Cursor, Position
+from orchestrator.dispatch.selection.cursor import Leads
+from orchestrator.dispatch.singleton import Lease, dispatch_lease
+from outreach.tiers import Tier
+from tests.factories import make_outreach
+
+INTRO, REPLY = Tier.INTRO, Tier.REPLY
+# A field in a round no head names: a write whole deletes it with the hash, a change keeps it.
+STRAY = "nudge|org:404|1"
+
+
+def _cursor(leads: dict[int, int], *, group: dict[int, int] | None = None, scale: int = 1000) -> Cursor:
+    """An intro round stopped at owner 3, a third of the way round, with `leads`, and a
+    budget group's round with `group`'s (leads in lowest terms, as `Leads` keeps them)."""
+    rounds = {(INTRO, ""): Leads(scale, leads)}
+    if group is not None:
+        rounds[(INTRO, "org:7")] = Leads(scale, group)
+    return Cursor(
+        positions=((INTRO, Position(owner_id=3, phase=Fraction(1, 3))),),
+        groups=((INTRO, "org:7", Position(owner_id=5)),),
+        leads=rounds,
+    )
+
+
+def _another_process() -> None:
+    """What a dispatcher that never wrote knows: nothing (as after a restart)."""
+    cursor_state._written = cursor_state._Written()
+
+
+@pytest.fixture
+def lease(redis_client: redis.Redis) -> Iterator[Lease]:
+    with dispatch_lease(redis_client, ttl_s=30) as held:
+        assert held is not None
+        yield held
+
+
+def test_the_cursor_this_process_wrote_is_read_back_without_parsing_and_any_other_is_parsed(
+    redis_client: redis.Redis, lease: Lease
+) -> None:
+    # given a cursor persisted by this process while it held the lease
+    written = _cursor({3: 701, 8: 1_901}, group={5: 2_101})
+    cursor_store(lease, written)
+    # when the next cycle reads it, it gets that very cursor back
+    assert cursor_load(redis_client) is written
+    # and a process that did not write it reads it whole: the head and every lead
+    _another_process()
+    assert cursor_load(redis_client) == written
+    # and when another dispatcher has written since (a cursor's JSON, as until 2026-12-05, or
+    # nothing at all), what is there is parsed
+    other = Cursor(positions=((INTRO, Position(owner_id=9)),), leads={(INTRO, ""): Leads(6, {2: 14})})
+    redis_client.set(CURSOR_KEY, other.to_json())
+    assert cursor_load(redis_client) == other
+    redis_client.delete(CURSOR_KEY)
+    assert cursor_load(redis_client) == Cursor()
+
+
+def test_a_write_sends_the_leads_that_changed_and_deletes_those_dropped(
+    redis_client: redis.Redis, lease: Lease
+) -> None:
+    # given a cursor written, and a field no cursor names beside its leads
+    cursor_store(lease, _cursor({3: 701, 8: 1_901, 11: 301}, group={5: 2_101}))
+    redis_client.hset(LEADS_KEY, STRAY, 1)
+    # when the next cycle writes one owner moved on, one new ahead and one no longer ahead
+    moved = _cursor({3: 701, 8: 2_401, 12: 51}, group={5: 2_101})
+    assert cursor_load(redis_client) is not None
+    cursor_store(lease, moved)
+    # then only those fields changed: the stray one is still there (no rewrite whole) ...
+    assert redis_client.hgetall(LEADS_KEY) == {
+        b"intro||3": b"701",
+        b"intro||8": b"2401",
+        b"intro||12": b"51",
+        b"intro|org:7|5": b"2101",
+        STRAY.encode(): b"1",
+    }
+    # ... and another process reads the new cursor back
+    _another_process()
+    assert cursor_load(redis_client) == moved
+
+
+def test_what_a_write_changes_is_worked_out_round_by_round() -> None:
+    before = {(INTRO, ""): Leads(1000, {1: 5, 2: 7, 3: 9}), (REPLY, "org:7"): Leads(4, {6: 1})}
+    # an owner moved on, one new, one dropped; a round gone; a round new
+    after = {(INTRO, ""): Leads(1000, {1: 5, 2: 8, 4: 3}), (REPLY, ""): Leads(4, {6: 3})}
+    sets, drops = leads_change(before, after)
+    assert sets == ["intro||2", 8, "intro||4", 3, "reply||6", 3]
+    assert sorted(drops) == ["intro||3", "reply|org:7|6"]
+    # a round in another scale is set whole (the dropped owners deleted); the same round object: nothing
+    rescaled = {(INTRO, ""): Leads(3, {1: 1, 2: 2})}
+    assert leads_change(before, rescaled) == (["intro||1", 1, "intro||2", 2], ["intro||3", "reply|org:7|6"])
+    assert leads_change(before, before) == ([], [])
+
+
+def test_a_write_against_a_cursor_redis_no_longer_holds_rewrites_the_leads_whole(
+    redis_client: redis.Redis, lease: Lease
+) -> None:
+    # given a cursor this process wrote, then another dispatcher's write between two of its
+    # cycles (this process has not read since: its change would be against a head now gone)
+    cursor_store(lease, _cursor({3: 701, 8: 1_901}))
+    redis_client.set(CURSOR_KEY, Cursor().to_json())
+    redis_client.hset(LEADS_KEY, STRAY, 1)
+    # when it writes its next cursor
+    latest = _cursor({3: 701, 8: 2_401}, group={5: 90})
+    cursor_store(lease, latest)
+    # then it wrote the leads whole (the stray field went with the old hash), and they read back
+    assert STRAY.encode() not in redis_client.hgetall(LEADS_KEY)
+    _another_process()
+    assert cursor_load(redis_client) == latest
+
+
+def test_a_cursor_of_the_inline_format_is_read_and_the_next_write_is_whole(
+    redis_client: redis.Redis, lease: Lease
+) -> None:
+    # given the cursor a dispatcher wrote until 2026-12-05: one JSON value, leads inline
+    old = _cursor({3: 701, 8: 1_901}, group={5: 2_101})
+    redis_client.set(CURSOR_KEY, old.to_json())
+    # when this dispatcher reads it and writes its next
+    assert cursor_load(redis_client) == old
+    cursor_store(lease, old)
+    # then the head holds no owner's lead, the hash holds them all, and they read back
+    head = json.loads(redis_client.get(CURSOR_KEY) or b"")
+    assert head["format"] == cursor_state.FORMAT
+    assert head["cursor"]["intro"]["leads"][""] == {"scale": 1000, "count": 2}
+    assert len(redis_client.hgetall(LEADS_KEY)) == 3
+    _another_process()
+    assert cursor_load(redis_client) == old
+
+
+def test_thousands_of_leads_are_written_read_and_dropped_in_chunks(
+    redis_client: redis.Redis, lease: Lease
+) -> None:
+    # (Redis's Lua takes about 8,000 arguments at once: the script sets and deletes a thousand at a time)
+    many = _cursor({o: 1 + o % 1_701 for o in range(1, 6_001)}, group={o: 2 + o for o in range(1, 3_001)})
+    cursor_store(lease, many)
+    assert redis_client.hlen(LEADS_KEY) == 9_000
+    cursor_load(redis_client)
+    fewer = _cursor({o: 1 + o % 1_701 for o in range(2_501, 6_001)}, group={1: 3})
+    cursor_store(lease, fewer)
+    assert redis_client.hlen(LEADS_KEY) == 3_501
+    _another_process()
+    assert cursor_load(redis_client) == fewer
+
+
+def test_nothing_is_written_once_the_lease_is_lost(redis_client: redis.Redis) -> None:
+    with dispatch_lease(redis_client, ttl_s=30) as lease:
+        assert lease is not None
+        redis_client.delete("orchestrator:dispatch:lease")  # expired, say, and taken by nobody yet
+        cursor_store(lease, _cursor({3: 701}))
+    assert redis_client.get(CURSOR_KEY) is None
+    assert redis_client.hlen(LEADS_KEY) == 0
+
+
+@pytest.mark.parametrize("damage", ["leads lost", "not a cursor"])
+def test_a_cursor_that_does_not_add_up_is_logged_and_the_rounds_start_again(
+    redis_client: redis.Redis, lease: Lease, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    cursor_store(lease, _cursor({3: 701, 8: 1_901}))
+    if damage == "leads lost":  # evicted, say: the head says two leads, the hash holds none
+        redis_client.delete(LEADS_KEY)
+    else:
+        redis_client.set(CURSOR_KEY, b'{"format": 2, "cursor": [1, 2]}')
+    _another_process()
+    with caplog.at_level(logging.WARNING, logger=cursor_state.__name__):
+        assert cursor_load(redis_client) == Cursor()
+    assert "dispatch cursor unreadable" in caplog.text
+
+
+@pytest.mark.django_db
+def test_a_cycle_dispatches_over_a_cursor_it_cannot_read(
+    budget: Budget, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given queued work and, in Redis, something that is not a cursor (a bad restore, a hand edit)
+    queued = make_outreach()
+    redis_client.set(CURSOR_KEY, b'{"intro": {"owner_id": "three"}}')
+    # when a cycle runs, it dispatches from the start cursor (before, every cycle raised)
+    with django_capture_on_commit_callbacks(execute=False):
+        assert dispatch_cycle(budget=budget).generation == [queued.pk]
+    # and the cursor it wrote over it reads back
+    assert cursor_read(redis_client).position(Tier.INTRO) == Position(owner_id=queued.owner_id)
