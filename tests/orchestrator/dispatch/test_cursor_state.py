@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 import redis
+from django.conf import settings as django_settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.budget import Budget
 from orchestrator.dispatch.cycle import cursor_state, dispatch_cycle
@@ -200,3 +203,50 @@ def test_a_cycle_dispatches_over_a_cursor_it_cannot_read(
         assert dispatch_cycle(budget=budget).generation == [queued.pk]
     # and the cursor it wrote over it reads back
     assert cursor_read(redis_client).position(Tier.INTRO) == Position(owner_id=queued.owner_id)
+
+
+_rounds = st.dictionaries(
+    st.tuples(st.sampled_from([REPLY, INTRO]), st.sampled_from(["", "org:7", "org:8"])),
+    st.tuples(
+        st.sampled_from([1, 6, 1_000]),
+        st.dictionaries(st.integers(1, 40), st.integers(1, 3_000), max_size=30),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=80)
+@given(
+    steps=st.lists(
+        st.tuples(_rounds, st.sampled_from(["read", "restart", "other wrote"])), min_size=1, max_size=6
+    )
+)
+def test_any_run_of_writes_leaves_redis_holding_the_last_cursor(
+    steps: list[tuple[dict[tuple[Tier, str], tuple[int, dict[int, int]]], str]],
+) -> None:
+    # given a run of cursors whose rounds come and go, change scale, gain and lose owners; before
+    # each, the dispatcher read the cursor, or restarted (it forgets what it wrote), or another
+    # dispatcher wrote since its read (a cursor of its own, and a lead of its own in a round)
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    client.delete(CURSOR_KEY, LEADS_KEY)
+    _another_process()
+    with dispatch_lease(client, ttl_s=30) as lease:
+        assert lease is not None
+        for rounds, before in steps:
+            tiers = {tier for tier, _ in rounds}
+            cursor = Cursor(
+                positions=tuple((tier, Position(owner_id=1)) for tier in sorted(tiers)),
+                leads={name: Leads(scale, ticks) for name, (scale, ticks) in rounds.items()},
+            )
+            if before == "read":
+                cursor_load(client)
+            elif before == "restart":
+                _another_process()
+            else:
+                client.set(CURSOR_KEY, Cursor(positions=((INTRO, Position(owner_id=9)),)).to_json())
+                client.hset(LEADS_KEY, "intro||41", 5)
+            # when each is written
+            cursor_store(lease, cursor)
+            # then Redis holds exactly it: read whole, it is the cursor written
+            assert cursor_read(client) == cursor
+    client.delete(CURSOR_KEY, LEADS_KEY)
