@@ -19,7 +19,8 @@ is taken back, nothing parsed. Any other head is read with the hash in one MULTI
 dispatcher's write lands before or after both); one in the format used until 2026-12-05 (one
 JSON value, leads inline) is read as such. A cursor that is not one, or whose leads do not add
 up (the hash lost or evicted), is logged and the rounds start again from the lowest owner id:
-nothing else is lost (until 2026-12-05 every cycle raised on it, and dispatch stopped).
+nothing else is lost (until 2026-12-05 every cycle raised on it, and dispatch stopped). The
+send cursor (cycle.sends: one JSON value, counts only) is read the same way (`json_cursor_load`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -93,10 +94,24 @@ def cursor_read(client: Client) -> Cursor:
         pipe.get(CURSOR_KEY)
         pipe.hgetall(LEADS_KEY)
         head, fields = pipe.execute()
+    return _or_start(lambda: _parsed(head, fields), key=CURSOR_KEY)
+
+
+def json_cursor_load(client: Client, key: str) -> Cursor:
+    """A cursor kept as one JSON value at `key` (the send cursor), as `cursor_read` reads the
+    LLM one: the start cursor, logged, when Redis holds none or none readable."""
+    return _or_start(lambda: Cursor.from_json(client.get(key)), key=key)
+
+
+def _or_start(parse: Callable[[], Cursor], *, key: str) -> Cursor:
+    """The cursor `parse` reads; the start cursor when what Redis holds at `key` is not one
+    (logged): the rounds start again from the lowest owner id, where every cycle would raise."""
     try:
-        return _parsed(head, fields)
+        return parse()
     except ValueError as exc:
-        log.warning("dispatch cursor unreadable, the rounds start again from the lowest owner id: %s", exc)
+        log.warning(
+            "dispatch cursor %s unreadable, its rounds start again from the lowest owner id: %s", key, exc
+        )
         return Cursor()
 
 

@@ -10,8 +10,9 @@ from django.db import transaction
 
 from orchestrator.budget import Budget
 from orchestrator.dispatch import reads, send_flow
+from orchestrator.dispatch.cycle.cursor_state import json_cursor_load
 from orchestrator.dispatch.cycle.enqueue import SEND_TASK, tasks_enqueue_on_commit
-from orchestrator.dispatch.selection import Cursor, select_sends
+from orchestrator.dispatch.selection import select_sends
 from orchestrator.dispatch.singleton import Lease
 from outreach.models import State
 from outreach.tiers import Tier
@@ -42,7 +43,7 @@ def approved_dispatch(
     )
     ids = [i for per_owner in found.values() for i in per_owner]
     if slots is not None:
-        cursor = Cursor.from_json(lease.client.get(SEND_CURSOR_KEY))
+        cursor = json_cursor_load(lease.client, SEND_CURSOR_KEY)
         ids = list(select_sends(found, slots=slots, cursor=cursor, weights=weights).outreach_ids)
     with transaction.atomic():
         claimed = transition_many(

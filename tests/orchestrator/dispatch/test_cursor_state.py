@@ -188,7 +188,7 @@ def test_a_cursor_that_does_not_add_up_is_logged_and_the_rounds_start_again(
     _another_process()
     with caplog.at_level(logging.WARNING, logger=cursor_state.__name__):
         assert cursor_load(redis_client) == Cursor()
-    assert "dispatch cursor unreadable" in caplog.text
+    assert f"dispatch cursor {CURSOR_KEY} unreadable" in caplog.text
 
 
 @pytest.mark.django_db

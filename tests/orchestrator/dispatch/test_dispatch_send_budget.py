@@ -7,14 +7,16 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import redis
 from django.utils import timezone
 
 from orchestrator.budget import Budget, SendRules
-from orchestrator.dispatch.cycle import dispatch_cycle
-from orchestrator.dispatch.selection import Cursor, SendSelection, select_sends
+from orchestrator.dispatch.cycle import SEND_CURSOR_KEY, dispatch_cycle
+from orchestrator.dispatch.selection import Cursor, Position, SendSelection, select_sends
 from orchestrator.dispatch.send_flow import send_slots
 from orchestrator.metrics.depth import deferred_work
 from outreach.models import Outreach, Owner, State
+from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
 
 
@@ -149,3 +151,23 @@ def test_without_a_send_rate_every_approved_draft_goes_at_once(
         make_outreach(lead=make_lead(owner=owner), state=State.APPROVED, draft_subject="Hi", draft_body="B")
     with django_capture_on_commit_callbacks(execute=True):
         assert len(dispatch_cycle(budget=budget).send) == 30
+
+
+@pytest.mark.django_db
+def test_a_send_cursor_it_cannot_read_does_not_stop_the_sends(
+    budget: Budget, redis_client: redis.Redis, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a send rate, approved drafts, and in Redis a send cursor that is not one (a bad
+    # restore, a hand edit)
+    settings.DISPATCH_INTERVAL = 1
+    budget.send_rules = SendRules(per_second=2)
+    owner = make_owner(daily_limit=100)
+    approved = _approved(owner, 3)
+    redis_client.set(SEND_CURSOR_KEY, b'{"intro": {"owner_id": "three"}}')
+    # when a cycle runs, the sends go out from the start of the round (before, every cycle raised)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert dispatch_cycle(budget=budget).send == approved[:2]
+    # and the send cursor it wrote over it reads back (sends run as the top tier's round)
+    assert Cursor.from_json(redis_client.get(SEND_CURSOR_KEY)).position(Tier.REPLY) == Position(
+        owner_id=owner.pk
+    )
