@@ -105,7 +105,7 @@ def json_cursor_load(client: Client, key: str) -> Cursor:
 
 def _or_start(parse: Callable[[], Cursor], *, key: str) -> Cursor:
     """The cursor `parse` reads; the start cursor when what Redis holds at `key` is not one
-    (logged): the rounds start again from the lowest owner id, where every cycle would raise."""
+    (logged): the rounds start again from the lowest owner id, rather than every cycle raising."""
     try:
         return parse()
     except ValueError as exc:
