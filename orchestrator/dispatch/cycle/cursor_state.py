@@ -121,17 +121,17 @@ def cursor_store(lease: Lease, cursor: Cursor) -> None:
     known, base = _written.cursor, _written.head
     head = json.dumps({"format": FORMAT, "lease": lease.token, "cursor": cursor.as_dict(owners=False)})
     _written.head = _written.cursor = None
-    written = 0
-    if known is not None and base is not None:
-        sets, drops = leads_change(known.leads, cursor.leads)
-        written = lease.run_if_held(
-            _WRITE, keys=[CURSOR_KEY, LEADS_KEY], args=[head, base.decode(), len(sets) // 2, *sets, *drops]
+
+    def write(against: str, before: Rounds) -> object:
+        """The script's answer: 1 written, 0 the lease lost, -1 Redis no longer holds `against`."""
+        sets, drops = leads_change(before, cursor.leads)
+        return lease.run_if_held(
+            _WRITE, keys=[CURSOR_KEY, LEADS_KEY], args=[head, against, len(sets) // 2, *sets, *drops]
         )
-    if written == -1 or known is None or base is None:  # Redis does not hold our last write
-        sets, _ = leads_change({}, cursor.leads)
-        written = lease.run_if_held(
-            _WRITE, keys=[CURSOR_KEY, LEADS_KEY], args=[head, "", len(sets) // 2, *sets]
-        )
+
+    written = write(base.decode(), known.leads) if known is not None and base is not None else -1
+    if written == -1:  # Redis does not hold our last write (or we have none): rewrite whole
+        written = write("", {})
     if written == 1:
         _written.head, _written.cursor = head.encode(), cursor
 
@@ -164,8 +164,10 @@ def _parsed(head: bytes | None, fields: Mapping[bytes, bytes]) -> Cursor:
     if not head:
         return Cursor()
     data = json.loads(head)  # a JSONDecodeError is a ValueError
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        return Cursor.from_json(head)  # the format until 2026-12-05: the leads inline
+    if not isinstance(data, dict):
+        raise ValueError(f"not a selection cursor: {data!r}")
+    if data.get("format") != FORMAT:
+        return Cursor.from_dict(data)  # the format until 2026-12-05: the leads inline
     flat: dict[tuple[str, str], list[int]] = defaultdict(list)
     for field, lead in fields.items():
         tier, _, rest = field.decode().partition("|")
