@@ -106,3 +106,16 @@ class DropLikeIndexConcurrentlyOnPostgres(migrations.operations.base.Operation):
 
     def describe(self) -> str:
         return f"Drop the LIKE index of {self.model_name}.{self.name} concurrently"
+
+
+class RunSQLOnPostgres(migrations.RunSQL):
+    """SQL only PostgreSQL runs (its triggers and functions); the demo's SQLite skips it, and
+    whatever reads what the SQL maintains must work without it there."""
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)

@@ -24,7 +24,7 @@ from outreach.models.outreach import (
     OutreachEvent,
     State,
 )
-from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends
+from outreach.models.owners import MIDNIGHT, Owner, OwnerDailySends, OwnersVersion
 from outreach.models.prepared import Prepared
 from outreach.models.queries import lead_status, owner_daily_sends_record
 from outreach.models.referrals import ReferralProposal
@@ -61,6 +61,7 @@ __all__ = [
     "OutreachEvent",
     "Owner",
     "OwnerDailySends",
+    "OwnersVersion",
     "Prepared",
     "ReferralProposal",
     "ReplyClass",

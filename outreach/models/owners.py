@@ -100,3 +100,17 @@ class OwnerDailySends(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner_id} on {self.day}: {self.sent}"
+
+
+class OwnersVersion(models.Model):
+    """One row whose token every statement that writes owners or organizations renews, in the
+    writer's transaction (PostgreSQL triggers: migration 0029), so a process that keeps the
+    owners in memory knows whether they changed since it read them without reading them
+    (the dispatcher: orchestrator.dispatch.reads.active_owners). Written by the triggers only;
+    absent until the first such write (or after the table is emptied): then nothing is kept."""
+
+    token = models.UUIDField()
+    changed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"owners {self.token} at {self.changed_at}"

@@ -1,0 +1,140 @@
+"""The dispatcher keeps the active owners in memory and reads them again only when a statement
+wrote owners or organizations since (reads.active_owners, OwnersVersion's triggers): whatever
+wrote them, the next cycle sees it; nothing else makes it read every owner again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from orchestrator.budget import Budget
+from orchestrator.dispatch.cycle import dispatch_cycle
+from orchestrator.dispatch.reads import active_owners
+from outreach.models import Organization, Outreach, Owner, OwnersVersion, State
+from tests.factories import make_lead, make_org, make_outreach, make_owner
+
+pytestmark = pytest.mark.django_db
+
+
+def _owner_reads(run: Any) -> tuple[Any, int]:
+    """What `run()` returned, and how many statements it ran that read the owners' table."""
+    with CaptureQueriesContext(connection) as queries:
+        result = run()
+    return result, sum('FROM "outreach_owner"' in q["sql"] for q in queries.captured_queries)
+
+
+def test_the_owners_are_read_once_and_then_only_their_version() -> None:
+    # given two active owners, read once
+    org = make_org(sender_email="team@first.example")
+    first, second = make_owner(organization=org), make_owner(organization=org)
+    active_owners()
+    # when they are asked for again, nothing having changed
+    with CaptureQueriesContext(connection) as queries:
+        again = active_owners()
+    # then one statement read the version, none the owners, and they are all there
+    assert [q["sql"] for q in queries.captured_queries] == [
+        "SELECT token::text FROM outreach_ownersversion WHERE id = 1"
+    ]
+    assert sorted(again.weights) == [first.pk, second.pk]
+    assert [o.sender_domain for o in again.of([second.pk, first.pk])] == ["first.example", "first.example"]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda owner: Owner.objects.filter(pk=owner.pk).update(weight=3), id="queryset update"),
+        pytest.param(lambda owner: _save(owner, weight=3), id="save"),
+        pytest.param(
+            lambda owner: connection.cursor().execute(
+                "UPDATE outreach_owner SET weight = 3 WHERE id = %s", [owner.pk]
+            ),
+            id="raw SQL",
+        ),
+    ],
+)
+def test_an_owner_written_any_way_is_read_again(write: Any) -> None:
+    # given an owner of weight 1, read
+    owner = make_owner(weight=1)
+    assert active_owners().weights[owner.pk] == 1
+    # when its weight is written, by the ORM or by hand
+    write(owner)
+    # then the next read reads the owners again and has it
+    owners, reads = _owner_reads(active_owners)
+    assert (owners.weights[owner.pk], reads) == (3, 1)
+
+
+def _save(owner: Owner, **fields: Any) -> None:
+    for name, value in fields.items():
+        setattr(owner, name, value)
+    owner.save()
+
+
+def test_owners_added_deactivated_and_deleted_and_an_organization_s_address_changed_are_seen() -> None:
+    # given an owner, read
+    org = make_org(sender_email="team@old.example")
+    kept, leaving, deleted = (make_owner(organization=org) for _ in range(3))
+    assert set(active_owners().weights) == {kept.pk, leaving.pk, deleted.pk}
+    # when one is deactivated, one deleted and one added
+    Owner.objects.filter(pk=leaving.pk).update(active=False)
+    Owner.objects.filter(pk=deleted.pk).delete()
+    added = make_owner(organization=org)
+    # then the next read has exactly the active ones
+    assert set(active_owners().weights) == {kept.pk, added.pk}
+    # and when their organization sends from another address, its domain is theirs next time
+    Organization.objects.filter(pk=org.pk).update(sender_email="team@new.example")
+    assert active_owners().of([kept.pk])[0].sender_domain == "new.example"
+
+
+def test_a_write_rolled_back_is_not_kept() -> None:
+    # given an owner of weight 1, read
+    owner = make_owner(weight=1)
+    active_owners()
+    # when its weight is changed and read inside a transaction that is then rolled back
+    seen: list[int] = []
+
+    def written_then_rolled_back() -> None:
+        with transaction.atomic():
+            Owner.objects.filter(pk=owner.pk).update(weight=5)
+            seen.append(active_owners().weights[owner.pk])
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        written_then_rolled_back()
+    assert seen == [5]
+    # then the next read has the weight that stands
+    assert active_owners().weights[owner.pk] == 1
+
+
+def test_without_a_version_the_owners_are_read_every_time() -> None:
+    # given owners and no version (the table emptied: no write since)
+    owner = make_owner()
+    OwnersVersion.objects.all().delete()
+    # when they are read twice, then both reads read the owners
+    first, reads_first = _owner_reads(active_owners)
+    second, reads_second = _owner_reads(active_owners)
+    assert (reads_first, reads_second) == (1, 1)
+    assert owner.pk in first.weights
+    assert owner.pk in second.weights
+    # and the next write to the owners gives them a version again
+    make_owner()
+    assert OwnersVersion.objects.get(pk=1).token is not None
+
+
+def test_a_cycle_stops_dispatching_an_owner_deactivated_since_the_last_cycle(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an owner with two intros queued, one dispatched by a cycle
+    owner = make_owner()
+    rows = [make_outreach(lead=make_lead(owner=owner)) for _ in range(2)]
+    with django_capture_on_commit_callbacks(execute=False):
+        assert len(dispatch_cycle(budget=budget).generation) == 2
+    Outreach.objects.filter(pk=rows[1].pk).update(state=State.QUEUED, reservation_id="", llm_route="")
+    # when the owner is deactivated
+    Owner.objects.filter(pk=owner.pk).update(active=False)
+    # then the next cycle dispatches nothing of it
+    with django_capture_on_commit_callbacks(execute=False):
+        report = dispatch_cycle(budget=budget)
+    assert (report.active, report.generation) == (0, [])
