@@ -44,29 +44,90 @@ from config.deployments import job_steps
 
 log = logging.getLogger(__name__)
 
-# hash: "<owner id>" -> settled tokens/job, "<owner id>:counted" -> counted tokens/job (averages);
-# "<owner id>:<kind>" and "<owner id>:<kind>:counted" the same for that step's jobs only
+# hash: "p:<owner id>" -> the owner's averages packed in one field, so a cycle reads a window's
+# owners a field each: "<settled> <counted> <reply settled> <reply counted> <intro settled>
+# <intro counted> <nudge settled> <nudge counted>" (settled and counted tokens/job over all its
+# jobs, then over each step's, KINDS' order), "-" for a step not learned yet. Until 2026-12-06
+# each average was a field of its own ("<owner id>", "<owner id>:counted", "<owner id>:<kind>",
+# "<owner id>:<kind>:counted"; 8 fields an owner to read): an owner's record folds its old
+# fields into its packed one, and the first load after that converts the rest (`_CONVERT`),
+# marking the hash "format" = "2".
 KEY: Final = "orchestrator:dispatch:owner_tokens"
 # Weight of the newest job in the average: about the last ten jobs count, so a change of
 # prompts (a new sequence, longer context) shows within a few dozen jobs.
 ALPHA: Final = 0.2
 KINDS: Final = ("reply", "intro", "nudge")  # the steps learned apart (Outreach.kind, Tier names)
+FORMAT: Final = "2"
 
-# For each field: new = old + alpha * (x - old), or x for the first job; as text: HSET keeps the
-# double's digits. Returns the new averages in field order.
-_RECORD: Final = """
-local alpha = tonumber(ARGV[1])
-local out = {}
-for i = 2, #ARGV, 2 do
-  local old = tonumber(redis.call('HGET', KEYS[1], ARGV[i]))
-  local x = tonumber(ARGV[i + 1])
+# An owner's averages as the packed field's words, from its packed field or else from the old
+# fields (then dropped): '-' for what it has none of.
+_OWNER_WORDS: Final = """
+local kinds = {'reply', 'intro', 'nudge'}
+local function owner_words(key, owner)
+  local packed = redis.call('HGET', key, 'p:' .. owner)
+  local words = {}
+  if packed then
+    for word in string.gmatch(packed, '%S+') do words[#words + 1] = word end
+    return words
+  end
+  local names = {owner, owner .. ':counted'}
+  for _, kind in ipairs(kinds) do
+    names[#names + 1] = owner .. ':' .. kind
+    names[#names + 1] = owner .. ':' .. kind .. ':counted'
+  end
+  local old = redis.call('HMGET', key, unpack(names))
+  local found = false
+  for i = 1, #names do
+    if old[i] then words[i] = old[i]; found = true else words[i] = '-' end
+  end
+  if found then redis.call('HDEL', key, unpack(names)) end
+  return words
+end
+"""
+
+# One finished job folded into its owner's averages and, given its step (ARGV[3]: 1-based place
+# in KINDS, 0 none), that step's: new = old + alpha * (x - old), or x for the first job; as text
+# (HSET keeps the double's digits). Returns the owner's new averages.
+_RECORD: Final = (
+    _OWNER_WORDS
+    + """
+local alpha, owner, step = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local words = owner_words(KEYS[1], owner)
+local function fold(i, x)
+  local old = tonumber(words[i])
   local new = x
   if old then new = old + alpha * (x - old) end
-  out[#out + 1] = string.format('%.3f', new)
-  redis.call('HSET', KEYS[1], ARGV[i], out[#out])
+  words[i] = string.format('%.3f', new)
 end
-return out
+for i = 1, 2 do
+  fold(i, tonumber(ARGV[3 + i]))
+  if step > 0 then fold(2 * step + i, tonumber(ARGV[3 + i])) end
+end
+redis.call('HSET', KEYS[1], 'p:' .. owner, table.concat(words, ' '))
+return {words[1], words[2]}
 """
+)
+
+# Every owner's old fields into its packed one, once (HKEYS: a one-off pass over the hash, some
+# 30 ms of Redis at 10,000 owners' 80,000 old fields), then the hash marked converted.
+_CONVERT: Final = (
+    _OWNER_WORDS
+    + """
+if redis.call('HGET', KEYS[1], 'format') == ARGV[1] then return 0 end
+local owners = {}
+for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
+  local owner = string.match(name, '^(%d+)')
+  if owner then owners[owner] = true end
+end
+local converted = 0
+for owner in pairs(owners) do
+  redis.call('HSET', KEYS[1], 'p:' .. owner, table.concat(owner_words(KEYS[1], owner), ' '))
+  converted = converted + 1
+end
+redis.call('HSET', KEYS[1], 'format', ARGV[1])
+return converted
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -124,11 +185,9 @@ def owner_tokens_record(
     """Fold one finished job's tokens into its owner's averages and, given its step (`kind`),
     into the owner's averages for that step; the owner's new (settled, counted) averages, or
     None when Redis failed (logged: the estimates only lose this sample)."""
-    fields: list[str | int] = [str(owner_id), settled, f"{owner_id}:counted", counted]
-    if kind is not None:
-        fields += [f"{owner_id}:{kind}", settled, f"{owner_id}:{kind}:counted", counted]
+    step = KINDS.index(kind) + 1 if kind in KINDS else 0
     try:
-        raw = redis_client.shared().eval(_RECORD, 1, KEY, ALPHA, *fields)
+        raw = redis_client.shared().eval(_RECORD, 1, KEY, ALPHA, owner_id, step, settled, counted)
     except redis.RedisError as exc:
         log.warning("owner token estimate not recorded for owner %s: %s", owner_id, exc)
         return None
@@ -137,39 +196,49 @@ def owner_tokens_record(
 
 def owner_tokens_load(*, owner_ids: Collection[int], default: int) -> dict[int, JobTokens]:
     """Each owner's expected tokens per job (rounded up, at least 1): its averages, or `default`
-    for what it has no history of yet or when Redis failed. One HMGET."""
+    for what it has no history of yet or when Redis failed (`job_costs_load`)."""
+    return dict(job_costs_load(owner_ids=owner_ids, default=default).owners)
+
+
+def job_costs_load(*, owner_ids: Collection[int], default: int) -> JobCosts:
+    """The owners' learned costs, rounded up, at least 1: each owner's over all its jobs (or
+    `default` with no history, or when Redis failed) and each step's it has history of. One
+    field an owner, one round trip (a hash not yet converted: `_CONVERT` first, once)."""
     ids = sorted(owner_ids)
     if not ids:
-        return {}
-    fields = [name for o in ids for name in (str(o), f"{o}:counted")]
+        return JobCosts(owners={}, steps={})
+    fields = [f"p:{o}" for o in ids]
     try:
-        raw = redis_client.shared().hmget(KEY, fields)
+        client = redis_client.shared()
+        pipe = client.pipeline(transaction=False)
+        pipe.hget(KEY, "format")
+        pipe.hmget(KEY, fields)
+        marked, raw = pipe.execute()
+        if marked != FORMAT.encode():
+            client.eval(_CONVERT, 1, KEY, FORMAT)
+            raw = client.hmget(KEY, fields)
     except redis.RedisError as exc:
         log.warning("owner token estimates unavailable, using %s tokens: %s", default, exc)
-        raw = [None] * len(fields)
-
-    def tokens(value: bytes | str | None) -> int:
-        return default if value is None else max(1, math.ceil(float(value)))
-
-    return {
-        o: JobTokens(settled=tokens(raw[2 * i]), counted=tokens(raw[2 * i + 1])) for i, o in enumerate(ids)
-    }
-
-
-def job_costs_load(*, owner_ids: Collection[int], default: int, kinds: Collection[str] = KINDS) -> JobCosts:
-    """The owners' learned costs (`owner_tokens_load`) and, for each step of `kinds` an owner
-    has history of, that step's. One HMGET, or two reads when Redis failed (then all default)."""
-    owners = owner_tokens_load(owner_ids=owner_ids, default=default)
-    pairs = [(o, k) for o in sorted(owners) for k in kinds]
-    fields = [name for o, k in pairs for name in (f"{o}:{k}", f"{o}:{k}:counted")]
-    try:
-        raw = redis_client.shared().hmget(KEY, fields) if fields else []
-    except redis.RedisError as exc:
-        log.warning("per-step token estimates unavailable: %s", exc)
-        raw = [None] * len(fields)
-    steps = {
-        pair: JobTokens(settled=max(1, math.ceil(float(s))), counted=max(1, math.ceil(float(c))))
-        for pair, s, c in zip(pairs, raw[::2], raw[1::2], strict=True)
-        if s is not None and c is not None
-    }
+        raw = [None] * len(ids)
+    owners: dict[int, JobTokens] = {}
+    steps: dict[tuple[int, str], JobTokens] = {}
+    unknown = JobTokens(settled=default, counted=default)
+    for owner, packed in zip(ids, raw, strict=True):
+        if packed is None:
+            owners[owner] = unknown
+            continue
+        words = packed.split()
+        owners[owner] = _tokens(words[0], words[1], default)
+        for i, kind in enumerate(KINDS, start=1):
+            if words[2 * i] != b"-":
+                steps[owner, kind] = _tokens(words[2 * i], words[2 * i + 1], default)
     return JobCosts(owners=owners, steps=steps)
+
+
+def _tokens(settled: bytes, counted: bytes, default: int) -> JobTokens:
+    """Two averages as whole tokens (rounded up, at least 1); `default` for one not learned."""
+
+    def whole(word: bytes) -> int:
+        return default if word == b"-" else max(1, math.ceil(float(word)))
+
+    return JobTokens(settled=whole(settled), counted=whole(counted))

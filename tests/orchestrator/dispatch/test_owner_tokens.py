@@ -41,7 +41,64 @@ def test_the_estimates_are_moving_averages_of_finished_jobs(redis_client: redis.
         7: JobTokens(settled=1_720, counted=2_720),
         8: JobTokens(settled=1_800, counted=1_800),
     }
-    assert redis_client.hmget(KEY, ["7", "7:counted"]) == [b"1720.000", b"2720.000"]
+    # in one field for the owner, its steps not learned
+    assert redis_client.hget(KEY, "p:7") == b"1720.000 2720.000 - - - - - -"
+
+
+def test_averages_kept_in_the_old_fields_are_read_and_go_on_from_where_they_were(
+    redis_client: redis.Redis,
+) -> None:
+    # given the averages as the dispatcher kept them until 2026-12-06: a field each
+    redis_client.hset(
+        KEY,
+        mapping={
+            "7": "1400.000",
+            "7:counted": "2400.000",
+            "7:intro": "1400.000",
+            "7:intro:counted": "2400.000",
+            "8": "500.500",
+            "8:counted": "900.000",
+            "9": "100.000",
+            "9:counted": "200.000",
+        },
+    )
+    # when owner 9 finishes an intro before any cycle has read them
+    assert owner_tokens_record(owner_id=9, settled=300, counted=400, kind="intro") == pytest.approx(
+        (140, 240)
+    )
+    # then the cycle reads every owner's averages as they were, 9's with its new job
+    costs = job_costs_load(owner_ids=[7, 8, 9, 10], default=1_800)
+    assert costs.owners == {
+        7: JobTokens(settled=1_400, counted=2_400),
+        8: JobTokens(settled=501, counted=900),
+        9: JobTokens(settled=140, counted=240),
+        10: JobTokens(settled=1_800, counted=1_800),
+    }
+    assert costs.steps == {
+        (7, "intro"): JobTokens(settled=1_400, counted=2_400),
+        (9, "intro"): JobTokens(300, 400),
+    }
+    # and the next job goes on from the old average; the hash holds one field an owner, marked
+    assert owner_tokens_record(owner_id=7, settled=3_400, counted=4_400, kind="intro") == pytest.approx(
+        (1_800, 2_800)
+    )
+    assert job_costs_load(owner_ids=[7], default=1_800).of(7, "intro") == JobTokens(
+        settled=1_800, counted=2_800
+    )
+    assert sorted(redis_client.hkeys(KEY)) == [b"format", b"p:7", b"p:8", b"p:9"]
+
+
+def test_a_hash_converted_once_is_not_scanned_again(redis_client: redis.Redis) -> None:
+    # given a converted hash (the first load marks it)
+    owner_tokens_record(owner_id=7, settled=1_000, counted=2_000)
+    job_costs_load(owner_ids=[7], default=1_800)
+    # when a field in the old format turns up (a worker of the previous release, mid-deploy)
+    redis_client.hset(KEY, mapping={"8": "100.000", "8:counted": "200.000"})
+    # then loads do not look for it: the owner costs the configured estimate until it has a job
+    assert job_costs_load(owner_ids=[8], default=1_800).owners == {8: JobTokens(settled=1_800, counted=1_800)}
+    # and its next job folds it into its field
+    assert owner_tokens_record(owner_id=8, settled=300, counted=400) == pytest.approx((140, 240))
+    assert redis_client.hget(KEY, "p:8") == b"140.000 240.000 - - - - - -"
 
 
 def test_without_redis_the_configured_estimate_stands_in(settings: Any) -> None:
