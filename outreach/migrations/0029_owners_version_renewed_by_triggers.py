@@ -3,7 +3,10 @@
 # each, TRUNCATE included), so the dispatcher keeps the active owners in memory and reads one
 # row a cycle to know whether they changed, instead of every owner's (PostgreSQL only: the
 # demo's SQLite reads the owners each cycle as before). A fresh random token, not a counter:
-# a table emptied and written again never repeats a token a process may still hold.
+# a table emptied and written again never repeats a token a process may still hold. BEFORE the
+# statement, not after: a transaction takes the version row's lock before any owner's or
+# organization's row lock, so two writers of the same rows queue on the version row instead of
+# each holding a row the other waits for (after, they could deadlock).
 
 from django.db import migrations, models
 
@@ -18,10 +21,10 @@ BEGIN
 END
 $$;
 CREATE TRIGGER outreach_owner_version_renew
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outreach_owner
+    BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON outreach_owner
     FOR EACH STATEMENT EXECUTE FUNCTION outreach_owners_version_renew();
 CREATE TRIGGER outreach_organization_version_renew
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outreach_organization
+    BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON outreach_organization
     FOR EACH STATEMENT EXECUTE FUNCTION outreach_owners_version_renew();
 """
 

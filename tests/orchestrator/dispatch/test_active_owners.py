@@ -4,12 +4,16 @@ wrote them, the next cycle sees it; nothing else makes it read every owner again
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from config.env import database_url
 from orchestrator.budget import Budget
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.reads import active_owners
@@ -138,3 +142,49 @@ def test_a_cycle_stops_dispatching_an_owner_deactivated_since_the_last_cycle(
     with django_capture_on_commit_callbacks(execute=False):
         report = dispatch_cycle(budget=budget)
     assert (report.active, report.generation) == (0, [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_transactions_writing_the_same_owner_queue_rather_than_deadlock() -> None:
+    # given two owners, and two connections as two admins' or commands' transactions
+    first, second = make_owner(weight=1), make_owner(weight=1)
+    dsn = database_url(connection.settings_dict, name=connection.settings_dict["NAME"])
+    failures: list[BaseException] = []
+    with psycopg.connect(dsn) as one, psycopg.connect(dsn) as other:
+        # when one writes the first owner and keeps its transaction open
+        one.execute("UPDATE outreach_owner SET weight = 2 WHERE id = %s", [first.pk])
+
+        def other_writes_the_second() -> None:
+            try:
+                other.execute("UPDATE outreach_owner SET weight = 3 WHERE id = %s", [second.pk])
+                other.commit()
+            except psycopg.Error as exc:
+                failures.append(exc)
+
+        waiting = threading.Thread(target=other_writes_the_second)
+        waiting.start()
+        _until_waiting_on_a_lock(other.info.backend_pid)
+        # and then writes the second owner too, and commits
+        try:
+            one.execute("UPDATE outreach_owner SET weight = 4 WHERE id = %s", [second.pk])
+            one.commit()
+        except psycopg.Error as exc:
+            failures.append(exc)
+        waiting.join(10)
+    # then neither was aborted as a deadlock (with the version renewed after each statement,
+    # the other held the second owner's row while it waited for the version row, which the
+    # one held while it waited for that row): the other waited for the one to commit
+    assert failures == []
+    assert dict(Owner.objects.values_list("id", "weight")) == {first.pk: 2, second.pk: 3}
+
+
+def _until_waiting_on_a_lock(pid: int) -> None:
+    """Until the backend `pid` waits for a lock (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+            if cursor.fetchone() == ("Lock",):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"backend {pid} never waited for a lock")
