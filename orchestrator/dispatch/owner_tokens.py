@@ -60,15 +60,21 @@ KINDS: Final = ("reply", "intro", "nudge")  # the steps learned apart (Outreach.
 FORMAT: Final = "2"
 
 # An owner's averages as the packed field's words, from its packed field or else from the old
-# fields (then dropped): '-' for what it has none of.
+# fields (then dropped): '-' for what it has none of, and for all of a field that is not eight
+# numbers or '-' (`job_costs_load` does not read it either).
 _OWNER_WORDS: Final = """
 local kinds = {'reply', 'intro', 'nudge'}
 local function owner_words(key, owner)
   local packed = redis.call('HGET', key, 'p:' .. owner)
   local words = {}
   if packed then
-    for word in string.gmatch(packed, '%S+') do words[#words + 1] = word end
-    return words
+    for word in string.gmatch(packed, '%S+') do
+      local n = tonumber(word)
+      if word ~= '-' and not (n and n == n and math.abs(n) ~= math.huge) then words = {}; break end
+      words[#words + 1] = word
+    end
+    if #words == 8 then return words end
+    return {'-', '-', '-', '-', '-', '-', '-', '-'}  -- unreadable: learned again from this job
   end
   local names = {owner, owner .. ':counted'}
   for _, kind in ipairs(kinds) do
@@ -223,22 +229,45 @@ def job_costs_load(*, owner_ids: Collection[int], default: int) -> JobCosts:
     owners: dict[int, JobTokens] = {}
     steps: dict[tuple[int, str], JobTokens] = {}
     unknown = JobTokens(settled=default, counted=default)
+    unreadable = []
     for owner, packed in zip(ids, raw, strict=True):
-        if packed is None:
+        words = None if packed is None else _words(packed)
+        if words is None:
             owners[owner] = unknown
+            if packed is not None:
+                unreadable.append(owner)
             continue
-        words = packed.split()
         owners[owner] = _tokens(words[0], words[1], default)
         for i, kind in enumerate(KINDS, start=1):
-            if words[2 * i] != b"-":
+            if words[2 * i] is not None:
                 steps[owner, kind] = _tokens(words[2 * i], words[2 * i + 1], default)
+    if unreadable:
+        log.warning(
+            "owner token estimates unreadable for %d owners (owner %s), using %s tokens until their next job",
+            len(unreadable),
+            ", owner ".join(map(str, unreadable[:10])),
+            default,
+        )
     return JobCosts(owners=owners, steps=steps)
 
 
-def _tokens(settled: bytes, counted: bytes, default: int) -> JobTokens:
+def _words(packed: bytes) -> list[float | None] | None:
+    """An owner's packed field as its eight averages (None: not learned); None for a field that
+    is not eight numbers or '-' (a hand edit, a bad restore): the owner costs the default until
+    its next job writes the field anew (`_OWNER_WORDS`), rather than every cycle raising."""
+    try:
+        words = [None if w == b"-" else float(w) for w in packed.split()]
+    except ValueError:
+        return None
+    if len(words) != 8 or any(w is not None and not math.isfinite(w) for w in words):
+        return None
+    return words
+
+
+def _tokens(settled: float | None, counted: float | None, default: int) -> JobTokens:
     """Two averages as whole tokens (rounded up, at least 1); `default` for one not learned."""
 
-    def whole(word: bytes) -> int:
-        return default if word == b"-" else max(1, math.ceil(float(word)))
+    def whole(word: float | None) -> int:
+        return default if word is None else max(1, math.ceil(word))
 
     return JobTokens(settled=whole(settled), counted=whole(counted))

@@ -101,6 +101,38 @@ def test_a_hash_converted_once_is_not_scanned_again(redis_client: redis.Redis) -
     assert redis_client.hget(KEY, "p:8") == b"140.000 240.000 - - - - - -"
 
 
+def test_an_unreadable_field_costs_the_configured_estimate_and_the_next_job_writes_it_anew(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given owner 7's field cut short, 8's and 10's not numbers (a hand edit, a bad restore), 9's sound
+    redis_client.hset(
+        KEY,
+        mapping={
+            "format": "2",
+            "p:7": "1720.000 2720.000 -",
+            "p:8": "a b c d e f g h",
+            "p:10": "inf - - - - - - -",
+        },
+    )
+    owner_tokens_record(owner_id=9, settled=1_000, counted=2_000)
+    # then the cycle does not raise: those owners cost the configured estimate, logged by owner
+    costs = job_costs_load(owner_ids=[7, 8, 9, 10], default=1_800)
+    assert costs.owners == {
+        7: JobTokens(settled=1_800, counted=1_800),
+        8: JobTokens(settled=1_800, counted=1_800),
+        9: JobTokens(settled=1_000, counted=2_000),
+        10: JobTokens(settled=1_800, counted=1_800),
+    }
+    assert costs.steps == {}
+    assert "unreadable for 3 owners (owner 7, owner 8, owner 10)" in caplog.text
+    # and each one's next job starts its averages again
+    assert owner_tokens_record(owner_id=7, settled=300, counted=400, kind="intro") == (300, 400)
+    assert owner_tokens_record(owner_id=8, settled=500, counted=600) == (500, 600)
+    assert owner_tokens_record(owner_id=10, settled=700, counted=800) == (700, 800)
+    assert redis_client.hget(KEY, "p:7") == b"300.000 400.000 - - 300.000 400.000 - -"
+    assert redis_client.hget(KEY, "p:8") == b"500.000 600.000 - - - - - -"
+
+
 def test_without_redis_the_configured_estimate_stands_in(settings: Any) -> None:
     # given a REDIS_URL nobody answers on
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
