@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -73,17 +73,31 @@ class ActiveOwners:
     of those a cycle judges (`of`: its window)."""
 
     owners: Mapping[int, ActiveOwner]  # owner id -> its row, as admission reads it
-    weights: Mapping[int, int]  # owner id -> its weight
-    organizations: Mapping[int, int]  # owner id -> its organization's id
+    weights: Mapping[int, int] = field(init=False)  # owner id -> its weight (from `owners`)
+    # the last `capped_scopes` answer and the capped scopes it was for: caps seldom change, and
+    # mapping 10,000 owners took 0.7 ms a cycle
+    _scopes: list[tuple[frozenset[str], dict[int, str]]] = field(
+        init=False, default_factory=list, repr=False, compare=False
+    )
 
-    def capped_scopes(self, caps: Mapping[str, Limits]) -> dict[int, str]:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", {o: owner.weight for o, owner in self.owners.items()})
+
+    def capped_scopes(self, caps: Mapping[str, Limits]) -> Mapping[int, str]:
         """Owner id -> its organization's budget scope, for the owners of organizations in `caps`
         (the selection's budget groups)."""
-        if not caps:
-            return {}
-        orgs = set(self.organizations.values())
-        scopes = {org: scope for org in orgs if (scope := organization_scope(org)) in caps}
-        return {owner_id: scopes[org] for owner_id, org in self.organizations.items() if org in scopes}
+        capped = frozenset(caps)
+        if self._scopes and self._scopes[0][0] == capped:
+            return self._scopes[0][1]
+        scopes: dict[int, str] = {}
+        if capped:
+            orgs = {owner.organization_id for owner in self.owners.values()}
+            by_org = {org: scope for org in orgs if (scope := organization_scope(org)) in capped}
+            scopes = {
+                o: by_org[a.organization_id] for o, a in self.owners.items() if a.organization_id in by_org
+            }
+        self._scopes[:] = [(capped, scopes)]
+        return scopes
 
     def of(self, owner_ids: Iterable[int]) -> list[ActiveOwner]:
         """These owners (those active among them), in id order, for admission."""
@@ -151,11 +165,7 @@ def _active_owners_read() -> ActiveOwners:
         if row[10] not in domains:
             domains[row[10]] = Organization(sender_email=row[10]).sender_domain
         owners[row[0]] = ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[10]], row[8], row[9])
-    return ActiveOwners(
-        owners=owners,
-        weights={o: owner.weight for o, owner in owners.items()},
-        organizations={o: owner.organization_id for o, owner in owners.items()},
-    )
+    return ActiveOwners(owners=owners)
 
 
 def active_owner_ids() -> list[int]:

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from config.env import database_url
-from orchestrator.budget import Budget
+from orchestrator.budget import Budget, Limits, organization_scope
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.reads import active_owners
 from outreach.models import Organization, Outreach, Owner, OwnersVersion, State
@@ -188,3 +188,24 @@ def _until_waiting_on_a_lock(pid: int) -> None:
                 return
         time.sleep(0.01)
     raise AssertionError(f"backend {pid} never waited for a lock")
+
+
+def test_the_capped_scopes_follow_the_caps_asked_about_not_the_last_answer() -> None:
+    # given owners of a capped and of an uncapped organization
+    capped, free = make_org(), make_org()
+    a, b, c = make_owner(organization=capped), make_owner(organization=capped), make_owner(organization=free)
+    every = active_owners()
+    cap = {organization_scope(capped.pk): Limits(rpm=10, tpm=10_000)}
+    # then the owners of the capped one share its scope, asked once or again
+    assert every.capped_scopes(cap) == {
+        a.pk: organization_scope(capped.pk),
+        b.pk: organization_scope(capped.pk),
+    }
+    assert every.capped_scopes(cap) == {
+        a.pk: organization_scope(capped.pk),
+        b.pk: organization_scope(capped.pk),
+    }
+    # and when the caps change (the other organization capped too, then neither) the answer does
+    both = {**cap, organization_scope(free.pk): Limits(rpm=10, tpm=10_000)}
+    assert every.capped_scopes(both)[c.pk] == organization_scope(free.pk)
+    assert every.capped_scopes({}) == {}
