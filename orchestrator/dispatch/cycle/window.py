@@ -135,25 +135,28 @@ def owners_window(
     tokens: bool,
     size: int,
     also: Collection[int] = (),
+    group_members: Mapping[str, Sequence[int]] | None = None,
 ) -> OwnersWindow:
     """The first `size` owners with ready work of each tier's round and of each budget group's
-    own round (`groups`: owner -> its capped organization's scope), in the order the round
-    meets them from `cursor`, plus `also` (owners judged for other reasons). Asks `ready` about
+    own round (`groups`: owner -> its capped organization's scope; `group_members`: each group's
+    active owners, when known, `ActiveOwners.capped`), in the order the round meets them from
+    `cursor`, plus `also` (owners judged for other reasons). Asks `ready` about
     the owners it needs: a tier read whole is ordered over its owners with ready work, any
     other over every active owner, and asked about the first of each of its rounds and `also`.
     A tier the last cycle read whole is asked first (`_LastCycle`)."""
     extra = set(also)
     orders: dict[tuple[Tier, str], RoundOrder] = {}
-    every_group: dict[str, list[int]] | None = None  # the groups' active owners: once, if needed
+    every_group: Mapping[str, Sequence[int]] | None = None  # the groups' active owners: once, if needed
     for tier in Tier:
         if tier in _last.whole and tier not in ready.asked:
             ready.ask(tier, limit=size, owners=extra)
         whole = ready.whole(tier)
+        members: Mapping[str, Sequence[int]]
         if whole:
             members = _members(ready.owners[tier], groups)
         else:
             if every_group is None:
-                every_group = _members(ready.active, groups)
+                every_group = group_members if group_members is not None else _members(ready.active, groups)
             members = every_group
         of_tier = _orders(
             tier=tier,
@@ -165,7 +168,7 @@ def owners_window(
         )
         if not whole:
             probes = _probes(tier, size)
-            heads = {o for order in of_tier.values() for _, o in order.keyed[:probes]}
+            heads = {o for order in of_tier.values() for o in order.head(probes)}
             ready.ask(tier, limit=0 if tier in _last.big else size, owners=heads | extra)
             if heads and not ready.whole(tier):
                 _last.ready_share[tier] = len(heads & ready.owners[tier]) / len(heads)
@@ -237,7 +240,7 @@ def _orders(
     *,
     tier: Tier,
     owners: Collection[int],
-    members: Mapping[str, list[int]],
+    members: Mapping[str, Sequence[int]],
     cursor: Cursor,
     weights: Mapping[int, int],
     tokens: bool,

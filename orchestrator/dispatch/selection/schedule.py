@@ -8,8 +8,9 @@ filled by its own round (`_GroupRound`), tags moving by picks or by tokens (`_Cl
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import itemgetter
@@ -43,14 +44,16 @@ class _Clock:
         weights: Mapping[int, int],
         costs: Mapping[int, int] | None,
         leads: Leads,
-        owners: Collection[int],
     ) -> None:
         self.start, self.weights, self.costs, self.leads = start, weights, costs, leads
         unit = 1 if costs is None else TOKEN_UNIT
+        # every weight's step, not only the round's owners': one scale for every round of the
+        # cycle and from cycle to cycle while the weights stand, so the leads keep theirs
         self.scale = math.lcm(
             start.phase.denominator if start else 1,
             leads.scale,
-            *(w * unit for w in {weights.get(o, 1) for o in owners}),
+            unit,
+            *(w * unit for w in set(weights.values())),
         )
         self.per_lead = self.scale // leads.scale  # a lead's tick in the clock's
         # where owners not ahead start (tokens)
@@ -73,6 +76,27 @@ class _Clock:
         phase, per_lead, leads = self.phase, self.per_lead, self.leads.ticks
         # an owner without a lead starts at the phase (leads are positive)
         return [((at if (at := leads.get(o, 0) * per_lead) > phase else phase), o) for o in owners]
+
+    def tokens_order(self, owners: Sequence[int]) -> list[int]:
+        """`owners` (in id order) in (first tag, owner) order, in tokens: those not ahead of the
+        start's phase, at it, in id order; then those ahead by their leads (a stable sort on the
+        lead alone keeps ties in id order). Mid-round that is most of them: a pick moves its
+        owner a job's tokens ahead, a round or more."""
+        leads = self.leads.ticks
+        bar = self.phase // self.per_lead  # ahead: lead * per_lead > phase, so lead > bar (ints)
+        ahead = {o for o, lead in leads.items() if lead > bar}
+        order = list(itertools.filterfalse(ahead.__contains__, owners))
+        later = list(filter(ahead.__contains__, owners))
+        later.sort(key=leads.__getitem__)
+        order += later
+        return order
+
+    def first_tag(self, owner: int) -> int:
+        """The owner's first tag (`first_tags`, one owner)."""
+        if self.costs is None:
+            return self._first_counted(owner)
+        at = self.leads.ticks.get(owner, 0) * self.per_lead
+        return at if at > self.phase else self.phase
 
     def _first_counted(self, owner: int) -> int:
         """The owner's first tag k/weight whose (tag, owner_id) comes strictly after the start."""
@@ -163,9 +187,7 @@ class _TierRound:
         self.short = False
         self.first_dropped: tuple[int, int] | None = None
         owners = [o for o, rows in rows_by_owner.items() if rows]
-        self.clock = _Clock(
-            start=start, weights=weights, costs=costs, leads=cursor.leads_of(tier), owners=owners
-        )
+        self.clock = _Clock(start=start, weights=weights, costs=costs, leads=cursor.leads_of(tier))
         self.heap = self.clock.firsts(owners)
         heapq.heapify(self.heap)  # O(owners); then O(log owners) per pick
         self.places: dict[str, dict[int, int]] = {}  # group -> its places in the heap: owner -> tag
@@ -190,7 +212,6 @@ class _TierRound:
                     weights=weights,
                     costs=costs,
                     leads=cursor.leads_of(tier, group),
-                    owners=owners_of,
                 ),
                 horizon=left_out.get((tier, group)),
             )
@@ -351,23 +372,28 @@ def _before(key: tuple[int, int], scale: int, horizon: tuple[Fraction, int]) -> 
 @dataclass(frozen=True, slots=True)
 class RoundOrder:
     """Owners in the order a round first meets them, (first tag, owner id) ascending, tags in
-    units of 1 / `scale`: a windowed cycle loads the first ones and tells `select_batch` where
-    the rest begin (`left_out`).
+    units of 1 / `scale` (`tag`: an owner's): a windowed cycle loads the first ones and tells
+    `select_batch` where the rest begin (`left_out`).
 
     The order may hold owners without ready work (`ready`: those with some, None: all) and
     owners not asked about yet (`asked`: those whose work is known, None: all): the first
     owner not asked about ends what `first` can take, and `left_out` counts it as one that
     may have work."""
 
-    keyed: tuple[tuple[int, int], ...]
+    owners: Sequence[int]
+    tag: Callable[[int], int]
     scale: int
+
+    def head(self, n: int) -> Sequence[int]:
+        """The first `n` owners."""
+        return self.owners[:n]
 
     def first(
         self, n: int, *, ready: Collection[int] | None = None, asked: Collection[int] | None = None
     ) -> list[int]:
         """The first `n` owners with ready work, up to the first not asked about."""
         taken: list[int] = []
-        for _, owner in self.keyed:
+        for owner in self.owners:
             if len(taken) == n or (asked is not None and owner not in asked):
                 break
             if ready is None or owner in ready:
@@ -383,11 +409,11 @@ class RoundOrder:
     ) -> tuple[Fraction, int] | None:
         """The first owner of the order not in `loaded` that has ready work or may have (not
         asked about), as (exact tag, owner); None: there is none."""
-        for tag, owner in self.keyed:
+        for owner in self.owners:
             if owner in loaded:
                 continue
             if ready is None or owner in ready or (asked is not None and owner not in asked):
-                return Fraction(tag, self.scale), owner
+                return Fraction(self.tag(owner), self.scale), owner
         return None
 
 
@@ -402,17 +428,22 @@ def round_order(
 ) -> RoundOrder:
     """The order in which the tier's round (or, naming `group`, that budget group's own round)
     would first meet `owners`, going on from the cursor: each owner's first tag as the round's
-    clock gives it (`_Clock.firsts`; fairness in `tokens`, else in counts). Arithmetic only, no
-    rows: O(owners log owners)."""
+    clock gives it (`_Clock.first_tags`; fairness in `tokens`, else in counts). Arithmetic only,
+    no rows.
+
+    In tokens, every owner not ahead of the round's position starts at it: those owners in id
+    order, then the owners ahead by their leads, sorted on the leads alone (C's sort, no tuple
+    an owner). In counts, by each owner's first tag. O(owners log owners)."""
     clock = _Clock(
         start=cursor.position(tier, group) if group else cursor.position(tier),
         weights=weights,
         costs={} if tokens else None,
         leads=cursor.leads_of(tier, group),
-        owners=owners,
     )
+    if tokens:
+        return RoundOrder(owners=clock.tokens_order(sorted(owners)), tag=clock.first_tag, scale=clock.scale)
     # Owners in id order, then a stable sort by tag alone: (tag, owner) order without comparing
-    # thousands of tuples, and nothing kept of the tags (this clock is thrown away).
+    # thousands of tuples.
     keyed = clock.first_tags(sorted(owners))
     keyed.sort(key=itemgetter(0))
-    return RoundOrder(keyed=tuple(keyed), scale=clock.scale)
+    return RoundOrder(owners=[o for _, o in keyed], tag=clock.first_tag, scale=clock.scale)

@@ -28,12 +28,14 @@ from orchestrator.dispatch.selection import (
     round_order,
     select_batch,
 )
+from orchestrator.dispatch.selection.schedule import _Clock
 from outreach.tiers import Tier
 from tests.orchestrator.dispatch.test_selection import (
     budget_groups,
     cursors,
     guards,
     owner_ids,
+    positions,
     slot_counts,
     weight_maps,
     workloads,
@@ -262,3 +264,31 @@ def test_a_window_too_small_for_the_slots_says_so() -> None:
     assert [p.outreach_id for p in selection.picks] == [1]
     # and one slot is within it
     assert select_batch(part, slots=1, cursor=cursor, window=window).exact
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    owners=st.sets(owner_ids, max_size=20),
+    position=positions,
+    leads=st.dictionaries(owner_ids, st.integers(1, 12).map(lambda n: Fraction(n, 4)), max_size=8),
+    weights=weight_maps,
+    tokens=st.booleans(),
+)
+def test_a_round_order_is_every_owner_by_first_tag_then_id(
+    owners: set[int],
+    position: Position,
+    leads: dict[int, Fraction],
+    weights: dict[int, int],
+    tokens: bool,
+) -> None:
+    # given a round's owners, its position and the owners ahead of it by their leads
+    cursor = Cursor(positions=((INTRO, position),), leads={(INTRO, ""): Leads.of(leads)})
+    clock = _Clock(
+        start=position, weights=weights, costs={} if tokens else None, leads=cursor.leads_of(INTRO)
+    )
+    expected = sorted(clock.first_tags(owners))
+    # when its order is made
+    order = round_order(tier=INTRO, owners=owners, cursor=cursor, weights=weights, tokens=tokens)
+    # then it is every owner once, by (first tag, owner id), as the clock gives the tags
+    assert [(order.tag(o), o) for o in order.owners] == expected
+    assert order.scale == clock.scale
