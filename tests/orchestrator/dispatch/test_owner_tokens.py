@@ -131,6 +131,10 @@ def test_an_unreadable_field_costs_the_configured_estimate_and_the_next_job_writ
     assert owner_tokens_record(owner_id=10, settled=700, counted=800) == (700, 800)
     assert redis_client.hget(KEY, "p:7") == b"300.000 400.000 - - 300.000 400.000 - -"
     assert redis_client.hget(KEY, "p:8") == b"500.000 600.000 - - - - - -"
+    # and the next cycle reads the new fields, not what it made of the old ones
+    again = job_costs_load(owner_ids=[7, 8], default=1_800)
+    assert again.owners == {7: JobTokens(settled=300, counted=400), 8: JobTokens(settled=500, counted=600)}
+    assert again.steps == {(7, "intro"): JobTokens(settled=300, counted=400)}
 
 
 def test_without_redis_the_configured_estimate_stands_in(settings: Any) -> None:
