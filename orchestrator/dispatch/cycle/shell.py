@@ -113,7 +113,8 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     # whose committed work the shared rooms count or whose approved drafts wait: only these are
     # judged and loaded. Widened until the selection says its picks are the full selection's.
     cursor = cursor_load(client).keeping_groups(caps)
-    groups = every.capped_scopes(caps)
+    capped = every.capped(caps)
+    groups = capped.scopes
     ready = ReadyWork(active=weights.keys(), now=now)  # asked as the windows need (cycle.window)
     # Read once for every window: what each owner committed (admission; the window judges every
     # owner with any) and the LLM jobs in flight (the window's slot bound and the cycle's slots).
@@ -128,6 +129,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             cursor=cursor,
             weights=weights,
             groups=groups,
+            group_members=capped.members,
             tokens=tokens,
             size=size,
             also=work.owners(),

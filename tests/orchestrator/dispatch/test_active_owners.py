@@ -190,22 +190,19 @@ def _until_waiting_on_a_lock(pid: int) -> None:
     raise AssertionError(f"backend {pid} never waited for a lock")
 
 
-def test_the_capped_scopes_follow_the_caps_asked_about_not_the_last_answer() -> None:
+def test_the_capped_owners_follow_the_caps_asked_about_not_the_last_answer() -> None:
     # given owners of a capped and of an uncapped organization
     capped, free = make_org(), make_org()
     a, b, c = make_owner(organization=capped), make_owner(organization=capped), make_owner(organization=free)
     every = active_owners()
-    cap = {organization_scope(capped.pk): Limits(rpm=10, tpm=10_000)}
+    scope, other = organization_scope(capped.pk), organization_scope(free.pk)
+    cap = {scope: Limits(rpm=10, tpm=10_000)}
     # then the owners of the capped one share its scope, asked once or again
-    assert every.capped_scopes(cap) == {
-        a.pk: organization_scope(capped.pk),
-        b.pk: organization_scope(capped.pk),
-    }
-    assert every.capped_scopes(cap) == {
-        a.pk: organization_scope(capped.pk),
-        b.pk: organization_scope(capped.pk),
-    }
+    for _ in range(2):
+        groups = every.capped(cap)
+        assert groups.scopes == {a.pk: scope, b.pk: scope}
+        assert groups.members == {scope: [a.pk, b.pk]}
     # and when the caps change (the other organization capped too, then neither) the answer does
-    both = {**cap, organization_scope(free.pk): Limits(rpm=10, tpm=10_000)}
-    assert every.capped_scopes(both)[c.pk] == organization_scope(free.pk)
-    assert every.capped_scopes({}) == {}
+    both = every.capped({**cap, other: Limits(rpm=10, tpm=10_000)})
+    assert (both.scopes[c.pk], both.members[other]) == (other, [c.pk])
+    assert (every.capped({}).scopes, every.capped({}).members) == ({}, {})

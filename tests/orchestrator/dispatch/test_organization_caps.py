@@ -102,7 +102,7 @@ def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Bu
     capped = make_org(llm_rpm=6)
     owner = make_owner(organization=capped)
     ids = [make_outreach(lead=make_lead(owner=owner)).pk for _ in range(2)]
-    groups = active_owners().capped_scopes(organization_caps_load(budget=budget))
+    groups = active_owners().capped(organization_caps_load(budget=budget)).scopes
     scope = organization_scope(capped.pk)
     assert isinstance(budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, scope)), Reservation)
     picks = [Pick(outreach_id=i, owner_id=owner.pk, tier=Tier.INTRO, reason="test") for i in ids]
