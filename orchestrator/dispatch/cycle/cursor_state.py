@@ -138,13 +138,20 @@ def cursor_store(lease: Lease, cursor: Cursor) -> None:
 
 def leads_change(before: Rounds, after: Rounds) -> tuple[list[str | int], list[str]]:
     """The LEADS_KEY fields that make `before`'s leads `after`'s: (field, lead) pairs to set,
-    flat, and the fields to delete. A round whose scale changed is set whole."""
+    flat, and the fields to delete. A round whose scale changed is set whole; one the clock made
+    from `before`'s in the same frame says what it changed (`Leads.since`), which is
+    written without comparing every lead."""
     sets: list[str | int] = []
     drops: list[str] = []
     for (tier, group), leads in after.items():
         prefix = f"{tier.name.lower()}|{group}|"
         was = before.get((tier, group))
         if was is leads:
+            continue
+        since = leads.since
+        if was is not None and since is not None and since.base() is was:  # what the clock changed
+            sets += [x for owner, lead in since.changed.items() for x in (f"{prefix}{owner}", lead)]
+            drops += [f"{prefix}{owner}" for owner in since.dropped]
             continue
         old = was.ticks if was is not None and was.scale == leads.scale else {}
         new = leads.ticks

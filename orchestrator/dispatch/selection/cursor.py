@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -35,7 +36,7 @@ def scaled(value: Fraction, scale: int) -> int:
     return value.numerator * (scale // value.denominator)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Leads:
     """One round's leads: per owner, how far its next tag lies ahead, in units of 1 / `scale`.
 
@@ -43,10 +44,16 @@ class Leads:
     (thousands at platform scale), and as Fractions they were made, scaled, compared and
     written as text again by every clock of every cycle. Always in lowest terms (`scale` and
     the leads share no factor), so the same leads compare equal whatever clock wrote them.
+
+    `since`, when the clock made these leads from others over the same scale and frame: those
+    (weakly: no chain of cycles kept alive), the owners whose lead it set and those it dropped.
+    Not part of the value; it lets the dispatcher write only what changed (cycle.cursor_state)
+    without comparing every lead.
     """
 
     scale: int = 1
     ticks: Mapping[int, int] = field(default_factory=dict)
+    since: LeadsChange | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.scale <= 0 or (self.ticks and min(self.ticks.values()) <= 0):
@@ -67,6 +74,15 @@ class Leads:
 
     def fractions(self) -> dict[int, Fraction]:
         return {owner: Fraction(n, self.scale) for owner, n in self.ticks.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class LeadsChange:
+    """How one round's leads were made from others (`Leads.since`)."""
+
+    base: weakref.ref[Leads]
+    changed: Mapping[int, int]  # owner -> its new lead
+    dropped: frozenset[int]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from operator import itemgetter
 
-from orchestrator.dispatch.selection.cursor import Cursor, Leads, Move, Position, scaled
+from orchestrator.dispatch.selection.cursor import Cursor, Leads, LeadsChange, Move, Position, scaled
 from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard, Window
 from outreach.tiers import Tier
 
@@ -31,7 +32,7 @@ class _Clock:
     `tags` keeps each owner's next tag, so `leads_after` can carry the ones still ahead.
 
     Tags are exact: kept as ints in units of 1 / `scale`, the least common multiple of the
-    start's phase's denominator, the leads' scale and every step of the round's `owners`, so
+    start's phase's denominator, the leads' scale and every weight's step, so
     the heaps compare ints (a round may hold thousands of owners; Fractions made it the cycle's
     costliest part). The leads come and go as ints too (`Leads`); a position's phase stays a
     Fraction (one a round).
@@ -137,18 +138,39 @@ class _Clock:
     def leads_after(self) -> Leads | None:
         """The leads to persist (tokens only): every owner's next tag, in the frame of the last
         pick's round (its integer part subtracted), when ahead of that pick; owners not seen
-        this cycle keep theirs, moved into the new frame."""
+        this cycle keep theirs, moved into the new frame. When neither the frame nor the scale
+        moved (most cycles: a frame moves about once a round), the new leads are the old, less
+        those the last pick passed, with the seen owners' own, and they say so (`Leads.since`):
+        the dispatcher then writes those alone."""
         if self.costs is None or self.last is None:
             return None
-        last, per_lead = self.last, self.per_lead
+        last, per_lead, old = self.last, self.per_lead, self.leads.ticks
         base = last // self.scale * self.scale
-        leads = {o: at - base for o, lead in self.leads.ticks.items() if (at := lead * per_lead) > last}
-        for o, tag in self.tags.items():  # the owners seen this cycle: their own next tags
+        if base or per_lead != 1:
+            leads = {o: at - base for o, lead in old.items() if (at := lead * per_lead) > last}
+            for o, tag in self.tags.items():  # the owners seen this cycle: their own next tags
+                if tag > last:
+                    leads[o] = tag - base
+                else:
+                    leads.pop(o, None)
+            return Leads(self.scale, leads)
+        leads = dict(old)
+        dropped = {o for o, lead in old.items() if lead <= last}
+        for o in dropped:
+            del leads[o]
+        changed: dict[int, int] = {}
+        for o, tag in self.tags.items():
             if tag > last:
-                leads[o] = tag - base
-            else:
-                leads.pop(o, None)
-        return Leads(self.scale, leads)
+                if leads.get(o) != tag:
+                    leads[o] = changed[o] = tag
+                    dropped.discard(o)
+            elif leads.pop(o, None) is not None:
+                dropped.add(o)
+        since = LeadsChange(base=weakref.ref(self.leads), changed=changed, dropped=frozenset(dropped))
+        made = Leads(self.scale, leads, since=since)
+        if made.scale != self.scale:  # put in lower terms: every lead changed
+            object.__setattr__(made, "since", None)
+        return made
 
 
 class _TierRound:

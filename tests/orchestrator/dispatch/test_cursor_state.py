@@ -25,11 +25,20 @@ from orchestrator.dispatch.cycle.cursor_state import (
     cursor_store,
     leads_change,
 )
-from orchestrator.dispatch.selection import Cursor, Position
+from orchestrator.dispatch.selection import Candidate, Candidates, Cursor, Position, select_batch
 from orchestrator.dispatch.selection.cursor import Leads
 from orchestrator.dispatch.singleton import Lease, dispatch_lease
 from outreach.tiers import Tier
 from tests.factories import make_outreach
+from tests.orchestrator.dispatch.test_selection import (
+    budget_groups,
+    owner_ids,
+    slot_counts,
+    weight_maps,
+    workloads,
+)
+from tests.orchestrator.dispatch.test_selection_tokens import cost_maps
+from tests.orchestrator.dispatch.test_selection_window import cursors_with_leads
 
 INTRO, REPLY = Tier.INTRO, Tier.REPLY
 # A field in a round no head names: a write whole deletes it with the hash, a change keeps it.
@@ -250,3 +259,84 @@ def test_any_run_of_writes_leaves_redis_holding_the_last_cursor(
             # then Redis holds exactly it: read whole, it is the cursor written
             assert cursor_read(client) == cursor
     client.delete(CURSOR_KEY, LEADS_KEY)
+
+
+def _pairs(sets: list[str | int]) -> dict[str | int, str | int]:
+    return dict(zip(sets[::2], sets[1::2], strict=True))
+
+
+@st.composite
+def one_frame_cursors(draw: st.DrawFn) -> Cursor:
+    """An intro round early in its frame (position under half a round, scale 1000), owners ahead
+    by less than what is left of it, and owner 99 (never a candidate) at 999, so the leads stay
+    in lowest terms over 1000: selections of cheap jobs that stay in that frame."""
+    at = draw(st.integers(0, 500))
+    leads = draw(st.dictionaries(owner_ids, st.integers(at + 1, 998), max_size=10))
+    return Cursor(
+        positions=((INTRO, Position(owner_id=draw(owner_ids), phase=Fraction(at, 1000))),),
+        leads={(INTRO, ""): Leads(1000, {**leads, 99: 999})},
+    )
+
+
+@settings(deadline=None, max_examples=400)
+@given(
+    candidates=workloads(),
+    slots=slot_counts,
+    cursor=one_frame_cursors() | cursors_with_leads(),
+    weights=weight_maps,
+    groups=budget_groups(),
+    costs=st.fixed_dictionaries({o: st.integers(1, 300) for o in range(1, 13)}) | cost_maps,
+    uniform=st.booleans(),
+)
+def test_what_a_selection_says_it_changed_in_the_leads_is_what_comparing_them_all_finds(
+    candidates: Candidates,
+    slots: int,
+    cursor: Cursor,
+    weights: dict[int, int],
+    groups: tuple[dict[int, str], dict[str, int]],
+    costs: dict[int, int],
+    uniform: bool,
+) -> None:
+    # given any selection in tokens from a cursor with leads (often one that stays in its frame)
+    by_group, group_slots = groups
+    after = select_batch(
+        candidates,
+        slots=slots,
+        cursor=cursor,
+        weights={} if uniform else weights,
+        groups=by_group,
+        group_slots=group_slots,
+        costs=costs,
+    ).cursor.leads
+    # when the write is worked out from what the clock says it changed (`Leads.since`)
+    sets, drops = leads_change(cursor.leads, after)
+    # then it is what comparing every lead with the cursor's finds
+    compared = {name: Leads(leads.scale, dict(leads.ticks)) for name, leads in after.items()}
+    all_sets, all_drops = leads_change(cursor.leads, compared)
+    assert (_pairs(sets), sorted(drops)) == (_pairs(all_sets), sorted(all_drops))
+
+
+def test_a_cycle_in_one_frame_writes_the_leads_it_changed_and_redis_holds_them_all(
+    redis_client: redis.Redis,
+) -> None:
+    # given 400 owners ahead of an intro round's position, their leads written
+    cursor = Cursor(
+        positions=((INTRO, Position(owner_id=3, phase=Fraction(1, 10))),),
+        leads={(INTRO, ""): Leads(1000, {o: 200 + o for o in range(1, 401)})},
+    )
+    rows = {INTRO: {o: [Candidate(outreach_id=o, owner_id=o, tier=INTRO)] for o in range(1, 401)}}
+    with dispatch_lease(redis_client, ttl_s=30) as lease:
+        assert lease is not None
+        cursor_store(lease, cursor)
+        # when a selection of five picks (each 0.1 of a round ahead) moves on in the same frame
+        after = select_batch(rows, slots=5, cursor=cursor, costs=dict.fromkeys(range(1, 401), 100)).cursor
+        leads = after.leads_of(INTRO)
+        assert leads.since is not None
+        # then the write names the five picked owners and the ones the round passed, no others
+        sets, drops = leads_change(cursor.leads, after.leads)
+        assert sorted(_pairs(sets)) == [f"intro||{o}" for o in sorted(leads.since.changed)]
+        assert len(leads.since.changed) == 5
+        assert sorted(drops) == sorted(f"intro||{o}" for o in leads.since.dropped)
+        # and Redis holds every lead of the new cursor
+        cursor_store(lease, after)
+        assert cursor_read(redis_client) == after
