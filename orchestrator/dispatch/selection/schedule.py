@@ -85,7 +85,13 @@ class _Clock:
         owner a job's tokens ahead, a round or more."""
         leads = self.leads.ticks
         bar = self.phase // self.per_lead  # ahead: lead * per_lead > phase, so lead > bar (ints)
-        ahead = {o for o, lead in leads.items() if lead > bar}
+        # A cursor's leads all lie ahead of its position (`leads_after` drops the rest), so one
+        # C pass usually says so; a lead at or behind it (a cursor made by hand) is sifted out.
+        ahead: Collection[int] = (
+            leads.keys()
+            if min(leads.values(), default=bar + 1) > bar
+            else {o for o, n in leads.items() if n > bar}
+        )
         order = list(itertools.filterfalse(ahead.__contains__, owners))
         later = list(filter(ahead.__contains__, owners))
         later.sort(key=leads.__getitem__)
