@@ -12,7 +12,9 @@ owners it picked, about as many as its slots; the others change only when their 
 frame moves on (about once a round: every ten cycles or so at that size) or its scale does.
 So a write sends the fields that changed and deletes those dropped, against what this process
 wrote last (`_Written`), and only while Redis still holds that write (the script compares the
-head); otherwise, or before this process has written, it rewrites the hash whole.
+head); otherwise, or before this process has written, it rewrites the hash whole. Which fields
+changed, the clock says when it made a round's leads from the written ones in the same frame
+(`Leads.since`); only when a frame or scale moved are every round's leads compared.
 
 A read takes the head first: when it is the head this process wrote last, the cursor it wrote
 is taken back, nothing parsed. Any other head is read with the hash in one MULTI (another
