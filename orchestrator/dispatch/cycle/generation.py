@@ -9,7 +9,7 @@ cursor that carries the schedule to the next cycle.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -28,6 +28,7 @@ from orchestrator.dispatch.deployment_plan import per_call_tokens, routing_plan
 from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
 from orchestrator.dispatch.owner_tokens import JobCosts
 from orchestrator.dispatch.selection import (
+    Candidate,
     Candidates,
     Cursor,
     Pick,
@@ -72,13 +73,15 @@ def generation_dispatch(
     budget: Budget,
     llm_in_flight: int,
     window: Window | None = None,
+    first_rows: Mapping[Tier, Mapping[int, Sequence[int]]] | None = None,
 ) -> Generation:
     """Select, reserve and claim this cycle's LLM jobs among the owners with `room` (admitted:
     cycle.admission) and ready work (`ready`, per tier), held to the admission's shared rooms
     (`shared`); persist the cursor while the lease is held. `groups`: owner -> its capped
     organization's scope (budget groups). With a `window` (cycle.window) the selection also says
     whether its picks are the full selection's; if not, nothing is claimed (`Generation.exact`).
-    `llm_in_flight`: the LLM jobs in flight (reads.llm_in_flight), read once by the cycle."""
+    `llm_in_flight`: the LLM jobs in flight (reads.llm_in_flight), read once by the cycle.
+    `first_rows`: per tier, owners' first ready rows the window's probe read (cycle.window)."""
     # What each owner's next job of each step is expected to cost (`job_costs`, owner_tokens:
     # learned from its finished jobs): with fairness in tokens, what it uses moves the owner's
     # place in the round; what the provider's limit will count sizes the cycle (slots, in-flight
@@ -105,6 +108,7 @@ def generation_dispatch(
         paused_tiers=paused_tiers,
         costs=costs,
         now=now,
+        first_rows=first_rows or {},
     )
     policy: dict[str, Any] = {
         "cursor": cursor,
@@ -208,9 +212,11 @@ def _candidates(
     paused_tiers: Mapping[int, frozenset[Tier]],
     costs: Mapping[int, int] | None,
     now: datetime,
+    first_rows: Mapping[Tier, Mapping[int, Sequence[int]]],
 ) -> Candidates:
     """Each tier queried once: the top-k rows of its owners with ready work (`rows_to_load`:
-    enough that truncation never changes the selection, capped organizations' owners included).
+    enough that truncation never changes the selection, capped organizations' owners included),
+    less the owners whose first rows the window's probe read already (`first_rows`).
 
     An owner's room (daily limit left) is spent tier by tier, replies first, so the rows offered
     never exceed what the owner may still send today. A tier paused for an owner offers none.
@@ -230,7 +236,22 @@ def _candidates(
             costs=costs,
         )
         k = {o: min(left[o], n) for o, n in k.items()}
-        result[tier] = reads.ready_candidates(tier=tier, k_by_owner=k, now=now)
+        # What the window's probe read of an owner's first rows serves its offer when it holds
+        # k of them, or all the owner has; the others' rows are read.
+        first = first_rows.get(tier, {})
+        known = {
+            o: rows[:n]
+            for o, n in k.items()
+            if n > 0
+            and (rows := first.get(o)) is not None
+            and (n <= len(rows) or len(rows) < reads.FIRST_ROWS)
+        }
+        result[tier] = reads.ready_candidates(
+            tier=tier, k_by_owner={o: n for o, n in k.items() if o not in known}, now=now
+        )
+        result[tier] |= {
+            o: [Candidate(outreach_id=i, owner_id=o, tier=tier) for i in rows] for o, rows in known.items()
+        }
         for owner_id, rows in result[tier].items():
             left[owner_id] -= len(rows)
     return result

@@ -171,6 +171,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             client=client,
             cursor=cursor,
             ready=ready.owners,
+            first_rows=ready.first_rows,
             groups=groups,
             room=admitted.llm_room,
             weights=weights,

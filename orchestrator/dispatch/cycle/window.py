@@ -53,6 +53,9 @@ class ReadyWork:
     now: datetime
     owners: dict[Tier, set[int]] = field(default_factory=dict)
     asked: dict[Tier, set[int] | None] = field(default_factory=dict)
+    # per tier, the first ready rows of the owners asked about (`reads.ReadyOwners.first_rows`):
+    # the candidates' read takes them instead of reading them again (cycle.generation)
+    first_rows: dict[Tier, dict[int, list[int]]] = field(default_factory=dict)
 
     def whole(self, tier: Tier) -> bool:
         return tier in self.asked and self.asked[tier] is None
@@ -77,6 +80,7 @@ class ReadyWork:
             return
         # The owners the loose scan found before it stopped have ready work too.
         have.update(o for o in (*found.found, *found.probed) if o in self.active)
+        self.first_rows.setdefault(tier, {}).update(found.first_rows)
         self.asked[tier] = asked | set(new) | set(found.found)
 
 

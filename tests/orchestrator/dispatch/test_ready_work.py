@@ -13,9 +13,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle import window
 from orchestrator.dispatch.cycle.window import ReadyWork, owners_window
-from orchestrator.dispatch.selection import Cursor
+from orchestrator.dispatch.selection import Candidate, Cursor
 from outreach.models import Outreach, Owner, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -189,3 +190,30 @@ def test_a_big_tier_is_asked_about_as_many_first_owners_as_its_last_share_with_w
     _window(owners, size=8)
     _window(owners, size=8)
     assert [len(ask["probe"]) for ask in asks[2:]] == [8, 16]
+
+
+def test_asking_about_owners_reads_their_first_ready_rows_in_the_candidates_order() -> None:
+    # given three owners with ready intros, one with three due in an order their ids do not
+    # follow, one with a single one, and one whose intro is not due yet; and a fourth owner
+    now = timezone.now()
+    many, one, later, more = _owners_with_intros(4)
+    first = Outreach.objects.get(owner=many)
+    due = [now - timedelta(minutes=m) for m in (30, 50, 40)]
+    rows = [first, *(make_outreach(lead=make_lead(owner=many)) for _ in range(2))]
+    for row, at in zip(rows, due, strict=True):
+        Outreach.objects.filter(pk=row.pk).update(not_before=at)
+    Outreach.objects.filter(owner=later).update(not_before=now + timedelta(hours=1))
+    ready = ReadyWork(active=frozenset({many.pk, one.pk, later.pk, more.pk}), now=now)
+    # when the window asks about three of them, the tier having more owners with work than it takes
+    ready.ask(Tier.INTRO, limit=1, owners=[many.pk, one.pk, later.pk])
+    # then it has each probed owner's first ready rows, oldest due first, at most FIRST_ROWS
+    assert reads.FIRST_ROWS == 2
+    assert ready.first_rows[Tier.INTRO] == {
+        many.pk: [rows[1].pk, rows[2].pk],
+        one.pk: [Outreach.objects.get(owner=one).pk],
+    }
+    # and they are the rows the candidates' read gives those owners
+    assert reads.ready_candidates(tier=Tier.INTRO, k_by_owner={many.pk: 2, one.pk: 2}, now=now) == {
+        owner: [Candidate(outreach_id=i, owner_id=owner, tier=Tier.INTRO) for i in ids]
+        for owner, ids in ready.first_rows[Tier.INTRO].items()
+    }
