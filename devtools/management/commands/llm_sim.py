@@ -96,13 +96,15 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         sim = LLMSim(config=_config(opts))
+        # Before it serves: once /health answers, a SIGTERM stops it cleanly (installed after
+        # the start, a signal in between killed the process with the default action: -15).
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
         try:
             sim.start()
         except OSError as exc:
             raise CommandError(_bind_error(exc, host=opts["host"], port=opts["port"])) from None
-        stop = threading.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
         c = sim.config
         self._say(
             f"llm_sim listening on {sim.base_url} ({c.mode}: {c.rpm} requests and {c.tpm} tokens per "
