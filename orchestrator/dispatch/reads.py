@@ -553,14 +553,26 @@ APPROVED = "q.state = 'approved' AND q.not_before <= %s"  # not_before: a send r
 
 
 def ready_candidates(
-    *, tier: Tier, k_by_owner: Mapping[int, int], now: datetime
+    *,
+    tier: Tier,
+    k_by_owner: Mapping[int, int],
+    now: datetime,
+    first_rows: Mapping[int, Sequence[int]] | None = None,
 ) -> dict[int, list[Candidate]]:
-    """Each owner's k oldest ready rows in the tier (index outreach_ready_by_owner_tier)."""
-    ids = _top_k(
+    """Each owner's k oldest ready rows in the tier (index outreach_ready_by_owner_tier). An
+    owner whose `first_rows` (a probe's, `ReadyOwners.first_rows`) hold k of them, or all it
+    has, takes those; only the others' are read."""
+    first = first_rows or {}
+    ids = {
+        o: list(rows[:k])
+        for o, k in k_by_owner.items()
+        if k > 0 and (rows := first.get(o)) is not None and (k <= len(rows) or len(rows) < FIRST_ROWS)
+    }
+    ids |= _top_k(
         condition=READY,
         params=[int(tier), now],
         order=("not_before", "id"),
-        k_by_owner=k_by_owner,
+        k_by_owner={o: k for o, k in k_by_owner.items() if o not in ids},
     )
     return {
         owner: [Candidate(outreach_id=i, owner_id=owner, tier=tier) for i in found]

@@ -28,7 +28,6 @@ from orchestrator.dispatch.deployment_plan import per_call_tokens, routing_plan
 from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
 from orchestrator.dispatch.owner_tokens import JobCosts
 from orchestrator.dispatch.selection import (
-    Candidate,
     Candidates,
     Cursor,
     Pick,
@@ -236,22 +235,9 @@ def _candidates(
             costs=costs,
         )
         k = {o: min(left[o], n) for o, n in k.items()}
-        # What the window's probe read of an owner's first rows serves its offer when it holds
-        # k of them, or all the owner has; the others' rows are read.
-        first = first_rows.get(tier, {})
-        known = {
-            o: rows[:n]
-            for o, n in k.items()
-            if n > 0
-            and (rows := first.get(o)) is not None
-            and (n <= len(rows) or len(rows) < reads.FIRST_ROWS)
-        }
         result[tier] = reads.ready_candidates(
-            tier=tier, k_by_owner={o: n for o, n in k.items() if o not in known}, now=now
+            tier=tier, k_by_owner=k, now=now, first_rows=first_rows.get(tier)
         )
-        result[tier] |= {
-            o: [Candidate(outreach_id=i, owner_id=o, tier=tier) for i in rows] for o, rows in known.items()
-        }
         for owner_id, rows in result[tier].items():
             left[owner_id] -= len(rows)
     return result
