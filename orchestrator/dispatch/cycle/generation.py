@@ -24,7 +24,7 @@ from orchestrator.dispatch.cycle.admission import picks_admit, unsendable_drop
 from orchestrator.dispatch.cycle.cursor_state import cursor_store
 from orchestrator.dispatch.cycle.notes import llm_blocked_note
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
-from orchestrator.dispatch.deployment_plan import per_call_tokens, routing_plan
+from orchestrator.dispatch.deployment_plan import Routing, per_call_tokens, routing_plan
 from orchestrator.dispatch.inflight import in_flight_sizing, outreach_cost
 from orchestrator.dispatch.owner_tokens import JobCosts
 from orchestrator.dispatch.selection import (
@@ -88,7 +88,7 @@ def generation_dispatch(
     if job_costs.owners:
         budget.hold_job(tokens=job_costs.largest_counted())
     per_call = per_call_tokens(budget=budget, job_tokens=job_costs.smallest_counted())
-    slots = _llm_slots(budget=budget, client=client, per_call=per_call, in_flight=llm_in_flight)
+    slots, routing = _llm_slots(budget=budget, client=client, per_call=per_call, in_flight=llm_in_flight)
     # A capped organization's owners are a budget group sharing what its bucket fits now.
     groups = {owner: groups[owner] for owner in room if owner in groups}  # the window's, not all
     group_slots = _group_slots(groups=groups, budget=budget, per_call=per_call)
@@ -135,6 +135,7 @@ def generation_dispatch(
     claimed = picks_reserve_and_claim(
         picks=picks,
         budget=budget,
+        routing=routing,
         groups=groups,
         tokens=lambda pick: job_costs.of(pick.owner_id, pick.tier.name.lower()).counted,
         per_call=per_call,
@@ -167,9 +168,13 @@ def _guard() -> StarvationGuard | None:
     )
 
 
-def _llm_slots(*, budget: Budget, client: Client, per_call: int | None, in_flight: int) -> int:
+def _llm_slots(
+    *, budget: Budget, client: Client, per_call: int | None, in_flight: int
+) -> tuple[int, Routing]:
     """min(room under the in-flight target, how many whole outreach the deployments can take
-    now: each placed whole on the pools its steps use, so the scarcest deployment bounds it).
+    now: each placed whole on the pools its steps use, so the scarcest deployment bounds it),
+    and that placement: the picks take its routes in order (placement is greedy, so its first
+    k routes are what placing k would give).
 
     The target follows the model's observed latency (inflight.in_flight_sizing: Little's law),
     so a slower model gets more work in flight instead of a static cap idling the key. When a
@@ -185,7 +190,7 @@ def _llm_slots(*, budget: Budget, client: Client, per_call: int | None, in_fligh
         headroom=None, requests_each=requests, tokens_each=tokens, rate_per_s=routing.rate_per_s
     )
     in_flight_room = max(0, sizing.target - in_flight)
-    return min(in_flight_room, len(routing.placement.routes))
+    return min(in_flight_room, len(routing.placement.routes)), routing
 
 
 def _group_slots(*, groups: Mapping[int, str], budget: Budget, per_call: int | None) -> dict[str, int]:

@@ -16,7 +16,7 @@ from config.deployments import STEPS, deployments, job_steps
 from orchestrator.budget import Budget, reservation_ids
 from orchestrator.deployments.placement import Route
 from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TASK, tasks_enqueue_on_commit
-from orchestrator.dispatch.deployment_plan import probes_mark, routing_plan
+from orchestrator.dispatch.deployment_plan import Routing, probes_mark, routing_plan
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.selection import Pick
 from outreach.models import Outreach, State
@@ -32,19 +32,26 @@ def picks_reserve_and_claim(
     now: datetime,
     tokens: Callable[[Pick], int] | None = None,
     per_call: int | None = None,
+    routing: Routing | None = None,
 ) -> list[int]:
     """Place each pick on deployments, reserve what its steps draw from each (all or nothing),
     claim the rows, enqueue on commit; refund what was not claimed.
 
-    Placement is redone on the headroom of now (routing.routing_plan), picks in order; a pick
-    it cannot place stays QUEUED (`per_call`: the tokens a call is counted for placement, the
-    cycle's; LLM_EST_TOKENS_PER_CALL by default). Each pick reserves the tokens its owner's jobs
-    of its step are expected to be counted by the provider's limit (`tokens`, owner_tokens'
-    `counted` per owner and step; the configured estimate for an owner without history), split
-    over the deployments it was placed on by the calls its steps make there (estimate / calls
-    per job a call, in place of LLM_EST_TOKENS_PER_CALL). Picks of an organization with its own
-    LLM cap reserve from its scope too; any its cap cannot take after all (its workers' calls
-    came first) stay QUEUED and say why.
+    The picks take the routes of `routing`, in order: the cycle's placement, made when it
+    counted its slots (generation._llm_slots), so every pick has one; without it they are
+    placed on the headroom of now (deployment_plan.routing_plan). A pick with no route stays
+    QUEUED (`per_call`: the tokens a call is counted for placement, the cycle's;
+    LLM_EST_TOKENS_PER_CALL by default). The plan read the buckets some milliseconds before
+    the claim; the reservation checks them as they are, so a bucket that filled since refuses
+    the picks placed on it, and they wait as below.
+
+    Each pick reserves the tokens its owner's jobs of its step are expected to be counted by
+    the provider's limit (`tokens`, owner_tokens' `counted` per owner and step; the configured
+    estimate for an owner without history), split over the deployments it was placed on by the
+    calls its steps make there (estimate / calls per job a call, in place of
+    LLM_EST_TOKENS_PER_CALL). Picks of an organization with its own LLM cap reserve from its
+    scope too; any its cap cannot take after all (its workers' calls came first) stay QUEUED
+    and say why.
 
     In pick order, runs of picks with one route and organization are reserved at once, each
     pick its own size (`Budget.reserve_in_order`: one round trip a deployment for the run, not
@@ -56,7 +63,7 @@ def picks_reserve_and_claim(
     if not picks:
         return []
     client = redis_client.shared(timeout_s=2.0)
-    routing = routing_plan(budget=budget, client=client, count=len(picks), per_call=per_call)
+    routing = routing or routing_plan(budget=budget, client=client, count=len(picks), per_call=per_call)
     _, default_tokens = outreach_cost()
 
     def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, bool]:

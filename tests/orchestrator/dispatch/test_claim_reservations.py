@@ -5,13 +5,15 @@ a reservation call per pick made the claim of 500 picks three times slower (benc
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import redis
 
-from orchestrator.budget import Budget, Limits
+from config.deployments import deployments
+from orchestrator.budget import PROVIDER, Budget, Headroom, Limits
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
 from outreach.models import Outreach
@@ -21,14 +23,23 @@ pytestmark = pytest.mark.django_db
 
 
 class _CountingBudget(Budget):
-    """The real budget, counting the reservation scripts it runs: its own, since Redis's command
-    statistics are the whole server's, which other test processes share."""
+    """The real budget, counting the reservation scripts it runs and the rooms it is asked for:
+    its own, since Redis's command statistics are the whole server's, which other test
+    processes share."""
 
     reserves = 0
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rooms_read: Counter[tuple[str, ...]] = Counter()
 
     def run(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any], **kwargs: Any) -> Any:
         self.reserves += name == "RESERVE"
         return super().run(name, keys, args, **kwargs)
+
+    def headroom(self, *, scopes: Sequence[str] = (PROVIDER,)) -> Headroom:
+        self.rooms_read[tuple(scopes)] += 1
+        return super().headroom(scopes=scopes)
 
 
 def _claim(redis_client: redis.Redis, captured: Any, *, sizes: list[int]) -> tuple[int, dict[int, str]]:
@@ -67,3 +78,28 @@ def test_picks_of_many_learned_sizes_are_reserved_in_one_round_trip_each_their_o
     assert 0 < differing == same
     # and each claimed row's reservation holds its owner's learned size
     assert sorted(int(record.split(":")[1]) for record in records.values()) == sizes
+
+
+def test_a_cycle_places_its_picks_on_the_plan_that_counted_its_slots(
+    redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The slots are counted by placing jobs on the deployments' rooms; the claim's picks take
+    that placement's routes in order, not a second placement read again from Redis a few
+    milliseconds later (one plan's reads and placement: 8-10 ms of a 500-pick cycle,
+    bench/dispatch.py 2026-12-06)."""
+    # given 30 owners with a queued intro each
+    budget = _CountingBudget(
+        redis_client=redis_client, limits=Limits(rpm=100_000, tpm=100_000_000, burst_ms=60_000)
+    )
+    for owner in make_owners(30, organization=make_org()):
+        make_outreach(lead=make_lead(owner=owner))
+    # when a cycle runs
+    with django_capture_on_commit_callbacks(execute=False):
+        report = dispatch_cycle(budget=budget)
+    # then every intro is claimed, each keeping its route
+    assert len(report.generation) == 30
+    assert all(Outreach.objects.filter(id__in=report.generation).values_list("llm_route", flat=True))
+    # and each deployment's room was read once, by the one plan
+    assert {scopes: n for scopes, n in budget.rooms_read.items() if len(scopes) == 1} == {
+        (deployment.scope,): 1 for deployment in deployments()
+    }
