@@ -29,6 +29,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.db.models import Q
 
 from config.logging import outreach_log_context
 from config.redis_client import Client
@@ -79,24 +80,33 @@ def send_unconfirmed(*, outreach: Outreach, why: str, error_class: ErrorClass, *
     return State.APPROVED
 
 
+# What a recovery query reads of a row: enough to decide, and to see later that it has not moved.
+Seen = tuple[int, str, datetime]  # id, state, state_changed_at
+
+
 def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Client | None = None) -> int:
     """Move stuck in-flight rows back (see the module docstring); refund their reservations.
-    `leases`: the Redis holding the job leases (default: REDIS_URL)."""
+    `leases`: the Redis holding the job leases (default: REDIS_URL).
+
+    The queries read each candidate's id, state and time of its last move, not the row: under
+    a backlog many in-flight rows are older than the lease TTL (DISPATCHED rows waiting in the
+    broker, GENERATING ones on a slow model) and nearly all of them are alive. Only the rows
+    recovered are loaded whole, and only if they have not moved since they were read."""
     cutoff = now - timedelta(seconds=settings.DISPATCH_STUCK_AFTER_S)
-    timed_out = list(
-        Outreach.objects.filter(state__in=IN_FLIGHT, state_changed_at__lt=cutoff)
-        .order_by("state_changed_at")
-        .select_related("lead")[:BATCH]
-    )
-    stuck = [(row, f"stuck in {row.state} past {settings.DISPATCH_STUCK_AFTER_S}s") for row in timed_out]
+    timed_out = _seen(Q(state__in=IN_FLIGHT, state_changed_at__lt=cutoff), limit=BATCH)
+    stuck = [(seen, f"stuck in {seen[1]} past {settings.DISPATCH_STUCK_AFTER_S}s") for seen in timed_out]
     if len(stuck) < BATCH:
         orphans = _lease_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
-        stuck += [(row, "GENERATING with no live worker (job lease gone)") for row in orphans]
-    unstarted: list[Outreach] = []
+        stuck += [(seen, "GENERATING with no live worker (job lease gone)") for seen in orphans]
+    unstarted: list[Seen] = []
     if len(stuck) < BATCH:
         unstarted = _receipt_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
+    rows = _unmoved([seen for seen, _ in stuck] + unstarted)
     recovered = 0
-    for row, why in stuck:
+    for seen, why in stuck:
+        row = rows.get(seen[0])
+        if row is None:
+            continue  # the worker finished after all
         try:
             _recover_one(row, why=why)
         except TransitionLost:
@@ -104,7 +114,10 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
         if row.reservation_id:
             refund(row.reservation_id)
         recovered += 1
-    for row in unstarted:
+    for seen in unstarted:
+        row = rows.get(seen[0])
+        if row is None:
+            continue  # another worker took the message meanwhile
         try:
             _requeue_unstarted(row)
         except TransitionLost:
@@ -113,50 +126,66 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
             refund(row.reservation_id)
         recovered += 1
     if stuck or unstarted:
-        _receipts_forget([row.pk for row, _ in stuck] + [row.pk for row in unstarted], client=leases)
+        _receipts_forget([seen[0] for seen, _ in stuck] + [seen[0] for seen in unstarted], client=leases)
     return recovered
 
 
-def _lease_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Outreach]:
+def _seen(where: Q, *, limit: int) -> list[Seen]:
+    """The oldest in-flight rows `where` says, oldest move first."""
+    return list(
+        Outreach.objects.filter(where)
+        .order_by("state_changed_at")
+        .values_list("id", "state", "state_changed_at")[:limit]
+    )
+
+
+def _unmoved(seen: list[Seen]) -> dict[int, Outreach]:
+    """The rows `seen`, whole (with their lead, for the logs and dead letters), that are still
+    in the state and at the move they were seen at: a row moved since is no longer stuck."""
+    if not seen:
+        return {}
+    rows = Outreach.objects.select_related("lead").in_bulk([pk for pk, _, _ in seen])
+    return {
+        pk: rows[pk]
+        for pk, state, changed in seen
+        if pk in rows and (rows[pk].state, rows[pk].state_changed_at) == (state, changed)
+    }
+
+
+def _lease_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Seen]:
     """GENERATING rows older than the lease TTL (younger ones may not have taken theirs yet)
     whose lease is gone. Redis unreachable: none (the timeout still covers them)."""
     younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
-    rows = list(
-        Outreach.objects.filter(
-            state=State.GENERATING, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff
-        )
-        .order_by("state_changed_at")
-        .select_related("lead")[:limit]
+    seen = _seen(
+        Q(state=State.GENERATING, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff),
+        limit=limit,
     )
-    if not rows:
+    if not seen:
         return []
     try:
-        alive = leases_alive(client=client or lease_client(), outreach_ids=[row.pk for row in rows])
+        alive = leases_alive(client=client or lease_client(), outreach_ids=[pk for pk, _, _ in seen])
     except redis.RedisError as exc:
         log.warning("job leases unreadable, lease recovery skipped this cycle: %s", exc)
         return []
-    return [row for row in rows if row.pk not in alive]
+    return [s for s in seen if s[0] not in alive]
 
 
-def _receipt_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Outreach]:
+def _receipt_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Seen]:
     """DISPATCHED rows older than the lease TTL that a worker received and no longer leases.
     Redis unreachable: none (the timeout still covers them)."""
     younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
-    rows = list(
-        Outreach.objects.filter(
-            state=State.DISPATCHED, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff
-        )
-        .order_by("state_changed_at")
-        .select_related("lead")[:limit]
+    seen = _seen(
+        Q(state=State.DISPATCHED, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff),
+        limit=limit,
     )
-    if not rows:
+    if not seen:
         return []
     try:
-        lost = receipts_lost(client=client or lease_client(), outreach_ids=[row.pk for row in rows])
+        lost = receipts_lost(client=client or lease_client(), outreach_ids=[pk for pk, _, _ in seen])
     except redis.RedisError as exc:
         log.warning("receipt leases unreadable, receipt recovery skipped this cycle: %s", exc)
         return []
-    return [row for row in rows if row.pk in lost]
+    return [s for s in seen if s[0] in lost]
 
 
 def _requeue_unstarted(row: Outreach) -> None:

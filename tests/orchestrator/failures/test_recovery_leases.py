@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 import redis
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from orchestrator.failures import recovery
 from orchestrator.failures.leases import JobLeases, received_key
 from orchestrator.failures.recovery import recover_stuck
 from outreach.models import Outreach, OutreachEvent, State
@@ -135,3 +138,49 @@ def test_a_dispatched_row_held_by_a_live_worker_is_left_alone(redis_client: redi
     held.refresh_from_db()
     assert held.state == State.DISPATCHED
     leases.stop()
+
+
+def test_live_rows_older_than_the_lease_ttl_are_not_read_whole(redis_client: redis.Redis) -> None:
+    """Under a backlog many in-flight rows are older than the lease TTL and nearly all are alive:
+    every cycle read up to 500 of them whole, with their leads, to find none to recover."""
+    # given a backlog: rows DISPATCHED 40 s ago waiting in the broker (no worker received them)
+    # and a slow job GENERATING for 5 minutes whose worker renews its lease
+    waiting = [_aged(State.DISPATCHED, 40) for _ in range(5)]
+    slow = _aged(State.GENERATING, 300)
+    leases = JobLeases(redis_client, ttl_s=30, renew_s=10)
+    leases.take(outreach_id=slow.pk)
+    # when recovery runs
+    with CaptureQueriesContext(connection) as queries:
+        recovered = _recover(redis_client)
+    leases.stop()
+    # then nothing is recovered, and no statement read a row's columns or its lead
+    assert recovered == 0
+    assert {row.state for row in Outreach.objects.filter(pk__in=[w.pk for w in waiting])} == {
+        State.DISPATCHED
+    }
+    read = [q["sql"] for q in queries.captured_queries]
+    assert read
+    assert not [sql for sql in read if '"outreach_lead"' in sql or '"draft_body"' in sql]
+
+
+def test_a_row_that_moves_after_it_was_seen_is_not_recovered(redis_client: redis.Redis) -> None:
+    # given a row GENERATING for 40 s without a lease, whose job finishes (the row moves on)
+    # between recovery's read of the candidates and its load of the rows
+    orphan = _aged(State.GENERATING, 40)
+    real = recovery._lease_lost
+
+    def finishes_meanwhile(**kwargs: Any) -> Any:
+        found = real(**kwargs)
+        Outreach.objects.filter(pk=orphan.pk).update(state=State.QUEUED, state_changed_at=timezone.now())
+        return found
+
+    recovery._lease_lost = finishes_meanwhile
+    try:
+        # when recovery runs
+        recovered = _recover(redis_client)
+    finally:
+        recovery._lease_lost = real
+    # then it leaves the row where its job put it, charging no attempt
+    assert recovered == 0
+    orphan.refresh_from_db()
+    assert (orphan.state, orphan.attempts) == (State.QUEUED, 0)
