@@ -83,6 +83,10 @@ class Increment:
     labels: Labels
     value: int
 
+    def times(self, n: int) -> Increment:
+        """What `n` such events add."""
+        return Increment(self.name, self.labels, self.value * n)
+
 
 @dataclass(frozen=True)
 class Move:

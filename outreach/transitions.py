@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -400,9 +401,12 @@ def transition_many(
             return []
         # Bulk moves are claims, recoveries and cancels: only their claims per owner, dead
         # letters, retries and 429s count (no draft is generated, decided or sent in bulk).
+        # The rows of one owner and state make the same move: counted once, times how many
+        # (a claim of 500 rows of 10 owners made 500 moves' counts to add up to 10 series).
+        alike = Counter((state, owner_id) for _oid, state, _attempts, owner_id in rows)
         counters_add(
-            inc
-            for _oid, state, _attempts, owner_id in rows
+            inc.times(n)
+            for (state, owner_id), n in alike.items()
             for inc in move_increments(
                 Move(from_state=state, to=to, error_class=str(error_class), owner_id=owner_id)
             )

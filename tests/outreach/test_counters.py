@@ -24,8 +24,8 @@ from outreach.counters import (
 )
 from outreach.models import ErrorClass, MetricCounter, Outreach, State
 from outreach.tiers import Tier
-from outreach.transitions import TransitionLost, transition
-from tests.factories import make_outreach
+from outreach.transitions import TransitionLost, transition, transition_many
+from tests.factories import make_lead, make_outreach, make_owner
 from tests.subprocesses import send_all
 
 S = State
@@ -216,3 +216,22 @@ def test_processes_racing_to_send_the_same_rows_count_each_send_once() -> None:
     # then every row was sent once, and the counter, summed over the processes' shards, says 30
     assert sum(wins) == 30
     assert counters_read()["outreach_sent"] == {(): 30}
+
+
+@pytest.mark.django_db
+def test_a_bulk_move_counts_each_row_of_each_owner() -> None:
+    # given five queued rows of one owner and three of another
+    a, b = make_owner(), make_owner()
+    first = [make_outreach(lead=make_lead(owner=a)) for _ in range(5)]
+    second = [make_outreach(lead=make_lead(owner=b)) for _ in range(3)]
+    # when one bulk move claims them all, and another dead-letters three of them
+    ids = [o.pk for o in first + second]
+    transition_many(outreach_ids=ids, from_=S.QUEUED, to=S.DISPATCHED)
+    transition_many(outreach_ids=ids[3:6], from_=S.DISPATCHED, to=S.DEAD, error_class=ErrorClass.STUCK)
+    # then each owner's claims are counted row by row, and each dead letter under its class
+    stored = counters_read()
+    assert stored["outreach_owner_dispatched"] == {
+        (("owner_id", str(a.pk)),): 5,
+        (("owner_id", str(b.pk)),): 3,
+    }
+    assert stored["outreach_dead_letters"] == {(("class", "stuck"),): 3}
