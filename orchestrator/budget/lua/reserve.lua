@@ -41,13 +41,18 @@ if grant > 0 then
     store(KEYS[1 + 2 * i], b)
   end
   local expires, head, tail = int(now + tonumber(ARGV[5])), ARGV[6], ARGV[7]
+  local prefix, record = int(req) .. ':', {}  -- a record per distinct size: jobs share a few
   local j = 1
   while j <= grant do
-    local fields, members = {}, {}
+    local fields, members, n = {}, {}, 0
     for k = j, math.min(grant, j + 199) do  -- chunks: unpack() has a stack limit
-      local id = head .. int(k) .. tail
-      fields[#fields + 1], fields[#fields + 2] = id, int(req) .. ':' .. int(size[k])
-      members[#members + 1], members[#members + 2] = expires, id
+      local id = head .. k .. tail  -- k is a small whole number: written exactly
+      local s = size[k]
+      local r = record[s]
+      if r == nil then r = prefix .. int(s); record[s] = r end
+      fields[n + 1], fields[n + 2] = id, r
+      members[n + 1], members[n + 2] = expires, id
+      n = n + 2
     end
     redis.call('HSET', res, unpack(fields))
     redis.call('ZADD', exp, unpack(members))
