@@ -147,17 +147,21 @@ def mailbox_take(
     return taken
 
 
-def mailbox_room_today(*, owner_ids: Collection[int], budget: Budget) -> dict[int, dict[str, int] | None]:
+def mailbox_room_today(
+    *, owner_ids: Collection[int], budget: Budget, scopes: list[PauseScope] | None = None
+) -> dict[int, dict[str, int] | None]:
     """THE per-owner mailbox room for today, for the LLM admission check: for each owner, per
     sender domain of its usable mailboxes (active, domain not paused), the sum over those
     mailboxes of min(cap, warm-up step) minus what each sent today (never below 0); None for an
     owner with no mailbox (it sends from the organization's sender address: only that sender
-    domain's day bounds it). An owner whose mailboxes are all paused has {} (no room)."""
+    domain's day bounds it). An owner whose mailboxes are all paused has {} (no room).
+    `scopes`: the active pauses (orchestrator.controls.pauses), read here when not given and
+    needed."""
     today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
     every = mailboxes_of(owner_ids=owner_ids)
     # Each mailbox judged once, not once per owner it serves (a team's shared mailbox: thousands)
     distinct = {b.pk: b for theirs in every.values() for b in theirs}
-    usable = mailboxes_usable(distinct.values(), paused=paused_sender_domains() if every else set())
+    usable = mailboxes_usable(distinct.values(), paused=paused_sender_domains(scopes) if every else set())
     usage = budget.mailbox_usage(mailbox_ids=sorted(b.pk for b in usable))
     left = {
         b.pk: (b.domain, max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today))

@@ -104,14 +104,17 @@ def blocking(
     owner_ids: Iterable[int],
     mailbox_owners: Collection[int] = (),
     organizations: Mapping[int, tuple[int, str]] | None = None,
+    scopes: list[PauseScope] | None = None,
 ) -> Blocking:
     """What the active pauses stop among these owners. One query, plus two for the owners'
     organizations and their sender domains when anything is paused and the caller did not
     pass them (`organizations`: owner id -> its organization's id and sender domain, as the
     dispatch cycle has them): O(pauses + owners). `mailbox_owners` send from mailboxes of
     their own: a sender-domain pause is judged per mailbox for them
-    (orchestrator.controls.mailboxes), not by their organization's sender domain."""
-    pauses = active()
+    (orchestrator.controls.mailboxes), not by their organization's sender domain. `scopes`:
+    the active pauses' scopes when the caller read them (`active_pause_scopes`): with none,
+    nothing more is read."""
+    pauses = active() if scopes is None or scopes else []
     if not pauses:
         return Blocking()
     if organizations is not None:

@@ -83,14 +83,18 @@ def owners_admit(
     owners' work in flight and drafts (reads.committed_work_load), read once by the cycle."""
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now, work=work)
     ids = [o.rules.owner_id for o in owners]
+    # The active pauses, read once for rules 1 and 4 (one plain read; the pauses themselves,
+    # for their reasons, only when there are some).
+    scopes = pauses.active_pause_scopes()
     # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
     # its own). An owner with mailboxes sends from their domains: a pause of its organization's
     # sender domain does not stop it (a paused domain's mailboxes are left out of its room).
-    mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget)
+    mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget, scopes=scopes)
     paused = pauses.blocking(
         owner_ids=ids,
         mailbox_owners={o for o, room in mailbox_room.items() if room is not None},
         organizations={o.rules.owner_id: (o.organization_id, o.sender_domain) for o in owners},
+        scopes=scopes,
     )
     facts = [
         OwnerFacts(

@@ -3,6 +3,7 @@ paused is left DISPATCHED; resuming lets the next cycle take it."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from orchestrator.budget import Budget, Reservation
 from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.models import Pause
-from outreach.models import Outreach, State
+from outreach.models import Mailbox, Outreach, State, VerifiedDomain
 from outreach.tiers import Tier
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner, make_user
 
@@ -230,3 +231,33 @@ def test_owners_of_one_organization_share_its_verdict_but_not_one_owners_own_pau
         other.pk: domain.blocked_reason(),
     }
     assert found.tiers == {own.pk: {Tier.NUDGE: nudges.blocked_reason()}}
+
+
+def test_a_cycle_reads_the_pauses_once_and_loads_none_when_there_are_none(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The cycle's admission asks about pauses twice (what they stop; which sender domains a
+    mailbox may not send from): one plain read serves both, and the pauses themselves, with
+    who paused them, are loaded only when there are some."""
+    # given an owner sending from a mailbox of its own, and one without, each with an intro
+    boxed, plain = make_owner(), make_owner()
+    VerifiedDomain.objects.create(organization=boxed.organization, domain="boxed.example")
+    box = Mailbox.objects.create(
+        organization=boxed.organization, address="ann@boxed.example", daily_cap=50, ramp_from=date(2026, 1, 1)
+    )
+    box.owners.add(boxed)
+    intros = {make_outreach(lead=make_lead(owner=owner)).pk for owner in (boxed, plain)}
+    # when a cycle runs with no pause active
+    with CaptureQueriesContext(connection) as queries:
+        generation, _ = _cycle(budget, django_capture_on_commit_callbacks)
+    # then both intros go, and the pauses' table was read once
+    assert generation == intros
+    assert len([q for q in queries.captured_queries if "orchestrator_pause" in q["sql"]]) == 1
+    # and when one is paused, the next cycle loads that pause for its reason, and holds the owner
+    pauses.pause(owner=plain, by=make_user(), reason="checking")
+    waiting = make_outreach(lead=make_lead(owner=plain))
+    with CaptureQueriesContext(connection) as queries:
+        _cycle(budget, django_capture_on_commit_callbacks)
+    waiting.refresh_from_db()
+    assert (waiting.state, waiting.blocked_reason.endswith("checking")) == (State.QUEUED, True)
+    assert len([q for q in queries.captured_queries if "orchestrator_pause" in q["sql"]]) == 2
