@@ -261,3 +261,24 @@ def test_a_cycle_reads_the_pauses_once_and_loads_none_when_there_are_none(
     waiting.refresh_from_db()
     assert (waiting.state, waiting.blocked_reason.endswith("checking")) == (State.QUEUED, True)
     assert len([q for q in queries.captured_queries if "orchestrator_pause" in q["sql"]]) == 2
+
+
+def test_the_active_pauses_are_the_querysets_with_who_and_what_loaded() -> None:
+    # given pauses of an owner (by a person), of an organization's tier, and one lifted
+    by = make_user("alice")
+    owner = make_owner(name="Ann")
+    mine, _ = pauses.pause(owner=owner, by=by, reason="checking")
+    tier, _ = pauses.pause(organization=make_org(), tier=Tier.NUDGE, reason="no nudges")
+    lifted, _ = pauses.pause(owner=make_owner(), reason="gone")
+    pauses.resume(pauses=[lifted], by=by)
+    # when the active ones are read (their SQL compiled once per process)
+    found = pauses.active()
+    # then they are the active ones oldest first, and naming who and what reads nothing more
+    expected = Pause.objects.filter(resumed_at__isnull=True).order_by("created_at", "id")
+    assert found == list(expected) == [mine, tier]
+    with CaptureQueriesContext(connection) as queries:
+        reasons = [p.blocked_reason() for p in found]
+    assert len(queries) == 0
+    assert reasons == [p.blocked_reason() for p in expected]
+    assert "alice" in reasons[0]
+    assert "Ann" in reasons[0]
