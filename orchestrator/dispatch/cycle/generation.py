@@ -138,7 +138,6 @@ def generation_dispatch(
         routing=routing,
         groups=groups,
         tokens=lambda pick: job_costs.of(pick.owner_id, pick.tier.name.lower()).counted,
-        per_call=per_call,
         now=now,
     )
     claim_ms = (time.perf_counter() - claim_started) * 1000

@@ -16,7 +16,7 @@ from config.deployments import STEPS, deployments, job_steps
 from orchestrator.budget import Budget, reservation_ids
 from orchestrator.deployments.placement import Route
 from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TASK, tasks_enqueue_on_commit
-from orchestrator.dispatch.deployment_plan import Routing, probes_mark, routing_plan
+from orchestrator.dispatch.deployment_plan import Routing, probes_mark
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.selection import Pick
 from outreach.models import Outreach, State
@@ -30,20 +30,17 @@ def picks_reserve_and_claim(
     budget: Budget,
     groups: Mapping[int, str],
     now: datetime,
+    routing: Routing,
     tokens: Callable[[Pick], int] | None = None,
-    per_call: int | None = None,
-    routing: Routing | None = None,
 ) -> list[int]:
     """Place each pick on deployments, reserve what its steps draw from each (all or nothing),
     claim the rows, enqueue on commit; refund what was not claimed.
 
     The picks take the routes of `routing`, in order: the cycle's placement, made when it
-    counted its slots (generation._llm_slots), so every pick has one; without it they are
-    placed on the headroom of now (deployment_plan.routing_plan). A pick with no route stays
-    QUEUED (`per_call`: the tokens a call is counted for placement, the cycle's;
-    LLM_EST_TOKENS_PER_CALL by default). The plan read the buckets some milliseconds before
-    the claim; the reservation checks them as they are, so a bucket that filled since refuses
-    the picks placed on it, and they wait as below.
+    counted its slots (generation._llm_slots: placement is greedy, so every pick has a route).
+    The plan read the buckets some milliseconds before the claim; the reservation checks them
+    as they are, so a bucket that filled since refuses the picks placed on it, and they wait as
+    below.
 
     Each pick reserves the tokens its owner's jobs of its step are expected to be counted by
     the provider's limit (`tokens`, owner_tokens' `counted` per owner and step; the configured
@@ -63,7 +60,6 @@ def picks_reserve_and_claim(
     if not picks:
         return []
     client = redis_client.shared(timeout_s=2.0)
-    routing = routing or routing_plan(budget=budget, client=client, count=len(picks), per_call=per_call)
     _, default_tokens = outreach_cost()
 
     def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, bool]:

@@ -16,11 +16,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from config import redis_client
 from devtools.llm_stub import LLMStub
 from nurture.writing.generation import outreach_generate
 from orchestrator.budget import PROVIDER, Budget, Reservation, organization_scope
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.cycle.reservation import picks_reserve_and_claim
+from orchestrator.dispatch.deployment_plan import routing_plan
 from orchestrator.dispatch.reads import active_owners, organization_caps, organization_caps_load
 from orchestrator.dispatch.selection import Pick
 from outreach.models import Lead, Outreach, State
@@ -107,7 +109,10 @@ def test_picks_the_cap_refuses_at_reservation_stay_queued_and_say_why(budget: Bu
     assert isinstance(budget.reserve(requests=3, tokens=1_800, scopes=(PROVIDER, scope)), Reservation)
     picks = [Pick(outreach_id=i, owner_id=owner.pk, tier=Tier.INTRO, reason="test") for i in ids]
     # when they are reserved and claimed
-    claimed = picks_reserve_and_claim(picks=picks, budget=budget, groups=groups, now=timezone.now())
+    routing = routing_plan(budget=budget, client=redis_client.shared(), count=len(picks))
+    claimed = picks_reserve_and_claim(
+        picks=picks, budget=budget, groups=groups, now=timezone.now(), routing=routing
+    )
     # then none is claimed, and each says which bucket stopped it
     assert claimed == []
     rows = Outreach.objects.filter(id__in=ids)
