@@ -32,7 +32,7 @@ from django.db import DatabaseError, connection
 from django.db.models import Sum
 from prometheus_client.utils import floatToGoString
 
-from outreach.models import ErrorClass, MetricCounter, Outreach, State
+from outreach.models import ErrorClass, MetricCounter, Outreach, State, int_array, text_array
 from outreach.tiers import Tier
 
 SENT = "outreach_sent"
@@ -211,13 +211,14 @@ def counters_add(increments: Iterable[Increment]) -> None:
     table = MetricCounter._meta.db_table
     if connection.vendor == "postgresql":
         # The series as three arrays, not a VALUES row each: psycopg splits and binds every
-        # placeholder in Python (a claim of 500 picks adds a series per owner claimed).
+        # placeholder in Python (a claim of 500 picks adds a series per owner claimed). Each
+        # array as its literal (lookups.int_array, text_array), not quoted element by element.
         source = "SELECT n, l, %s, v FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS s(n, l, v)"
         params: list[Any] = [
             shard,
-            [name for (name, _), _ in rows],
-            [labels for (_, labels), _ in rows],
-            [value for _, value in rows],
+            text_array(name for (name, _), _ in rows),
+            text_array(labels for (_, labels), _ in rows),
+            int_array(value for _, value in rows),
         ]
     else:
         source = "VALUES " + ", ".join(["(%s, %s, %s, %s)"] * len(rows))

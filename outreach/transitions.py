@@ -33,6 +33,7 @@ from outreach.models import (
     State,
     int_array,
     owner_daily_sends_record,
+    text_array,
 )
 
 S = State
@@ -479,7 +480,10 @@ def _move_many_one_statement(
         own_where = " AND own.id = prev.id"
         own_params = [
             int_array(outreach_ids),
-            *([field.get_db_prep_save(v, connection) for v in each[field.name]] for field in own_fields),  # type: ignore[union-attr]
+            *(
+                _array([field.get_db_prep_save(v, connection) for v in each[field.name]])  # type: ignore[union-attr]
+                for field in own_fields
+            ),
         ]
         sets += [f'"{field.column}" = own.{c}' for field, c in zip(own_fields, own_columns, strict=True)]  # type: ignore[union-attr]
     history_columns = ", ".join(("outreach_id", "from_state", "attempt", "at", *event))
@@ -503,6 +507,12 @@ def _move_many_one_statement(
             ],
         )
         return cursor.fetchall()
+
+
+def _array(values: list[Any]) -> list[Any] | str:
+    """One field's values for an array parameter: strings as one array literal (`text_array`:
+    not quoted one by one in Python), anything else as the list."""
+    return text_array(values) if all(isinstance(v, str) for v in values) else values
 
 
 def update_in_place(

@@ -235,3 +235,20 @@ def test_a_bulk_move_counts_each_row_of_each_owner() -> None:
         (("owner_id", str(b.pk)),): 3,
     }
     assert stored["outreach_dead_letters"] == {(("class", "stuck"),): 3}
+
+
+@pytest.mark.django_db
+def test_series_whose_labels_hold_quotes_and_braces_are_stored_as_written() -> None:
+    # given increments whose labels hold what the arrays' literals escape (quotes, backslashes,
+    # braces), one series twice (a label's text is "key=value,...": values have no commas)
+    odd = (("reply_class", 'say "yes" {now}\\'),)
+    # when counted in one statement
+    counters_add(
+        [
+            Increment("outreach_replies_classified", odd, 2),
+            Increment("outreach_replies_classified", (("reply_class", "plain"),), 1),
+            Increment("outreach_replies_classified", odd, 3),
+        ]
+    )
+    # then each series reads back as counted, its labels as written
+    assert counters_read()["outreach_replies_classified"] == {odd: 5, (("reply_class", "plain"),): 1}

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from outreach.models import Outreach, State, int_array
+from outreach.models import Outreach, State, int_array, text_array
 from tests.factories import make_outreach
 
 pytestmark = pytest.mark.django_db
@@ -51,3 +51,33 @@ def test_an_int_array_is_read_back_as_the_numbers_it_was_made_of() -> None:
     hostile: list[Any] = ["1}, {2"]
     with pytest.raises(ValueError, match="invalid literal for int"):
         int_array(hostile)
+
+
+HOSTILE_TEXT = [
+    "plain",
+    "",
+    'a "quoted" word',
+    "back\\slash\\",
+    "comma, {brace}, and } brace",
+    "NULL",
+    "'single' quotes; DROP TABLE outreach_outreach; --",
+    "tab\tnewline\n and unicode é ✓",
+]
+
+
+def test_a_text_array_is_read_back_as_the_strings_it_was_made_of() -> None:
+    # given strings holding every character the array syntax or SQL gives a meaning to
+    # then PostgreSQL reads the literal back as them, one element each, as written
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT %s::text[], %s::text[], %s::varchar(200)[]",
+                [text_array(HOSTILE_TEXT), text_array([]), text_array(HOSTILE_TEXT)],
+            )
+            assert cursor.fetchone() == (HOSTILE_TEXT, [], HOSTILE_TEXT)
+    # and what text cannot hold, or what is not a string, is refused before it reaches SQL
+    with pytest.raises(ValueError, match="NUL"):
+        text_array(["a\x00b"])
+    not_text: list[Any] = ["a", 1]
+    with pytest.raises(TypeError, match="strings only"):
+        text_array(not_text)

@@ -235,19 +235,21 @@ def test_both_ways_of_moving_rows_in_bulk_write_the_same_rows_and_history(move: 
     first, second = make_outreach(attempts=2), make_outreach()
     taken = make_outreach(state=State.DISPATCHED)
     now = timezone.now() - timedelta(days=1)
-    # when they move with fields for all and each row's own
+    # when they move with fields for all and each row's own (one holding what an array
+    # literal escapes: quotes, a comma, braces, a backslash)
+    odd = 'a,"b"{c}\\'
     rows = move(
         outreach_ids=[second.pk, taken.pk, first.pk],
         from_states=(State.QUEUED,),
         values={"state": State.DISPATCHED, "state_changed_at": now, "blocked_reason": ""},
-        each={"reservation_id": ["r2", "rt", "r1"], "llm_route": ["b", "t", "a"]},
+        each={"reservation_id": ["r2", "rt", "r1"], "llm_route": ["b", "t", odd]},
         event={"to_state": State.DISPATCHED, "error_class": "", "note": "claim"},
     )
     # then the rows still queued moved, each with its own values, and each has its history
     assert sorted(rows) == sorted(
         [(first.pk, State.QUEUED, 2, first.owner_id), (second.pk, State.QUEUED, 0, second.owner_id)]
     )
-    for outreach, own in ((first, ("r1", "a")), (second, ("r2", "b")), (taken, ("", ""))):
+    for outreach, own in ((first, ("r1", odd)), (second, ("r2", "b")), (taken, ("", ""))):
         outreach.refresh_from_db()
         assert (outreach.reservation_id, outreach.llm_route) == own
     assert (first.state, first.state_changed_at) == (State.DISPATCHED, now)
