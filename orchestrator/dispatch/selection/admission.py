@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from functools import partial
 
 from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.budget.sends import DomainDay, day_cap_reason
@@ -127,6 +126,8 @@ def owner_admission(
 
 
 def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmission:
+    """The rules in order: the first whose room is spent names the reason (written only then:
+    a cycle judges thousands of owners and most pass); else the LLM room is the least of them."""
     if o.paused:  # rule 1
         return OwnerAdmission(0, 0, o.paused)
     day = owner_capacity(rules=o.rules, now=now, used_today=o.sent_today + o.in_flight)  # rules 2, 3
@@ -134,37 +135,32 @@ def _one_owner(o: OwnerFacts, *, now: datetime, shared: Shared) -> OwnerAdmissio
     # Drafting ahead writes tomorrow's once today's are out, inside its hours, with a limit.
     if day.remaining <= 0 and (days == 1 or not day.open or o.rules.daily_limit <= 0):
         return OwnerAdmission(0, 0, day.blocked_reason)
-    # Each room with what names it when it refuses (the reason is written only then: a cycle
-    # judges thousands of owners and most pass).
-    rooms: list[tuple[int, Callable[[], str]]] = []
+    send = max(0, day.remaining)
+    # Rule 5's room (within one day it also keeps rule 3: committed includes sent and in
+    # flight), judged after rule 4's.
+    llm = o.rules.daily_limit * days - o.committed
     if o.mailbox_room is not None:  # rule 4: what is in flight or drafted leaves from them too
         pending, left = o.in_flight + o.drafts, sum(o.mailbox_room.values())
-        rooms.append(
-            (left - pending, partial(_mailbox_reason, left, pending) if o.mailbox_room else _mailboxes_paused)
-        )
-    # Rule 5: within one day it also keeps rule 3 (committed includes sent and in flight).
-    rooms.append((o.rules.daily_limit * days - o.committed, partial(_committed_reason, o, days)))
-    capped = _all_capped(o.sender_domains, shared.domain_room)  # rule 6
-    if capped:
-        rooms.append(
-            (
-                sum(max(0, shared.domain_room[d]) for d in capped),
-                partial(shared.domain_reason.__getitem__, capped[0]),
+        if left - pending <= 0:
+            return OwnerAdmission(
+                send, 0, _mailbox_reason(left, pending) if o.mailbox_room else MAILBOXES_PAUSED
             )
-        )
-    if o.organization_id in shared.spend_left:  # rule 7
-        room = _spend_room(shared.spend_left[o.organization_id], shared.job_cost.get(o.rules.owner_id))
-        if room is not None:
-            rooms.append((room, partial(shared.spend_reason.__getitem__, o.organization_id)))
-    send = max(0, day.remaining)
-    for room, reason in rooms:
+        llm = min(llm, left - pending)
+    if llm <= 0:
+        return OwnerAdmission(send, 0, _committed_reason(o, days))
+    capped = _all_capped(shared.domain_of[o.rules.owner_id], shared.domain_room)  # rule 6
+    if capped:
+        room = sum(max(0, shared.domain_room[d]) for d in capped)
         if room <= 0:
-            return OwnerAdmission(send, 0, reason())
-    return OwnerAdmission(send, min(room for room, _ in rooms))
-
-
-def _mailboxes_paused() -> str:
-    return MAILBOXES_PAUSED
+            return OwnerAdmission(send, 0, shared.domain_reason[capped[0]])
+        llm = min(llm, room)
+    if o.organization_id in shared.spend_left:  # rule 7
+        jobs = _spend_room(shared.spend_left[o.organization_id], shared.job_cost.get(o.rules.owner_id))
+        if jobs is not None:
+            if jobs <= 0:
+                return OwnerAdmission(send, 0, shared.spend_reason[o.organization_id])
+            llm = min(llm, jobs)
+    return OwnerAdmission(send, llm)
 
 
 def _all_capped(domains: Sequence[str], room: Mapping[str, int]) -> list[str]:
@@ -206,14 +202,15 @@ def _shared(
 ) -> Shared:
     # A domain's day counts what left today (Redis) and what its owners committed and did not
     # send yet: in flight and drafts, all of which will leave from it.
+    domain_of = {o.rules.owner_id: o.sender_domains for o in owners}
     pending: Counter[str] = Counter()
     for o in owners:  # an owner on several domains: counted on each (it may leave from any)
-        for domain in o.sender_domains:
+        for domain in domain_of[o.rules.owner_id]:
             pending[domain] += o.in_flight + o.drafts
     capped = {d: f for d, f in domains.items() if f.cap is not None}
     domain_room = {d: (f.cap or 0) - f.sent - pending[d] for d, f in capped.items()}
     return Shared(
-        domain_of={o.rules.owner_id: o.sender_domains for o in owners},
+        domain_of=domain_of,
         domain_room=domain_room,
         domain_reason={
             d: day_cap_reason(domain=d, cap=f.cap or 0, warmup_day=f.warmup_day) for d, f in capped.items()

@@ -80,6 +80,10 @@ def _one(facts: OwnerFacts, **kwargs: Any) -> OwnerAdmission:
         ),
         # every mailbox paused: no domain to send from
         (_owner(mailbox_room={}), 20, 0, "every mailbox of this owner is paused"),
+        # the mailboxes' day and the owner's committed day both spent: the earlier rule names it
+        (_owner(mailbox_room={"a.example": 5}, drafts=20), 20, 0, "mailboxes' day reached"),
+        # the owner's committed day spent, its mailboxes with room left
+        (_owner(mailbox_room={"a.example": 50}, drafts=20), 20, 0, "daily limit 20 committed"),
     ],
 )
 def test_owner_rules_in_order(facts: OwnerFacts, send: int, llm: int, reason: str) -> None:
