@@ -385,15 +385,10 @@ def main() -> None:
 
 def _run(*, args: argparse.Namespace) -> list[Measured]:
     django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=14)))
-    # The cycle runs in this process: set up as the orchestrator worker's child sets up its own,
-    # and with Django's DEBUG off as there (DJANGO_DEBUG=1 above only lends the demo's secrets:
-    # with it on, every statement went through Django's debug cursor, which records it with its
-    # parameters; until 2026-12-06 the bench timed the cycle so).
-    from django.conf import settings
-
+    # The cycle runs in this process: set up as the orchestrator worker's child sets up its own
+    # (Django's DEBUG off as there: bench.stack's set-up).
     from config.collector import collector_settle
 
-    settings.DEBUG = False
     collector_settle()
     on = f", every control on, {args.events:,} events of history" if args.controls else ""
     on = on or (f", {args.events:,} events of history" if args.events else "")

@@ -232,16 +232,29 @@ def django_env(*, database_url: str, redis_url: str, **settings: str) -> dict[st
     }
 
 
-def django_start(*, env: Mapping[str, str]) -> None:
-    """Point this process at `env` (its DATABASE_URL and REDIS_URL are the bench's scratch
-    stores), set Django up with logging at WARNING (this process seeds and measures: a line per
-    transition would bury its figures), empty that Redis database and migrate the database."""
-    os.environ.update(env)
+def _django_setup() -> None:
+    """Set Django up in this process as the product's processes run: DEBUG off (the demo's
+    DJANGO_DEBUG=1 lends a bench its secrets, but with it on every statement went through
+    Django's debug cursor, which records it with its parameters: until 2026-12-06 the benches
+    that run product code in their own process, bench/dispatch.py and bench/assign_leads.py,
+    timed that too), and logging at WARNING (this process seeds and measures: a line per
+    transition would bury its figures)."""
     import django
-    import redis
+    from django.conf import settings
 
     django.setup()
+    settings.DEBUG = False
     logging.getLogger().setLevel(logging.WARNING)
+
+
+def django_start(*, env: Mapping[str, str]) -> None:
+    """Point this process at `env` (its DATABASE_URL and REDIS_URL are the bench's scratch
+    stores), set Django up (`_django_setup`), empty that Redis database and migrate the
+    database."""
+    os.environ.update(env)
+    import redis
+
+    _django_setup()
     from django.core.management import call_command
 
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
@@ -271,8 +284,7 @@ def production_env(**settings: str) -> dict[str, str]:
 def private_redis_django(*, db_name: str) -> Iterator[str]:
     """This process on the bench's database (BENCH_DATABASE_URL, else `db_name` on the local
     server: the bench creates it) and a private redis-server no other test or bench shares,
-    Django set up and logging at WARNING (this process seeds and samples: its output stays
-    readable). Yields that Redis's URL; stops the server at the end."""
+    Django set up (`_django_setup`). Yields that Redis's URL; stops the server at the end."""
     from devtools.processes import RedisServer
 
     os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DJANGO_DEBUG="1")
@@ -282,10 +294,7 @@ def private_redis_django(*, db_name: str) -> Iterator[str]:
     redis_server = RedisServer().start()
     os.environ["REDIS_URL"] = redis_server.url
     try:
-        import django
-
-        django.setup()
-        logging.getLogger().setLevel(logging.WARNING)
+        _django_setup()
         yield redis_server.url
     finally:
         redis_server.stop()

@@ -46,8 +46,10 @@ def _local(tz: str, now: datetime) -> datetime:
     return now.astimezone(ZoneInfo(tz))
 
 
+@lru_cache(maxsize=1024)
 def local_day_start(*, tz: str, now: datetime) -> datetime:
-    """The owner's local midnight today, as an aware datetime (compare it with UTC columns)."""
+    """The owner's local midnight today, as an aware datetime (compare it with UTC columns).
+    Made once per time zone and `now`, as `_local`: a cycle's owners share a few zones."""
     return datetime.combine(_local(tz, now).date(), time(0), tzinfo=ZoneInfo(tz))
 
 

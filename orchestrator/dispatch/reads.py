@@ -240,11 +240,8 @@ def committed_today(
     owner index instead.
     """
     days: dict[date, list[int]] = defaultdict(list)
-    day_in: dict[str, date] = {}  # time zone -> its day: a cycle's owners share a few zones
     for rules in owners:
-        if (day := day_in.get(rules.timezone)) is None:
-            day = day_in[rules.timezone] = local_day_start(tz=rules.timezone, now=now).date()
-        days[day].append(rules.owner_id)
+        days[local_day_start(tz=rules.timezone, now=now).date()].append(rules.owner_id)
     if not days:
         return {}
     today = Q()
