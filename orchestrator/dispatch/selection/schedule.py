@@ -7,12 +7,13 @@ filled by its own round (`_GroupRound`), tags moving by picks or by tokens (`_Cl
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
 import weakref
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from fractions import Fraction
 from operator import itemgetter
 
@@ -78,25 +79,27 @@ class _Clock:
         # an owner without a lead starts at the phase (leads are positive)
         return [((at if (at := leads.get(o, 0) * per_lead) > phase else phase), o) for o in owners]
 
-    def tokens_order(self, owners: Sequence[int]) -> list[int]:
-        """`owners` (in id order) in (first tag, owner) order, in tokens: those not ahead of the
-        start's phase, at it, in id order; then those ahead by their leads (a stable sort on the
-        lead alone keeps ties in id order). Mid-round that is most of them: a pick moves its
-        owner a job's tokens ahead, a round or more."""
+    def tokens_order(self, owners: Collection[int]) -> Iterator[int]:
+        """`owners` in (first tag, owner) order, in tokens, as far as the caller takes them:
+        those not ahead of the start's phase, at it, in id order; then those ahead, by their
+        leads (`Leads.ranked`: kept ranked from cycle to cycle, not sorted again). Mid-round
+        that is most of them: a pick moves its owner a job's tokens ahead, a round or more. A
+        window takes the first few hundred of thousands."""
         leads = self.leads.ticks
+        ranked = self.leads.ranked()
         bar = self.phase // self.per_lead  # ahead: lead * per_lead > phase, so lead > bar (ints)
-        # A cursor's leads all lie ahead of its position (`leads_after` drops the rest), so one
-        # C pass usually says so; a lead at or behind it (a cursor made by hand) is sifted out.
-        ahead: Collection[int] = (
-            leads.keys()
-            if min(leads.values(), default=bar + 1) > bar
-            else {o for o, n in leads.items() if n > bar}
+        behind = bisect.bisect_right(ranked, (bar, math.inf))
+        # A cursor's leads all lie ahead of its position (`leads_after` drops the rest), so the
+        # owners not ahead are those without one; a lead at or behind it (a cursor made by
+        # hand) counts as none.
+        not_ahead: Iterator[int] = (
+            itertools.filterfalse(leads.__contains__, sorted(owners))
+            if not behind
+            else (o for o in sorted(owners) if leads.get(o, 0) <= bar)
         )
-        order = list(itertools.filterfalse(ahead.__contains__, owners))
-        later = list(filter(ahead.__contains__, owners))
-        later.sort(key=leads.__getitem__)
-        order += later
-        return order
+        members = owners if isinstance(owners, AbstractSet) else set(owners)
+        ahead = (o for _, o in itertools.islice(ranked, behind, None) if o in members)
+        return itertools.chain(not_ahead, ahead)
 
     def first_tag(self, owner: int) -> int:
         """The owner's first tag (`first_tags`, one owner)."""
@@ -161,7 +164,8 @@ class _Clock:
                     leads.pop(o, None)
             return Leads(self.scale, leads)
         leads = dict(old)
-        dropped = {o for o, lead in old.items() if lead <= last}
+        ranked = self.leads.ranked()  # the leads the last pick passed are the first ranked
+        dropped = {o for _, o in ranked[: bisect.bisect_right(ranked, (last, math.inf))]}
         for o in dropped:
             del leads[o]
         changed: dict[int, int] = {}
@@ -173,10 +177,7 @@ class _Clock:
             elif leads.pop(o, None) is not None:
                 dropped.add(o)
         since = LeadsChange(base=weakref.ref(self.leads), changed=changed, dropped=frozenset(dropped))
-        made = Leads(self.scale, leads, since=since)
-        if made.scale != self.scale:  # put in lower terms: every lead changed
-            object.__setattr__(made, "since", None)
-        return made
+        return Leads(self.scale, leads, since=since)
 
 
 class _TierRound:
@@ -397,31 +398,49 @@ def _before(key: tuple[int, int], scale: int, horizon: tuple[Fraction, int]) -> 
     return (tag * bound.denominator, owner) < (bound.numerator * scale, bound_owner)
 
 
-@dataclass(frozen=True, slots=True)
 class RoundOrder:
     """Owners in the order a round first meets them, (first tag, owner id) ascending, tags in
     units of 1 / `scale` (`tag`: an owner's): a windowed cycle loads the first ones and tells
-    `select_batch` where the rest begin (`left_out`).
+    `select_batch` where the rest begin (`left_out`). Made as far as it is read (a window
+    reads the first few hundred of thousands of owners), and kept as read.
 
     The order may hold owners without ready work (`ready`: those with some, None: all) and
     owners not asked about yet (`asked`: those whose work is known, None: all): the first
     owner not asked about ends what `first` can take, and `left_out` counts it as one that
     may have work."""
 
-    owners: Sequence[int]
-    tag: Callable[[int], int]
-    scale: int
+    __slots__ = ("_met", "_rest", "scale", "tag")
 
-    def head(self, n: int) -> Sequence[int]:
+    def __init__(self, owners: Iterable[int], *, tag: Callable[[int], int], scale: int) -> None:
+        self._rest, self._met = iter(owners), list[int]()
+        self.tag, self.scale = tag, scale
+
+    def __iter__(self) -> Iterator[int]:
+        met, n = self._met, 0
+        while True:
+            if n == len(met):
+                owner = next(self._rest, None)
+                if owner is None:
+                    return
+                met.append(owner)
+            yield met[n]
+            n += 1
+
+    @property
+    def owners(self) -> list[int]:
+        """Every owner, in order."""
+        return list(self)
+
+    def head(self, n: int) -> list[int]:
         """The first `n` owners."""
-        return self.owners[:n]
+        return list(itertools.islice(self, n))
 
     def first(
         self, n: int, *, ready: Collection[int] | None = None, asked: Collection[int] | None = None
     ) -> list[int]:
         """The first `n` owners with ready work, up to the first not asked about."""
         taken: list[int] = []
-        for owner in self.owners:
+        for owner in self:
             if len(taken) == n or (asked is not None and owner not in asked):
                 break
             if ready is None or owner in ready:
@@ -437,7 +456,7 @@ class RoundOrder:
     ) -> tuple[Fraction, int] | None:
         """The first owner of the order not in `loaded` that has ready work or may have (not
         asked about), as (exact tag, owner); None: there is none."""
-        for owner in self.owners:
+        for owner in self:
             if owner in loaded:
                 continue
             if ready is None or owner in ready or (asked is not None and owner not in asked):
@@ -460,8 +479,8 @@ def round_order(
     no rows.
 
     In tokens, every owner not ahead of the round's position starts at it: those owners in id
-    order, then the owners ahead by their leads, sorted on the leads alone (C's sort, no tuple
-    an owner). In counts, by each owner's first tag. O(owners log owners)."""
+    order, then the owners ahead by their leads (`_Clock.tokens_order`: as far as the order is
+    read). In counts, by each owner's first tag: O(owners log owners)."""
     clock = _Clock(
         start=cursor.position(tier, group) if group else cursor.position(tier),
         weights=weights,
@@ -469,9 +488,9 @@ def round_order(
         leads=cursor.leads_of(tier, group),
     )
     if tokens:
-        return RoundOrder(owners=clock.tokens_order(sorted(owners)), tag=clock.first_tag, scale=clock.scale)
+        return RoundOrder(clock.tokens_order(owners), tag=clock.first_tag, scale=clock.scale)
     # Owners in id order, then a stable sort by tag alone: (tag, owner) order without comparing
     # thousands of tuples.
     keyed = clock.first_tags(sorted(owners))
     keyed.sort(key=itemgetter(0))
-    return RoundOrder(owners=[o for _, o in keyed], tag=clock.first_tag, scale=clock.scale)
+    return RoundOrder([o for _, o in keyed], tag=clock.first_tag, scale=clock.scale)

@@ -7,6 +7,7 @@ the cursor carries each owner's lead, so cycles chain into one start-time fair q
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 from fractions import Fraction
@@ -25,6 +26,7 @@ from orchestrator.dispatch.selection import (
     rows_to_load,
     select_batch,
 )
+from orchestrator.dispatch.selection.cursor import LeadsChange
 from outreach.tiers import Tier
 from tests.orchestrator.dispatch.test_selection import (
     budget_groups,
@@ -245,6 +247,35 @@ def test_leads_are_kept_in_lowest_terms_so_equal_leads_compare_equal() -> None:
         1: Fraction(1, 2),
         2: Fraction(3, 2),
     }
+
+
+@settings(max_examples=300)
+@given(
+    base=st.dictionaries(st.integers(1, 60), st.integers(1, 40), max_size=40),
+    changed=st.dictionaries(st.integers(1, 70), st.integers(1, 40), max_size=20),
+    dropped=st.sets(st.integers(1, 60), max_size=20),
+    passed=st.integers(0, 41),
+)
+def test_leads_made_from_ranked_ones_are_ranked_as_sorting_them_would(
+    base: dict[int, int], changed: dict[int, int], dropped: set[int], passed: int
+) -> None:
+    # given ranked leads (a cycle's window ranked them), and the leads a clock makes from them:
+    # those its last pick passed dropped (the first ranked), others dropped or moved anywhere,
+    # new owners' leads set
+    before = Leads(1, base)
+    before.ranked()
+    dropped = ({o for o, lead in base.items() if lead <= passed} | (dropped & base.keys())) - changed.keys()
+    ticks = {o: lead for o, lead in base.items() if o not in dropped} | changed
+    change = LeadsChange(base=weakref.ref(before), changed=changed, dropped=frozenset(dropped))
+    # when they are made
+    made = Leads(1, ticks, since=change)
+    # then they are ranked as sorting them would rank them, without sorting them (a ranking made
+    # as they were made); put in lower terms, they keep no change and are ranked when asked
+    assert (made._ranked is not None) == (made.since is not None)
+    expected = sorted((lead, o) for o, lead in made.ticks.items())
+    assert made.ranked() == expected
+    assert (made.since is not None) == (made.scale == 1)
+    assert before.ranked() == sorted((lead, o) for o, lead in base.items())  # the base's untouched
 
 
 def test_a_cursor_written_before_leads_were_ints_is_read() -> None:
