@@ -59,17 +59,24 @@ class Leads:
     _ranked: list[tuple[int, int]] | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.scale <= 0 or (self.ticks and min(self.ticks.values()) <= 0):
+        # Leads made from others (`since`, those alive) are those, checked when they were made,
+        # less the dropped, with the changed set: only the changed are new.
+        base = self.since.base() if self.since is not None else None
+        made = self.since is not None and base is not None
+        new = self.since.changed.values() if made else self.ticks.values()  # type: ignore[union-attr]
+        if self.scale <= 0 or (new and min(new) <= 0):
             raise ValueError(
                 "a cursor holds one positive lead per tier, group and owner, over a positive scale"
             )
-        common = math.gcd(self.scale, *self.ticks.values())
+        # the new leads' common factor first: where it is 1 (most cycles), so is every lead's
+        common = math.gcd(self.scale, *new)
+        if common > 1 and made:
+            common = math.gcd(common, *self.ticks.values())
         if common > 1:
             object.__setattr__(self, "scale", self.scale // common)
             object.__setattr__(self, "ticks", {o: n // common for o, n in self.ticks.items()})
             object.__setattr__(self, "since", None)
-        base = self.since.base() if self.since is not None else None
-        if base is not None and base._ranked is not None:
+        elif base is not None and base._ranked is not None:
             object.__setattr__(self, "_ranked", _ranked_from(base, self.since))  # type: ignore[arg-type]
 
     def ranked(self) -> Sequence[tuple[int, int]]:

@@ -163,7 +163,9 @@ class _Clock:
                 else:
                     leads.pop(o, None)
             return Leads(self.scale, leads)
-        leads = dict(old)
+        # dict.copy clones the table; dict() inserts every lead again once the table has holes
+        # (the leads a cycle dropped): 2.2 ms a round at 40,000 owners (2026-12-06)
+        leads = old.copy() if isinstance(old, dict) else dict(old)
         ranked = self.leads.ranked()  # the leads the last pick passed are the first ranked
         dropped = {o for _, o in ranked[: bisect.bisect_right(ranked, (last, math.inf))]}
         for o in dropped:

@@ -278,6 +278,15 @@ def test_leads_made_from_ranked_ones_are_ranked_as_sorting_them_would(
     assert before.ranked() == sorted((lead, o) for o, lead in base.items())  # the base's untouched
 
 
+def test_leads_made_from_others_are_refused_a_lead_not_ahead() -> None:
+    # given leads, and a change that sets one owner's lead at 0 (not ahead)
+    before = Leads(1000, {1: 7, 2: 9})
+    change = LeadsChange(base=weakref.ref(before), changed={2: 0}, dropped=frozenset())
+    # then leads made so are refused, as any others would be
+    with pytest.raises(ValueError, match="positive lead"):
+        Leads(1000, {1: 7, 2: 0}, since=change)
+
+
 def test_a_cursor_written_before_leads_were_ints_is_read() -> None:
     # given the text a dispatcher wrote until 2026-12-05: each lead "n/d" under its owner's id
     text = '{"reply": {"owner_id": 2, "phase": "1/3", "leads": {"": {"2": "7/3", "9": "1/2"}}}}'
