@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import redis
@@ -96,37 +97,38 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
     timed_out = _seen(Q(state__in=IN_FLIGHT, state_changed_at__lt=cutoff), limit=BATCH)
     stuck = [(seen, f"stuck in {seen[1]} past {settings.DISPATCH_STUCK_AFTER_S}s") for seen in timed_out]
     if len(stuck) < BATCH:
-        orphans = _lease_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
+        orphans = _worker_gone(
+            State.GENERATING, gone=_unleased, now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck)
+        )
         stuck += [(seen, "GENERATING with no live worker (job lease gone)") for seen in orphans]
-    unstarted: list[Seen] = []
+    moves: list[tuple[Seen, Callable[[Outreach], object]]] = [
+        (seen, partial(_recover_one, why=why)) for seen, why in stuck
+    ]
     if len(stuck) < BATCH:
-        unstarted = _receipt_lost(now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck))
-    rows = _unmoved([seen for seen, _ in stuck] + unstarted)
+        unstarted = _worker_gone(
+            State.DISPATCHED,
+            gone=receipts_lost,
+            now=now,
+            cutoff=cutoff,
+            client=leases,
+            limit=BATCH - len(stuck),
+        )
+        moves += [(seen, _requeue_unstarted) for seen in unstarted]
+    rows = _unmoved([seen for seen, _ in moves])
     recovered = 0
-    for seen, why in stuck:
+    for seen, move in moves:
         row = rows.get(seen[0])
         if row is None:
-            continue  # the worker finished after all
+            continue  # it moved on since it was seen: its worker finished, or another took its message
         try:
-            _recover_one(row, why=why)
+            move(row)
         except TransitionLost:
-            continue  # the worker finished after all
+            continue  # the same, meanwhile
         if row.reservation_id:
             refund(row.reservation_id)
         recovered += 1
-    for seen in unstarted:
-        row = rows.get(seen[0])
-        if row is None:
-            continue  # another worker took the message meanwhile
-        try:
-            _requeue_unstarted(row)
-        except TransitionLost:
-            continue  # another worker took the message meanwhile
-        if row.reservation_id:
-            refund(row.reservation_id)
-        recovered += 1
-    if stuck or unstarted:
-        _receipts_forget([seen[0] for seen, _ in stuck] + [seen[0] for seen in unstarted], client=leases)
+    if moves:
+        _receipts_forget([seen[0] for seen, _ in moves], client=leases)
     return recovered
 
 
@@ -152,40 +154,37 @@ def _unmoved(seen: list[Seen]) -> dict[int, Outreach]:
     }
 
 
-def _lease_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Seen]:
-    """GENERATING rows older than the lease TTL (younger ones may not have taken theirs yet)
-    whose lease is gone. Redis unreachable: none (the timeout still covers them)."""
+def _worker_gone(
+    state: State,
+    *,
+    gone: Callable[..., set[int]],
+    now: datetime,
+    cutoff: datetime,
+    client: Client | None,
+    limit: int,
+) -> list[Seen]:
+    """`state` rows older than the lease TTL (younger ones may not have taken theirs yet) and
+    younger than `cutoff` (the timeout takes those) whose worker `gone` says is gone (`client`,
+    `outreach_ids` -> those among them): GENERATING without a job lease, DISPATCHED received
+    and no longer leased. Redis unreachable: none (the timeout still covers them)."""
     younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
     seen = _seen(
-        Q(state=State.GENERATING, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff),
+        Q(state=state, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff),
         limit=limit,
     )
     if not seen:
         return []
     try:
-        alive = leases_alive(client=client or lease_client(), outreach_ids=[pk for pk, _, _ in seen])
+        lost = gone(client=client or lease_client(), outreach_ids=[pk for pk, _, _ in seen])
     except redis.RedisError as exc:
-        log.warning("job leases unreadable, lease recovery skipped this cycle: %s", exc)
-        return []
-    return [s for s in seen if s[0] not in alive]
-
-
-def _receipt_lost(*, now: datetime, cutoff: datetime, client: Client | None, limit: int) -> list[Seen]:
-    """DISPATCHED rows older than the lease TTL that a worker received and no longer leases.
-    Redis unreachable: none (the timeout still covers them)."""
-    younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
-    seen = _seen(
-        Q(state=State.DISPATCHED, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff),
-        limit=limit,
-    )
-    if not seen:
-        return []
-    try:
-        lost = receipts_lost(client=client or lease_client(), outreach_ids=[pk for pk, _, _ in seen])
-    except redis.RedisError as exc:
-        log.warning("receipt leases unreadable, receipt recovery skipped this cycle: %s", exc)
+        log.warning("leases unreadable, recovery of %s rows skipped this cycle: %s", state, exc)
         return []
     return [s for s in seen if s[0] in lost]
+
+
+def _unleased(*, client: Client, outreach_ids: list[int]) -> set[int]:
+    """The outreach among `outreach_ids` whose job lease is gone. Raises RedisError."""
+    return set(outreach_ids) - leases_alive(client=client, outreach_ids=outreach_ids)
 
 
 def _requeue_unstarted(row: Outreach) -> None:

@@ -167,19 +167,19 @@ def test_a_row_that_moves_after_it_was_seen_is_not_recovered(redis_client: redis
     # given a row GENERATING for 40 s without a lease, whose job finishes (the row moves on)
     # between recovery's read of the candidates and its load of the rows
     orphan = _aged(State.GENERATING, 40)
-    real = recovery._lease_lost
+    real = recovery._worker_gone
 
-    def finishes_meanwhile(**kwargs: Any) -> Any:
-        found = real(**kwargs)
+    def finishes_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
         Outreach.objects.filter(pk=orphan.pk).update(state=State.QUEUED, state_changed_at=timezone.now())
         return found
 
-    recovery._lease_lost = finishes_meanwhile
+    recovery._worker_gone = finishes_meanwhile
     try:
         # when recovery runs
         recovered = _recover(redis_client)
     finally:
-        recovery._lease_lost = real
+        recovery._worker_gone = real
     # then it leaves the row where its job put it, charging no attempt
     assert recovered == 0
     orphan.refresh_from_db()
