@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 from django.db import connection
@@ -89,7 +90,10 @@ class ActiveOwners:
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", {o: owner.weight for o, owner in self.owners.items()})
+        # read-only: the schedule remembers the distinct weights of these by identity
+        # (selection.schedule.weight_steps), since they stand while the active owners do
+        weights = MappingProxyType({o: owner.weight for o, owner in self.owners.items()})
+        object.__setattr__(self, "weights", weights)
 
     def capped(self, caps: Mapping[str, Limits]) -> CappedOwners:
         """The owners of organizations in `caps` (the selection's budget groups): each one's

@@ -16,12 +16,31 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from collections.abc import Set as AbstractSet
 from fractions import Fraction
 from operator import itemgetter
+from types import MappingProxyType
 
 from orchestrator.dispatch.selection.cursor import Cursor, Leads, LeadsChange, Move, Position, scaled
 from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard, Window
 from outreach.tiers import Tier
 
 TOKEN_UNIT = 1_000  # fairness in tokens: a tag moves by cost / (weight * TOKEN_UNIT) per pick
+
+
+# The last read-only weights a clock was given and their distinct values: the active owners'
+# (reads.ActiveOwners), which stand from cycle to cycle while the owners do.
+_weights_seen: tuple[Mapping[int, int], frozenset[int]] | None = None
+
+
+def weight_steps(weights: Mapping[int, int]) -> frozenset[int]:
+    """The distinct weights, every clock's scale is a multiple of each (`_Clock`). Remembered
+    for a read-only mapping (a `MappingProxyType`: nobody writes through it), by identity:
+    gathering them from every active owner took 0.44 ms a clock at 40,000 owners, eight clocks a
+    cycle (2026-12-06). Any other mapping, which its holder may change, is read each time."""
+    global _weights_seen
+    if not isinstance(weights, MappingProxyType):
+        return frozenset(weights.values())
+    if _weights_seen is None or _weights_seen[0] is not weights:
+        _weights_seen = (weights, frozenset(weights.values()))
+    return _weights_seen[1]
 
 
 class _Clock:
@@ -55,7 +74,7 @@ class _Clock:
             start.phase.denominator if start else 1,
             leads.scale,
             unit,
-            *(w * unit for w in set(weights.values())),
+            *(w * unit for w in weight_steps(weights)),
         )
         self.per_lead = self.scale // leads.scale  # a lead's tick in the clock's
         # where owners not ahead start (tokens)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from hypothesis import given, settings
@@ -28,7 +29,7 @@ from orchestrator.dispatch.selection import (
     round_order,
     select_batch,
 )
-from orchestrator.dispatch.selection.schedule import _Clock
+from orchestrator.dispatch.selection.schedule import _Clock, weight_steps
 from outreach.tiers import Tier
 from tests.orchestrator.dispatch.test_selection import (
     budget_groups,
@@ -292,3 +293,17 @@ def test_a_round_order_is_every_owner_by_first_tag_then_id(
     # then it is every owner once, by (first tag, owner id), as the clock gives the tags
     assert [(order.tag(o), o) for o in order.owners] == expected
     assert order.scale == clock.scale
+
+
+def test_the_distinct_weights_are_remembered_only_for_a_read_only_mapping() -> None:
+    # given the active owners' weights, read-only, and weights a caller holds and may change
+    standing = MappingProxyType({1: 1, 2: 3, 3: 3})
+    held = {1: 1, 2: 3}
+    # then each gives its distinct weights
+    assert weight_steps(standing) == {1, 3}
+    assert weight_steps(held) == {1, 3}
+    # and a change to the caller's is seen at once, while the read-only ones are asked again
+    # by identity, without reading every weight
+    held[2] = 5
+    assert weight_steps(held) == {1, 5}
+    assert weight_steps(standing) is weight_steps(standing)
