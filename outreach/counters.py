@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -128,14 +128,10 @@ def move_increments(move: Move) -> list[Increment]:
     dispatched: its CLAIMED, the dispatcher's claims from QUEUED or APPROVED) and of
     orchestrator/metrics/replies.py (reply drafts approved, rejected), so a rate over 24 h of a
     counter equals the dashboard's window figure."""
-    found: list[Increment] = []
-    owner = () if move.owner_id is None else (("owner_id", str(move.owner_id)),)
-    if move.to == State.SENT:
-        found.append(Increment(SENT, (), 1))
-        if owner:
-            found.append(Increment(OWNER_SENT, owner, 1))
-    if move.to == State.DISPATCHED and move.from_state in (State.QUEUED, State.APPROVED) and owner:
-        found.append(Increment(OWNER_DISPATCHED, owner, 1))
+    found = [Increment(SENT, (), 1)] if move.to == State.SENT else []
+    if move.owner_id is not None:
+        owner = (("owner_id", str(move.owner_id)),)
+        found += [Increment(name, owner, 1) for name in owner_series(move)]
     if reply_decided(move) and move.organization_id is not None:
         decision = "approved" if move.to == State.APPROVED else "rejected"
         labels = (
@@ -159,6 +155,40 @@ def move_increments(move: Move) -> list[Increment]:
     if completed and move.tier is not None and move.at is not None and move.due_at is not None:
         waited = max(0.0, (move.at - min(move.due_at, move.at)).total_seconds())
         found += observation(COMPLETION_LATENCY, (("tier", tier_name(move.tier)),), waited)
+    return found
+
+
+def owner_series(move: Move) -> tuple[str, ...]:
+    """The counters per owner (label owner_id) a move of an owner's row adds to."""
+    if move.to == State.SENT:
+        return (OWNER_SENT,)
+    if move.to == State.DISPATCHED and move.from_state in (State.QUEUED, State.APPROVED):
+        return (OWNER_DISPATCHED,)
+    return ()
+
+
+def moves_increments(
+    moved: Mapping[tuple[str, int | None], int], *, to: str, error_class: str
+) -> list[Increment]:
+    """What bulk moves to `to` add: `moved` counts the rows of each (from state, owner id).
+    Rows of one from state make the same move but for their owner, so `move_increments` is
+    worked out once per from state, times its rows, and only the owner's series
+    (`owner_series`) once per owner: a claim of 500 rows of 500 owners built a Move and its
+    increments per owner, 2.46 ms, 0.56 ms so (both alternating in one process, medians of 30,
+    2026-12-06; docs/dispatch.md, "The claim's counts per from-state")."""
+    rows: Counter[str] = Counter()
+    for (state, _), n in moved.items():
+        rows[state] += n
+    found: list[Increment] = []
+    names: dict[str, tuple[str, ...]] = {}
+    for state, n in rows.items():
+        move = Move(from_state=state, to=to, error_class=error_class)
+        found += [inc.times(n) for inc in move_increments(move)]
+        names[state] = owner_series(move)
+    for (state, owner_id), n in moved.items():
+        if owner_id is not None and names[state]:
+            owner = (("owner_id", str(owner_id)),)
+            found += [Increment(name, owner, n) for name in names[state]]
     return found
 
 

@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
-from outreach.counters import Move, counters_add, move_increments, reply_decided
+from outreach.counters import Move, counters_add, move_increments, moves_increments, reply_decided
 from outreach.models import (
     ErrorClass,
     Outreach,
@@ -405,13 +405,7 @@ def transition_many(
         # The rows of one owner and state make the same move: counted once, times how many
         # (a claim of 500 rows of 10 owners made 500 moves' counts to add up to 10 series).
         alike = Counter((state, owner_id) for _oid, state, _attempts, owner_id in rows)
-        counters_add(
-            inc.times(n)
-            for (state, owner_id), n in alike.items()
-            for inc in move_increments(
-                Move(from_state=state, to=to, error_class=str(error_class), owner_id=owner_id)
-            )
-        )
+        counters_add(moves_increments(alike, to=to, error_class=str(error_class)))
     log.info(
         "%d outreach: -> %s%s",
         len(ids),

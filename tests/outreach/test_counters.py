@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
 from outreach.counters import (
     COMPLETION_LATENCY,
@@ -19,6 +21,7 @@ from outreach.counters import (
     counters_add,
     counters_read,
     move_increments,
+    moves_increments,
     observation,
     reply_classified,
 )
@@ -235,6 +238,39 @@ def test_a_bulk_move_counts_each_row_of_each_owner() -> None:
         (("owner_id", str(b.pk)),): 3,
     }
     assert stored["outreach_dead_letters"] == {(("class", "stuck"),): 3}
+
+
+def _totals(increments: list[Increment]) -> dict[tuple[str, tuple[tuple[str, str], ...]], int]:
+    totals: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    for inc in increments:
+        totals[(inc.name, inc.labels)] = totals.get((inc.name, inc.labels), 0) + inc.value
+    return {series: value for series, value in totals.items() if value}
+
+
+@given(
+    to=st.sampled_from([S.DISPATCHED, S.QUEUED, S.CANCELLED, S.DEAD, S.APPROVED]),
+    error_class=st.sampled_from(["", *ErrorClass]),
+    moved=st.dictionaries(
+        st.tuples(
+            st.sampled_from([S.QUEUED, S.APPROVED, S.DISPATCHED, S.GENERATING]), st.none() | st.integers(1, 5)
+        ),
+        st.integers(1, 4),
+        max_size=8,
+    ),
+)
+def test_bulk_moves_add_what_their_moves_one_by_one_add(
+    to: State, error_class: str, moved: dict[tuple[str, int | None], int]
+) -> None:
+    one_by_one = [
+        inc
+        for (state, owner_id), n in moved.items()
+        for _ in range(n)
+        for inc in move_increments(
+            Move(from_state=state, to=to, error_class=str(error_class), owner_id=owner_id)
+        )
+    ]
+    bulk = moves_increments(moved, to=to, error_class=str(error_class))
+    assert _totals(bulk) == _totals(one_by_one)
 
 
 @pytest.mark.django_db
