@@ -402,8 +402,8 @@ def transition_many(
             return []
         # Bulk moves are claims, recoveries and cancels: only their claims per owner, dead
         # letters, retries and 429s count (no draft is generated, decided or sent in bulk).
-        # The rows of one owner and state make the same move: counted once, times how many
-        # (a claim of 500 rows of 10 owners made 500 moves' counts to add up to 10 series).
+        # Counted by (from state, owner), each from state's move worked out once
+        # (moves_increments), not a Move per row or per owner.
         alike = Counter((state, owner_id) for _oid, state, _attempts, owner_id in rows)
         counters_add(moves_increments(alike, to=to, error_class=str(error_class)))
     log.info(
