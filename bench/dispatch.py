@@ -11,8 +11,10 @@ db 14), putting the claimed rows back to QUEUED between cycles
 (untimed) so the depth stays constant, and emptying the budget and the broker's queues but not
 the dispatcher's own state (its cursor, the waiting reasons it last wrote: kept from cycle to
 cycle as in production; until 2026-11-27 the bench reset them too, so each cycle rewrote every
-deferred owner's reason). Prints median/p95 cycle time and outreach dispatched/s, and each
-phase's median (CycleReport.phases_ms: where the cycle's time goes), and how many owners a
+deferred owner's reason). Its first line names PostgreSQL's shared_buffers: at 10^6 rows the
+queue outgrows the default 128 MB (docs/scaling.md, "PostgreSQL's buffer pool"; point
+BENCH_DATABASE_URL at a server with a larger pool to compare). Prints median/p95 cycle time and
+outreach dispatched/s, and each phase's median (CycleReport.phases_ms: where the cycle's time goes), and how many owners a
 cycle judged (its window: docs/dispatch.md, "The window") and whether any had to widen it.
 
 With --history, the depth stays fixed and what grows is the day's history instead: that many
@@ -342,6 +344,17 @@ def _measure(
     )
 
 
+def _shared_buffers() -> str:
+    """The database's buffer pool: at 10^6 queued rows the queue table and its indexes outgrow
+    PostgreSQL's default 128 MB, and the cycle's probes read from the OS instead (docs/scaling.md,
+    "PostgreSQL's buffer pool"), so every run says which it had."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW shared_buffers")
+        return str(cursor.fetchone()[0])
+
+
 def smoke_problems(*, runs: list[Measured], slots: int, cycles: int) -> list[str]:
     """What makes a run broken rather than slow: a cycle that dispatched less than a full
     batch from a queue deeper than it (the depths are chosen so it always is)."""
@@ -393,7 +406,8 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
     on = f", every control on, {args.events:,} events of history" if args.controls else ""
     on = on or (f", {args.events:,} events of history" if args.events else "")
     print(
-        f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, budget unlimited{on})"
+        f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} "
+        f"(PostgreSQL, shared_buffers {_shared_buffers()}, budget unlimited{on})"
     )
     if args.history:
         depth = int((args.depths or "10000").split(",")[0])
