@@ -352,7 +352,10 @@ def organization_spend(
 
 def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
     """Row id -> its lead's status, for the rows among these whose lead may not be emailed any
-    more (opted out, bounced, complained): one join by primary key over the rows loaded."""
+    more (opted out, bounced, complained): the rows loaded joined to their leads, never a read
+    of every lead: where few are suppressed PostgreSQL starts from those (index
+    lead_suppressed), where many, from the rows. Without that index it read the whole leads
+    table each cycle to find the few (10 ms a cycle at 100,000 leads, 2026-12-06)."""
     return dict(
         Outreach.objects.filter(id__any=outreach_ids, lead__status__in=SUPPRESSED).values_list(
             "id", "lead__status"

@@ -9,16 +9,19 @@ from typing import Any
 import pytest
 import redis
 from django.db import OperationalError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from devtools.bulk import SPREAD, rows_clone
 from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle, window
 from orchestrator.dispatch.cycle.cursor_state import LEADS_KEY, cursor_read
 from orchestrator.dispatch.cycle.shell import PHASES
 from orchestrator.dispatch.selection import Cursor, Position
 from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
-from outreach.models import Outreach, OutreachEvent, Owner, State
+from outreach.models import Lead, Outreach, OutreachEvent, Owner, State
 from outreach.tiers import Tier
 from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner, make_owners
 from tests.faults.helpers import outreach_table_locked
@@ -462,6 +465,43 @@ def test_each_owners_first_rows_are_read_in_index_order_when_its_rows_lie_togeth
     ):
         assert index in plans[name], plans[name]
         assert "outreach_outreach_owner_id" not in plans[name], plans[name]
+
+
+def test_the_leads_suppressed_are_found_among_the_rows_loaded_not_by_reading_every_lead() -> None:
+    # given 20,000 leads, none of them suppressed (as in most organizations: opt-outs are few),
+    # a queued intro each, and the tables analyzed; and 500 of those rows loaded as candidates
+    owner = make_owner()
+    template = make_outreach(lead=make_lead(owner=owner))
+    rows_clone(
+        model=Lead,
+        template_id=template.lead_id,
+        rows_sql="CROSS JOIN generate_series(1, %s) g WHERE t.id = %s",
+        overrides={"email": "'lead' || g || '@many.example'"},
+        params=[20_000],
+    )
+    rows_clone(
+        model=Outreach,
+        template_id=template.pk,
+        rows_sql=SPREAD,
+        overrides={"lead_id": "l.id", "idempotency_key": "'many:' || g"},
+        params=[20_000],
+    )
+    loaded = list(Outreach.objects.order_by("id").values_list("id", flat=True))[::40]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE outreach_lead")
+        cursor.execute("ANALYZE outreach_outreach")
+    # when the cycle asks which loaded rows' leads may not be emailed any more (admission's rule 8)
+    with CaptureQueriesContext(connection) as queries:
+        assert reads.suppressed_leads(outreach_ids=loaded) == {}
+    (sql,) = [q["sql"] for q in queries.captured_queries]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    # then PostgreSQL does not read every lead to find the suppressed ones: the leads are the
+    # product's whole history, and at 100,000 of them that read was 10 ms of every cycle
+    # (bench/dispatch.py, 2026-12-06); the suppressed leads' own index answers instead (which
+    # it can only while the index holds every status of SUPPRESSED)
+    assert "Seq Scan on outreach_lead" not in plan, plan
 
 
 def test_the_owners_committed_work_is_read_through_the_partial_indexes_not_the_history() -> None:
