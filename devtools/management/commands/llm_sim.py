@@ -11,7 +11,7 @@ import dataclasses
 import errno
 import signal
 import socket
-import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +22,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from devtools.llm_sim import MODES, LLMSim, SimConfig, SimConfigError
 from devtools.llm_sim.config import DEFAULT_SIGMA, DIALECTS, model_spec_parse
 from devtools.llm_sim.latency import latency_histogram_read
+
+# How soon after SIGINT or SIGTERM the command stops serving.
+STOP_POLL_S = 0.05
 
 
 class Command(BaseCommand):
@@ -98,9 +101,13 @@ class Command(BaseCommand):
         sim = LLMSim(config=_config(opts))
         # Before it serves: once /health answers, a SIGTERM stops it cleanly (installed after
         # the start, a signal in between killed the process with the default action: -15).
-        stop = threading.Event()
+        # The handler only notes the signal, taking no lock: it runs in the main thread
+        # wherever the signal lands, and one that set a threading.Event there deadlocked when
+        # it landed while the main thread's Event.wait held the Event's own lock (a start
+        # stopped at once never exited: one CI run, 2026-12-06).
+        stop: list[int] = []
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
+            signal.signal(signum, lambda signum, _frame: stop.append(signum))
         try:
             sim.start()
         except OSError as exc:
@@ -117,8 +124,14 @@ class Command(BaseCommand):
             sim.stop()
         self._say("llm_sim stopped.")
 
-    def _wait(self, sim: LLMSim, stop: threading.Event, every: float) -> None:
-        while not stop.wait(every if every > 0 else None):
+    def _wait(self, sim: LLMSim, stop: list[int], every: float) -> None:
+        """Until a signal is noted in `stop`, a status line every `every` seconds (0: none)."""
+        next_line = time.monotonic() + every
+        while not stop:
+            time.sleep(STOP_POLL_S)
+            if every <= 0 or time.monotonic() < next_line:
+                continue
+            next_line += every
             s, c = sim.stats(), sim.config
             window, peak = s["window"], s["peak_window"]
             self._say(
