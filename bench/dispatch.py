@@ -14,8 +14,9 @@ cycle as in production; until 2026-11-27 the bench reset them too, so each cycle
 deferred owner's reason). Its first line names PostgreSQL's shared_buffers: at 10^6 rows the
 queue outgrows the default 128 MB (docs/scaling.md, "PostgreSQL's buffer pool"; point
 BENCH_DATABASE_URL at a server with a larger pool to compare). Prints median/p95 cycle time and
-outreach dispatched/s, and each phase's median (CycleReport.phases_ms: where the cycle's time goes), and how many owners a
-cycle judged (its window: docs/dispatch.md, "The window") and whether any had to widen it.
+outreach dispatched/s, each phase's median (CycleReport.phases_ms: where the cycle's time
+goes), and how many owners a cycle judged (its window: docs/dispatch.md, "The window") and
+whether any had to widen it.
 
 With --history, the depth stays fixed and what grows is the day's history instead: that many
 rows already SENT today (each moved through the in-flight states first, as the pipeline does,

@@ -29,6 +29,12 @@ class LeadEmailField(models.EmailField):
         return text.strip().lower() if isinstance(text, str) else text
 
 
+# The statuses of leads nothing may be sent to, whatever the kind of email: they said no, or
+# their mailbox did. Written once, as values, so the class's Meta can index them (it cannot name
+# the class's Status); SUPPRESSED below is the same as Status members, checked as it is made.
+SUPPRESSED_STATUSES = ("opted_out", "bounced", "complained")
+
+
 class Lead(models.Model):
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
@@ -68,15 +74,13 @@ class Lead(models.Model):
         # Provider events and inbound mail find leads by address across organizations (a hard
         # bounce suppresses the address everywhere): the unique index above starts with the
         # organization, so it cannot serve that lookup.
-        # The suppressed leads (SUPPRESSED below: a Meta cannot name the class's Status), for the
-        # dispatch cycle's check of the rows it loaded (reads.suppressed_leads): without it
-        # PostgreSQL finds them by reading every lead, the product's whole history, each cycle.
+        # The suppressed leads, for the dispatch cycle's check of the rows it loaded
+        # (reads.suppressed_leads): without it PostgreSQL finds them by reading every lead, the
+        # product's whole history, each cycle.
         indexes = [
             models.Index(fields=["email"], name="lead_email_idx"),
             models.Index(
-                fields=["id"],
-                name="lead_suppressed",
-                condition=Q(status__in=["opted_out", "bounced", "complained"]),
+                fields=["id"], name="lead_suppressed", condition=Q(status__in=list(SUPPRESSED_STATUSES))
             ),
         ]
 
@@ -84,10 +88,9 @@ class Lead(models.Model):
         return f"{self.first_name} {self.last_name} <{self.email}>".strip()
 
 
-# Leads nothing may be sent to, whatever the kind of email: they said no, or their mailbox did.
-# Index lead_suppressed (Lead.Meta) spells them out again: the cycle's read of them can use it
-# only while it holds each of these (tests/orchestrator/dispatch/test_dispatch.py, the plan's test).
-SUPPRESSED = frozenset({Lead.Status.OPTED_OUT, Lead.Status.BOUNCED, Lead.Status.COMPLAINED})
+# Leads nothing may be sent to (SUPPRESSED_STATUSES), as Status members: a value that is none
+# raises here, at import.
+SUPPRESSED = frozenset(Lead.Status(status) for status in SUPPRESSED_STATUSES)
 
 
 class LeadEvent(models.Model):

@@ -499,8 +499,7 @@ def test_the_leads_suppressed_are_found_among_the_rows_loaded_not_by_reading_eve
         plan = "\n".join(row[0] for row in cursor.fetchall())
     # then PostgreSQL does not read every lead to find the suppressed ones: the leads are the
     # product's whole history, and at 100,000 of them that read was 10 ms of every cycle
-    # (bench/dispatch.py, 2026-12-06); the suppressed leads' own index answers instead (which
-    # it can only while the index holds every status of SUPPRESSED)
+    # (bench/dispatch.py, 2026-12-06); the suppressed leads' own index answers instead
     assert "Seq Scan on outreach_lead" not in plan, plan
 
 
