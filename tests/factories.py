@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from datetime import time, timedelta
+from datetime import date, time, timedelta
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from orchestrator.budget import Budget, Reservation
-from outreach.models import Lead, Organization, Outreach, Owner, State, owner_daily_sends_record
+from outreach.models import Lead, Mailbox, Organization, Outreach, Owner, State, owner_daily_sends_record
 
 _seq = itertools.count(1)
 
@@ -75,6 +75,20 @@ def _owner_fields() -> dict[str, Any]:
 def make_owner(*, organization: Organization | None = None, **overrides: Any) -> Owner:
     fields = {**_owner_fields(), "organization": organization or make_org()}
     return Owner.objects.create(**{**fields, **overrides})
+
+
+def make_mailbox(owner: Owner, address: str, *, cap: int = 50) -> Mailbox:
+    """A mailbox of `owner` (on its organization), warmed up, `cap` a day, no spacing between sends."""
+    box = Mailbox.objects.create(
+        organization=owner.organization,
+        address=address,
+        daily_cap=cap,
+        ramp_from=date(2026, 1, 1),
+        min_spacing_s=0,
+        max_spacing_s=0,
+    )
+    box.owners.add(owner)
+    return box
 
 
 def make_owners(

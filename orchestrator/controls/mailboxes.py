@@ -15,7 +15,7 @@ day (`Organization.recipient_domain_daily_cap`). A held send goes back to APPROV
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -148,7 +148,11 @@ def mailbox_take(
 
 
 def mailbox_room_today(
-    *, owner_ids: Collection[int], budget: Budget, scopes: list[PauseScope] | None = None
+    *,
+    owner_ids: Collection[int],
+    budget: Budget,
+    scopes: list[PauseScope] | None = None,
+    mailboxes: Mapping[int, Sequence[Mailbox]] | None = None,
 ) -> dict[int, dict[str, int] | None]:
     """THE per-owner mailbox room for today, for the LLM admission check: for each owner, per
     sender domain of its usable mailboxes (active, domain not paused), the sum over those
@@ -156,12 +160,14 @@ def mailbox_room_today(
     owner with no mailbox (it sends from the organization's sender address: only that sender
     domain's day bounds it). An owner whose mailboxes are all paused has {} (no room).
     `scopes`: the active pauses (orchestrator.controls.pauses), read here when not given and
-    needed."""
+    needed. `mailboxes`: each owner's mailboxes as `mailboxes_of` gives them (at least these
+    owners'), when the caller keeps them (the dispatcher: orchestrator.dispatch.reads.active_owners);
+    read here when not given."""
     today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
-    every = mailboxes_of(owner_ids=owner_ids)
+    every = mailboxes_of(owner_ids=owner_ids) if mailboxes is None else mailboxes
     # Each mailbox judged once, not once per owner it serves (a team's shared mailbox: thousands)
-    distinct = {b.pk: b for theirs in every.values() for b in theirs}
-    usable = mailboxes_usable(distinct.values(), paused=paused_sender_domains(scopes) if every else set())
+    distinct = {b.pk: b for owner_id in owner_ids for b in every.get(owner_id, ())}
+    usable = mailboxes_usable(distinct.values(), paused=paused_sender_domains(scopes) if distinct else set())
     usage = budget.mailbox_usage(mailbox_ids=sorted(b.pk for b in usable))
     left = {
         b.pk: (b.domain, max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today))

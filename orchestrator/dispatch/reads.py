@@ -34,12 +34,14 @@ from orchestrator.budget import (
     organization_scope,
     reservation_scopes,
 )
+from orchestrator.controls.mailboxes import mailboxes_of
 from orchestrator.controls.spend import spend_day
 from orchestrator.dispatch.owner_limits import OwnerRules, local_day_start
 from orchestrator.dispatch.selection import Candidate
 from orchestrator.dispatch.selection.admission import SpendFacts
 from outreach.models import (
     SUPPRESSED,
+    Mailbox,
     Organization,
     Outreach,
     Owner,
@@ -82,6 +84,9 @@ class ActiveOwners:
     of those a cycle judges (`of`: its window)."""
 
     owners: Mapping[int, ActiveOwner]  # owner id -> its row, as admission reads it
+    # owner id -> its mailboxes, paused ones included (controls.mailboxes.mailboxes_of: owners
+    # with none are absent), for admission's rule 4 (mailbox_room_today)
+    mailboxes: Mapping[int, Sequence[Mailbox]] = field(default_factory=dict)
     weights: Mapping[int, int] = field(init=False)  # owner id -> its weight (from `owners`)
     # the last `capped` answer and the capped scopes it was for: caps seldom change, and mapping
     # 10,000 owners took 0.7 ms a cycle, grouping them another 0.9
@@ -148,12 +153,14 @@ _kept: _Kept | None = None
 
 
 def active_owners() -> ActiveOwners:
-    """Every active owner (`ActiveOwners`), read whole only when an owner or an organization
-    changed since this process last read them: one row says whether any did (`owners_version`,
-    read before the owners, so a change committed between the two reads is read again next
-    time, never missed). Without a version (SQLite, or no write since the table was emptied)
-    they are read every time. At 10,000 owners the read took 7 ms a cycle, and the window's
-    rows another 5 (bench/dispatch.py, 2026-12-06)."""
+    """Every active owner (`ActiveOwners`) and its mailboxes, read whole only when an owner, an
+    organization, a mailbox or a mailbox's owners changed since this process last read them:
+    one row says whether any did (`owners_version`, read before the owners, so a change
+    committed between the two reads is read again next time, never missed). Without a version
+    (SQLite, or no write since the table was emptied) they are read every time. At 10,000
+    owners the read took 7 ms a cycle, and the window's rows another 5 (bench/dispatch.py,
+    2026-12-06); the window's mailboxes (their links and rows) 3.7 ms of a cycle, 1.7 at 10
+    owners (bench/dispatch.py --controls, one owner in two on a mailbox, 2026-12-06)."""
     global _kept
     version = owners_version()
     if version is not None and _kept is not None and _kept.version == version:
@@ -165,7 +172,8 @@ def active_owners() -> ActiveOwners:
 
 def owners_version() -> str | None:
     """The owners' version: a token renewed, in the writer's transaction, by every statement
-    that writes owners or organizations (OwnersVersion's triggers, PostgreSQL); None without."""
+    that writes owners, organizations, mailboxes or their owners (OwnersVersion's triggers,
+    PostgreSQL); None without."""
     if connection.vendor != "postgresql":
         return None
     with connection.cursor() as cursor:
@@ -175,7 +183,8 @@ def owners_version() -> str | None:
 
 
 def _active_owners_read() -> ActiveOwners:
-    """Every active owner's row and its organization's sender domain: one read."""
+    """Every active owner's row and its organization's sender domain (one read), and their
+    mailboxes (mailboxes_of: one read of the links, one of the mailboxes)."""
     rows = (
         Owner.objects.filter(active=True)
         .order_by("id")  # in id order: the rounds sort them so (selection.round_order), in linear time then
@@ -187,7 +196,7 @@ def _active_owners_read() -> ActiveOwners:
         if row[10] not in domains:
             domains[row[10]] = Organization(sender_email=row[10]).sender_domain
         owners[row[0]] = ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[10]], row[8], row[9])
-    return ActiveOwners(owners=owners)
+    return ActiveOwners(owners=owners, mailboxes=mailboxes_of(owner_ids=owners))
 
 
 def active_owner_ids() -> list[int]:

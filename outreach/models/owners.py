@@ -103,11 +103,12 @@ class OwnerDailySends(models.Model):
 
 
 class OwnersVersion(models.Model):
-    """One row whose token every statement that writes owners or organizations renews, in the
-    writer's transaction (PostgreSQL triggers: migration 0029), so a process that keeps the
-    owners in memory knows whether they changed since it read them without reading them
-    (the dispatcher: orchestrator.dispatch.reads.active_owners). Written by the triggers only;
-    absent until the first such write (or after the table is emptied): then nothing is kept."""
+    """One row whose token every statement that writes owners, organizations, mailboxes or
+    mailboxes' owners renews, in the writer's transaction (PostgreSQL triggers: migrations 0029
+    and 0031), so a process that keeps the owners and their mailboxes in memory knows whether
+    they changed since it read them without reading them (the dispatcher:
+    orchestrator.dispatch.reads.active_owners). Written by the triggers only; absent until the
+    first such write (or after the table is emptied): then nothing is kept."""
 
     token = models.UUIDField()
     changed_at = models.DateTimeField()

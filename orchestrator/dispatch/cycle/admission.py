@@ -33,7 +33,7 @@ from orchestrator.dispatch.selection.admission import (
     picks_admission,
     unsendable_rows,
 )
-from outreach.models import Outreach, State
+from outreach.models import Mailbox, Outreach, State
 from outreach.tiers import Tier
 from outreach.transitions import transition_many
 
@@ -77,10 +77,12 @@ def owners_admit(
     budget: Budget,
     price: Callable[[int, str | None], Decimal],
     work: reads.CommittedWork,
+    mailboxes: Mapping[int, Sequence[Mailbox]],
 ) -> Admitted:
     """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains.
     `price`: what an owner's job reserves against a spend cap (`job_pricing`); `work`: the
-    owners' work in flight and drafts (reads.committed_work_load), read once by the cycle."""
+    owners' work in flight and drafts (reads.committed_work_load), read once by the cycle;
+    `mailboxes`: the owners' mailboxes as the cycle keeps them (reads.ActiveOwners.mailboxes)."""
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now, work=work)
     ids = [o.rules.owner_id for o in owners]
     # The active pauses, read once for rules 1 and 4 (one plain read; the pauses themselves,
@@ -89,7 +91,7 @@ def owners_admit(
     # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
     # its own). An owner with mailboxes sends from their domains: a pause of its organization's
     # sender domain does not stop it (a paused domain's mailboxes are left out of its room).
-    mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget, scopes=scopes)
+    mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget, scopes=scopes, mailboxes=mailboxes)
     paused = pauses.blocking(
         owner_ids=ids,
         mailbox_owners={o for o, room in mailbox_room.items() if room is not None},

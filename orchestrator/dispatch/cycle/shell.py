@@ -144,7 +144,9 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         # One admission (selection.admission's rules, in order) before any LLM work: what each owner
         # may send now, what LLM work it may start, and why not.
         price = job_pricing(costs)  # one pricing for the admission and the picks
-        admitted = owners_admit(owners=owners, now=now, budget=budget, price=price, work=work)
+        admitted = owners_admit(
+            owners=owners, now=now, budget=budget, price=price, work=work, mailboxes=every.mailboxes
+        )
         report.deferred = admitted.deferred
         deferrals_note(
             client=client,

@@ -1,6 +1,7 @@
-"""The dispatcher keeps the active owners in memory and reads them again only when a statement
-wrote owners or organizations since (reads.active_owners, OwnersVersion's triggers): whatever
-wrote them, the next cycle sees it; nothing else makes it read every owner again."""
+"""The dispatcher keeps the active owners and their mailboxes in memory and reads them again only
+when a statement wrote owners, organizations, mailboxes or mailboxes' owners since
+(reads.active_owners, OwnersVersion's triggers): whatever wrote them, the next cycle sees it;
+nothing else makes it read every owner again."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from config.env import database_url
 from orchestrator.budget import Budget, Limits, organization_scope
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.reads import active_owners
-from outreach.models import Organization, Outreach, Owner, OwnersVersion, State
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from outreach.models import Mailbox, Organization, Outreach, Owner, OwnersVersion, State
+from tests.factories import make_lead, make_mailbox, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -90,6 +92,57 @@ def test_owners_added_deactivated_and_deleted_and_an_organization_s_address_chan
     # and when their organization sends from another address, its domain is theirs next time
     Organization.objects.filter(pk=org.pk).update(sender_email="team@new.example")
     assert active_owners().of([kept.pk])[0].sender_domain == "new.example"
+
+
+def _mailboxes(owner: Owner) -> list[tuple[str, int, bool]]:
+    return [(b.address, b.daily_cap, b.active) for b in active_owners().mailboxes.get(owner.pk, ())]
+
+
+def test_the_owners_mailboxes_are_kept_with_them_and_read_again_whatever_wrote_them() -> None:
+    # given an owner on one mailbox and an owner on none, read
+    org = make_org(sender_email="team@acme.example")
+    ann, bob = make_owner(organization=org), make_owner(organization=org)
+    box = make_mailbox(ann, "ann@acme.example", cap=3)
+    assert (_mailboxes(ann), _mailboxes(bob)) == ([("ann@acme.example", 3, True)], [])
+    # when they are asked for again, nothing having changed, then only the version is read
+    with CaptureQueriesContext(connection) as queries:
+        active_owners()
+    assert len(queries.captured_queries) == 1
+    # and when the mailbox's cap changes, a second owner is added to it, a mailbox is added,
+    # the deliverability guard pauses one (a queryset update) and one is deleted, the next
+    # read has each change
+    Mailbox.objects.filter(pk=box.pk).update(daily_cap=7)
+    assert _mailboxes(ann) == [("ann@acme.example", 7, True)]
+    box.owners.add(bob)
+    assert _mailboxes(bob) == [("ann@acme.example", 7, True)]
+    other = make_mailbox(bob, "bob@acme.example", cap=3)
+    assert _mailboxes(bob) == [("ann@acme.example", 7, True), ("bob@acme.example", 3, True)]
+    Mailbox.objects.filter(pk=other.pk).update(active=False, paused_reason="bounces")
+    assert _mailboxes(bob)[1] == ("bob@acme.example", 3, False)
+    box.owners.remove(ann)
+    Mailbox.objects.filter(pk=other.pk).delete()
+    assert (_mailboxes(ann), _mailboxes(bob)) == ([], [("ann@acme.example", 7, True)])
+    # and raw SQL on the links is seen too
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM outreach_mailbox_owners")
+    assert _mailboxes(bob) == []
+
+
+def test_a_cycle_holds_an_owner_to_a_mailbox_given_it_since_the_last_cycle(
+    budget: Budget, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given an owner with five intros queued and no mailbox, after a cycle that dispatched none
+    # of them (no slots: a cap of 0 in flight)
+    owner = make_owner(organization=make_org(sender_email="team@acme.example"))
+    for _ in range(5):
+        make_outreach(lead=make_lead(owner=owner))
+    with override_settings(DISPATCH_MAX_IN_FLIGHT=0), django_capture_on_commit_callbacks(execute=False):
+        assert dispatch_cycle(budget=budget).generation == []
+    # when it is given a mailbox of 2 a day
+    make_mailbox(owner, "ann@acme.example", cap=2)
+    # then the next cycle starts only what that mailbox can send today
+    with django_capture_on_commit_callbacks(execute=False):
+        assert len(dispatch_cycle(budget=budget).generation) == 2
 
 
 def test_a_write_rolled_back_is_not_kept() -> None:

@@ -5,7 +5,6 @@ directly), on PostgreSQL, Redis and a scripted LLM over HTTP whose requests are 
 
 from __future__ import annotations
 
-from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +17,7 @@ from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import CycleReport, dispatch_cycle
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
 from outreach.models import Lead, Mailbox, Outreach, Owner, State, VerifiedDomain
-from tests.factories import make_lead, make_org, make_outreach, make_owner
+from tests.factories import make_lead, make_mailbox, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db
 
@@ -204,15 +203,7 @@ def test_an_owner_whose_mailboxes_have_no_room_left_today_starts_no_more_llm_wor
 ) -> None:
     # given an owner who sends from one warmed-up mailbox of 3 a day, with 5 intros queued
     owner = _sender_org()
-    box = Mailbox.objects.create(
-        organization=owner.organization,
-        address="ann@acme.example",
-        daily_cap=3,
-        ramp_from=date(2026, 1, 1),
-        min_spacing_s=0,
-        max_spacing_s=0,
-    )
-    box.owners.add(owner)
+    make_mailbox(owner, "ann@acme.example", cap=3)
     _queue(owner, 5)
     # when the dispatcher and the workers run, twice
     report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
@@ -228,16 +219,7 @@ def test_an_owner_whose_mailboxes_have_no_room_left_today_starts_no_more_llm_wor
 def _mailbox_on(owner: Owner, address: str, *, cap: int = 50) -> Mailbox:
     """A warmed-up mailbox of `owner` on the address's domain (verified for its organization)."""
     VerifiedDomain.objects.get_or_create(organization=owner.organization, domain=address.rpartition("@")[2])
-    box = Mailbox.objects.create(
-        organization=owner.organization,
-        address=address,
-        daily_cap=cap,
-        ramp_from=date(2026, 1, 1),
-        min_spacing_s=0,
-        max_spacing_s=0,
-    )
-    box.owners.add(owner)
-    return box
+    return make_mailbox(owner, address, cap=cap)
 
 
 def test_an_owner_sending_from_mailboxes_is_held_to_their_domains_day_not_its_organizations(
