@@ -288,3 +288,29 @@ def test_series_whose_labels_hold_quotes_and_braces_are_stored_as_written() -> N
     )
     # then each series reads back as counted, its labels as written
     assert counters_read()["outreach_replies_classified"] == {odd: 5, (("reply_class", "plain"),): 1}
+
+
+@pytest.mark.django_db
+def test_adding_to_stored_series_updates_them_in_place_without_new_index_entries() -> None:
+    # given 300 series of one owner each, stored (a claim counts one per owner claimed)
+    series = [Increment("outreach_owner_dispatched", (("owner_id", str(n)),), 1) for n in range(300)]
+    counters_add(series)
+    # when each is added to again, in the same transaction (so no version of a row can be
+    # pruned in between: only the room each page kept can take the new ones)
+    before = _counter_updates()
+    counters_add(series)
+    updated, in_place = (after - was for after, was in zip(_counter_updates(), before, strict=True))
+    # then every update stayed on its row's page and wrote no index entry (a HOT update): the
+    # table keeps room on its pages for them, and a claim of 500 owners' series costs half
+    assert (updated, in_place) == (300, 300)
+
+
+def _counter_updates() -> tuple[int, int]:
+    """Rows of the counters' table updated, and of those HOT, in this transaction so far."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = %s",
+            [MetricCounter._meta.db_table],
+        )
+        row = cursor.fetchone()
+    return (row[0], row[1]) if row else (0, 0)
