@@ -175,8 +175,12 @@ def picks_admit(
         refused_all |= verdicts.refused
         admitted = set(verdicts.admitted)
         stopped = {owner for row, owner in picks if row in verdicts.refused}
-        if round_ == RESELECT_ROUNDS:  # the last round keeps only what was admitted
-            stopped = {owner for _, owner in picks}
+        if round_ == RESELECT_ROUNDS:
+            # The last round keeps only what was admitted, every owner's other rows dropped:
+            # a selection again over owners not yet checked would pick past the rooms (until
+            # 2026-12-06 it kept the unpicked owners' rows, and a domain with room for 5 of
+            # 20 picks started 20 jobs).
+            stopped = {owner for by_owner in candidates.values() for owner in by_owner}
         candidates = _only(candidates, owners=stopped, rows=admitted)
         selection = select(candidates)
     _say(refused_all)

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from devtools.bulk import SPREAD, rows_clone
-from orchestrator.budget import Budget, Limits, Reservation
+from orchestrator.budget import Budget, Limits, Reservation, SendRules
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle, window
 from orchestrator.dispatch.cycle.cursor_state import LEADS_KEY, cursor_read
@@ -712,6 +712,39 @@ def test_a_window_scales_what_the_last_picks_went_through_to_this_cycles_slots()
     # and never fewer than WINDOW_MIN
     window._last.reached, window._last.served = 500, 500
     assert window.window_size(slot_bound=4) == window.WINDOW_MIN
+
+
+def test_a_domains_day_holds_a_cycle_to_the_room_its_work_in_flight_leaves(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given 300 owners with two intros queued each, cycles of 20 slots, the last 100 owners
+    # each with an email on its way out, on a sender domain with 105 emails a day: room for 5
+    owners = _sending_at_the_back(settings)
+    budget.send_rules = SendRules(domain_daily=105)
+    # when a cycle runs
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then 5 jobs start, not 20 (until 2026-12-06 the picks the shared rooms refused three times
+    # over went to owners no room had checked), and the refused rows say the domain's day is reached
+    assert len(report.generation) == 5
+    waiting = Outreach.objects.filter(state=State.QUEUED, owner__in=owners[:64]).exclude(blocked_reason="")
+    assert waiting.exists()
+    assert {row.blocked_reason for row in waiting} == {
+        "sender domain acme.example: 105/day reached, resumes 00:00 UTC"
+    }
+
+
+def _sending_at_the_back(settings: Any) -> list[Owner]:
+    """300 owners of one organization (sender domain acme.example) with two intros queued each,
+    the last 100 with one of them on its way out (SENDING); cycles of 20 slots."""
+    settings.DISPATCH_MAX_IN_FLIGHT = 20
+    owners = make_owners(300, organization=make_org(sender_email="sales@acme.example"), daily_limit=100)
+    _two_intros_each(owners)
+    firsts = [
+        Outreach.objects.filter(owner=owner).order_by("id").values_list("id", flat=True)[0]
+        for owner in owners[200:]
+    ]
+    Outreach.objects.filter(pk__in=firsts).update(state=State.SENDING, draft_subject="Hello", draft_body="Hi")
+    return owners
 
 
 def _two_intros_each(owners: list[Owner]) -> None:
