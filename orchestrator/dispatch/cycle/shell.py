@@ -137,9 +137,12 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         owners = every.of(window.loaded)
         report.judged, report.windows = len(owners), report.windows + 1
         # What each owner's next job of each step is expected to cost (owner_tokens: learned from
-        # its finished jobs), read once: what work reserves of a spend cap (admission), and the
-        # cycle's sizing and each pick's reservation (generation_dispatch).
-        costs = job_costs_load(owner_ids=[o.rules.owner_id for o in owners], default=outreach_cost()[1])
+        # its finished jobs), read once: what work reserves of a spend cap (admission: the judged
+        # owners' next jobs, and the jobs in flight of every owner, deactivated ones' included),
+        # and the cycle's sizing and each pick's reservation (generation_dispatch).
+        costs = job_costs_load(
+            owner_ids={*(o.rules.owner_id for o in owners), *work.owners()}, default=outreach_cost()[1]
+        )
         laps.lap("owners")
         # One admission (selection.admission's rules, in order) before any LLM work: what each owner
         # may send now, what LLM work it may start, and why not.

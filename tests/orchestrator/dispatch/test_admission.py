@@ -180,6 +180,30 @@ def test_a_spend_cap_met_by_work_in_flight_starts_no_llm_work(
     assert all("daily spend cap $0.50 reached" in row.blocked_reason for row in rows)
 
 
+def test_a_spend_cap_counts_the_work_in_flight_of_an_owner_deactivated_since_it_started(
+    budget: Budget, settings: Any, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given one job's reserved tokens priced above the organization's cap, and a job in flight
+    # of an owner of the organization deactivated since (its job still runs and costs)
+    settings.LLM_PRICES = {settings.LLM_MODEL: (Decimal("1"), Decimal("1"))}
+    org = make_org(daily_spend_cap=Decimal("0.50"))
+    gone, owner = (make_owner(organization=org, daily_limit=100) for _ in range(2))
+    make_outreach(lead=make_lead(owner=gone), state=State.DISPATCHED)
+    Owner.objects.filter(pk=gone.pk).update(active=False)
+    queued = _queue(owner, 3)
+    # when the dispatcher and the workers run
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then the cycle prices that job as it prices any (until 2026-12-06 it raised KeyError: the
+    # learned costs were loaded for active owners only, and no cycle ran while the job was in
+    # flight), and it has met the cap: nothing starts, each row says why
+    assert report.generation == []
+    assert llm_stub.requests == []
+    rows = Outreach.objects.filter(id__in=queued)
+    assert all(
+        row.state == State.QUEUED and "daily spend cap $0.50 reached" in row.blocked_reason for row in rows
+    )
+
+
 def test_a_lead_suppressed_after_queueing_is_not_generated(
     budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
 ) -> None:
