@@ -220,10 +220,12 @@ DRAFTS = (State.AWAITING_APPROVAL, State.APPROVED)
 @dataclass(frozen=True, slots=True)
 class CommittedWork:
     """Per owner, its rows in flight and its drafts not yet sent (`committed_work`), read once
-    a cycle: the window judges the owners with any (`owners`), admission counts them."""
+    a cycle: admission counts every owner's on the sender domains' days (rule 6), judged or
+    not; the window judges the owners with approved drafts (`approved`: they are sent)."""
 
     in_flight: Mapping[int, int]
-    drafts: Mapping[int, int]
+    drafts: Mapping[int, int]  # awaiting approval and approved
+    approved: Mapping[int, int] = field(default_factory=dict)
 
     def owners(self) -> set[int]:
         return {*self.in_flight, *self.drafts}
@@ -234,9 +236,12 @@ def committed_work_load() -> CommittedWork:
     bounded by the work in flight and the drafts, not by the owners or the history."""
     in_flight: Counter[int] = Counter()
     drafts: Counter[int] = Counter()
+    approved: Counter[int] = Counter()
     for owner_id, state, n in committed_work():
         (drafts if state in DRAFTS else in_flight)[owner_id] += n
-    return CommittedWork(in_flight=in_flight, drafts=drafts)
+        if state == State.APPROVED:
+            approved[owner_id] += n
+    return CommittedWork(in_flight=in_flight, drafts=drafts, approved=approved)
 
 
 def committed_today(

@@ -78,11 +78,14 @@ def owners_admit(
     price: Callable[[int, str | None], Decimal],
     work: reads.CommittedWork,
     mailboxes: Mapping[int, Sequence[Mailbox]],
+    elsewhere: Sequence[reads.ActiveOwner] = (),
 ) -> Admitted:
     """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains.
     `price`: what an owner's job reserves against a spend cap (`job_pricing`); `work`: the
     owners' work in flight and drafts (reads.committed_work_load), read once by the cycle;
-    `mailboxes`: the owners' mailboxes as the cycle keeps them (reads.ActiveOwners.mailboxes)."""
+    `mailboxes`: the owners' mailboxes as the cycle keeps them (reads.ActiveOwners.mailboxes);
+    `elsewhere`: the active owners with work in flight or drafts that the cycle does not judge,
+    whose work the sender domains' days count all the same (rule 6)."""
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now, work=work)
     ids = [o.rules.owner_id for o in owners]
     # The active pauses, read once for rules 1 and 4 (one plain read; the pauses themselves,
@@ -91,7 +94,13 @@ def owners_admit(
     # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
     # its own). An owner with mailboxes sends from their domains: a pause of its organization's
     # sender domain does not stop it (a paused domain's mailboxes are left out of its room).
-    mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget, scopes=scopes, mailboxes=mailboxes)
+    # (The owners elsewhere too, for the domains their work leaves from: one read of the usage.)
+    mailbox_room = mailbox_room_today(
+        owner_ids=[*ids, *(o.rules.owner_id for o in elsewhere)],
+        budget=budget,
+        scopes=scopes,
+        mailboxes=mailboxes,
+    )
     paused = pauses.blocking(
         owner_ids=ids,
         mailbox_owners={o for o, room in mailbox_room.items() if room is not None},
@@ -120,12 +129,24 @@ def owners_admit(
         organization_ids={o.organization_id for o in owners}, now=now, job_cost=price
     )
     capped = {o.rules.owner_id for o in owners if o.organization_id in spend}
+    committed_elsewhere = [
+        OwnerFacts(
+            rules=o.rules,
+            organization_id=o.organization_id,
+            sender_domain=o.sender_domain,
+            in_flight=work.in_flight.get(o.rules.owner_id, 0),
+            drafts=work.drafts.get(o.rules.owner_id, 0),
+            mailbox_room=mailbox_room.get(o.rules.owner_id),
+        )
+        for o in elsewhere
+    ]
     decisions, shared = owner_admission(
         owners=facts,
         now=now,
         domains=domains,
         spend=spend,
         job_cost={owner: price(owner, None) for owner in capped},
+        elsewhere=committed_elsewhere,
     )
     return Admitted(
         send_room={o: d.send for o, d in decisions.items() if d.send > 0},

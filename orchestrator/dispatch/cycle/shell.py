@@ -110,14 +110,16 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     weights = every.weights
     report.active = len(weights)
     # The window (cycle.window): the owners each round meets first from the cursor, and those
-    # whose committed work the shared rooms count or whose approved drafts wait: only these are
-    # judged and loaded. Widened until the selection says its picks are the full selection's.
+    # whose approved drafts wait: only these are judged and loaded. Widened until the selection
+    # says its picks are the full selection's. (The other owners' work in flight and drafts
+    # count on their sender domains' days all the same: admission's `elsewhere`.)
     cursor = cursor_load(client).keeping_groups(caps)
     capped = every.capped(caps)
     groups = capped.scopes
     ready = ReadyWork(active=weights.keys(), now=now)  # asked as the windows need (cycle.window)
-    # Read once for every window: what each owner committed (admission; the window judges every
-    # owner with any) and the LLM jobs in flight (the window's slot bound and the cycle's slots).
+    # Read once for every window: what each owner committed (admission counts every owner's;
+    # the window judges those with approved drafts) and the LLM jobs in flight (the window's
+    # slot bound and the cycle's slots).
     work = reads.committed_work_load()
     in_flight = reads.llm_in_flight()
     tokens = settings.DISPATCH_FAIRNESS == "tokens"
@@ -132,7 +134,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             group_members=capped.members,
             tokens=tokens,
             size=size,
-            also=work.owners(),
+            also=work.approved.keys(),
         )
         owners = every.of(window.loaded)
         report.judged, report.windows = len(owners), report.windows + 1
@@ -148,7 +150,13 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         # may send now, what LLM work it may start, and why not.
         price = job_pricing(costs)  # one pricing for the admission and the picks
         admitted = owners_admit(
-            owners=owners, now=now, budget=budget, price=price, work=work, mailboxes=every.mailboxes
+            owners=owners,
+            now=now,
+            budget=budget,
+            price=price,
+            work=work,
+            mailboxes=every.mailboxes,
+            elsewhere=every.of(work.owners() - window.loaded),  # counted on their domains, not judged
         )
         report.deferred = admitted.deferred
         deferrals_note(

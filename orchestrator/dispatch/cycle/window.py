@@ -1,7 +1,8 @@
 """The cycle's window: which owners it judges and loads. Not every active owner, but those each
 round meets first going on from the cursor (`round_order`: arithmetic on the cursor, weights and
-leads, no rows), enough to fill the slots twice over, plus the owners whose committed work the
-shared rooms count or whose approved drafts wait to be sent. The selection says whether its
+leads, no rows), enough to fill the slots twice over, plus the owners whose approved drafts
+wait to be sent (the others' work in flight and drafts is counted without judging them:
+cycle.admission's `elsewhere`). The selection says whether its
 picks are exactly those every owner would give (`Selection.exact`); when not, the window widens
 and the cycle selects again, so the window changes what a cycle costs, never what it picks.
 

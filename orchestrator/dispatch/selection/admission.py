@@ -118,10 +118,15 @@ def owner_admission(
     domains: Mapping[str, DomainDay],
     spend: Mapping[int, SpendFacts],
     job_cost: Mapping[int, Decimal] | None = None,
+    elsewhere: Sequence[OwnerFacts] = (),
 ) -> tuple[dict[int, OwnerAdmission], Shared]:
     """Rules 1-7 for each owner, and the shared rooms `picks_admission` holds the picks to.
-    `job_cost`: what each owner's next job reserves against a spend cap (absent: unpriced)."""
-    shared = _shared(owners=owners, domains=domains, spend=spend, job_cost=job_cost or {})
+    `job_cost`: what each owner's next job reserves against a spend cap (absent: unpriced).
+    `elsewhere`: owners not judged now whose work in flight and drafts will leave from a
+    sender domain all the same: rule 6 counts them on its days (only those counts are read)."""
+    shared = _shared(
+        owners=owners, elsewhere=elsewhere, domains=domains, spend=spend, job_cost=job_cost or {}
+    )
     return {o.rules.owner_id: _one_owner(o, now=now, shared=shared) for o in owners}, shared
 
 
@@ -196,16 +201,17 @@ def _committed_reason(o: OwnerFacts, days: int) -> str:
 def _shared(
     *,
     owners: Sequence[OwnerFacts],
+    elsewhere: Sequence[OwnerFacts],
     domains: Mapping[str, DomainDay],
     spend: Mapping[int, SpendFacts],
     job_cost: Mapping[int, Decimal],
 ) -> Shared:
     # A domain's day counts what left today (Redis) and what its owners committed and did not
-    # send yet: in flight and drafts, all of which will leave from it.
+    # send yet: in flight and drafts, all of which will leave from it, judged now or not.
     domain_of = {o.rules.owner_id: o.sender_domains for o in owners}
     pending: Counter[str] = Counter()
-    for o in owners:  # an owner on several domains: counted on each (it may leave from any)
-        for domain in domain_of[o.rules.owner_id]:
+    for o in (*owners, *elsewhere):  # an owner on several domains: counted on each (it may leave from any)
+        for domain in o.sender_domains:
             pending[domain] += o.in_flight + o.drafts
     capped = {d: f for d, f in domains.items() if f.cap is not None}
     domain_room = {d: (f.cap or 0) - f.sent - pending[d] for d, f in capped.items()}

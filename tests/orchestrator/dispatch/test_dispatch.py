@@ -714,6 +714,20 @@ def test_a_window_scales_what_the_last_picks_went_through_to_this_cycles_slots()
     assert window.window_size(slot_bound=4) == window.WINDOW_MIN
 
 
+def test_a_cycle_does_not_judge_the_owners_with_work_in_flight_outside_its_window(
+    budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given 300 owners with two intros queued each, cycles of 20 slots (a window of 64 owners:
+    # the first by id), and the last 100 owners each with an email on its way out
+    owners = _sending_at_the_back(settings)
+    # when a cycle runs
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then it judged its window only, not the 100 owners for their work in flight (until
+    # 2026-12-06 it judged them too: 164 owners), and filled its slots
+    assert (report.judged, report.windows, len(report.generation)) == (64, 1, 20)
+    assert {Outreach.objects.get(pk=i).owner_id for i in report.generation} <= {o.pk for o in owners[:64]}
+
+
 def test_a_domains_day_holds_a_cycle_to_the_room_its_work_in_flight_leaves(
     budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
