@@ -33,6 +33,12 @@ size (owner_tokens, 1,800-2,196 tokens counted), as owners with finished jobs ha
 --events N the queued rows carry N history events (OutreachEvent rows, spread over them)
 before the timed cycles.
 
+With --in-flight N, N owners (every N-th of them, spread over the ids) each have one job in
+flight (DISPATCHED) through the timed cycles, as a production dispatcher always has (the
+in-flight cap raised by N, so the slots stay `slots`): the cycle counts their work on their
+sender domains' days and prices it against the spend caps without judging them (until
+2026-12-06, night, it judged each: docs/dispatch.md, "Work in flight judged no more").
+
     .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000, controls on: seconds
 
 --smoke runs the same fill and cycles on its own scratch stores and exits 1 unless every timed
@@ -256,6 +262,27 @@ def _add_events(*, events: int) -> None:
         cur.execute("ANALYZE outreach_outreachevent")
 
 
+def _in_flight(*, jobs: int, owners: int) -> None:
+    """One queued row of each of `jobs` owners spread over the ids moved to DISPATCHED, an LLM
+    job in flight (not a transition: the bench's set-up), kept so through the timed cycles."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE outreach_outreach SET state = 'dispatched', state_changed_at = now()
+            WHERE id IN (
+                SELECT DISTINCT ON (q.owner_id) q.id FROM outreach_outreach q
+                JOIN (SELECT id, row_number() OVER (ORDER BY id) AS n FROM outreach_owner) o ON o.id = q.owner_id
+                WHERE q.state = 'queued' AND o.n %% %s = 0
+                ORDER BY q.owner_id, q.id
+                LIMIT %s
+            )
+            """,
+            [max(1, owners // jobs), jobs],
+        )
+
+
 def _reset_all_but_dispatcher(client: Any) -> None:
     """Between cycles (untimed): the budget and the broker's queues emptied, so the budget stays
     unlimited and the messages do not pile up; the dispatcher's own state (its cursor, the
@@ -297,6 +324,7 @@ def _measure(
     history: int = 0,
     controls: bool = False,
     events: int = 0,
+    in_flight: int = 0,
 ) -> Measured:
     import redis
     from django.conf import settings
@@ -309,12 +337,15 @@ def _measure(
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.flushdb()
     budget = Budget(redis_client=client, limits=Limits(rpm=10**9, tpm=10**12, burst_ms=60_000))
-    settings.DISPATCH_MAX_IN_FLIGHT = slots  # the budget is unlimited: this cap is the slot count
+    # the budget is unlimited: this cap (less the jobs kept in flight) is the slot count
+    settings.DISPATCH_MAX_IN_FLIGHT = slots + in_flight
     _fill(templates=_seed(owners=owners), depth=depth, history=history)
     if controls:
         _controls_on()
     if events:
         _add_events(events=events)
+    if in_flight:
+        _in_flight(jobs=in_flight, owners=owners)
     times, dispatched, phases, judged, windows = [], 0, [], [], []
     warm_up = _warm_up(owners=owners, slots=slots)
     for i in range(cycles + warm_up):
@@ -381,12 +412,15 @@ def main() -> None:
     )
     parser.add_argument("--controls", action="store_true", help="every control on, none binding (see above)")
     parser.add_argument("--events", type=int, default=0, help="history events over the queued rows")
+    parser.add_argument(
+        "--in-flight", type=int, default=0, help="owners with a job in flight throughout (see above)"
+    )
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
     if args.smoke:
         args.owners, args.slots, args.cycles = 20, 50, 3
         args.depths, args.history = "200,2000", args.history and "0,500"
-        args.controls, args.events = True, 1000
+        args.controls, args.events, args.in_flight = True, 1000, 5
     if args.cycles < 1:
         parser.error("--cycles: at least 1")
     if args.smoke:
@@ -406,6 +440,7 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
     collector_settle()
     on = f", every control on, {args.events:,} events of history" if args.controls else ""
     on = on or (f", {args.events:,} events of history" if args.events else "")
+    on += f", {args.in_flight:,} owners with a job in flight" if args.in_flight else ""
     print(
         f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} "
         f"(PostgreSQL, shared_buffers {_shared_buffers()}, budget unlimited{on})"
@@ -428,6 +463,7 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
             history=history,
             controls=args.controls,
             events=args.events,
+            in_flight=args.in_flight,
         )
         first = runs[0].p50_ms if runs else run.p50_ms
         runs.append(run)
