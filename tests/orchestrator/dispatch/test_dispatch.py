@@ -728,6 +728,31 @@ def test_a_cycle_does_not_judge_the_owners_with_work_in_flight_outside_its_windo
     assert {Outreach.objects.get(pk=i).owner_id for i in report.generation} <= {o.pk for o in owners[:64]}
 
 
+@pytest.mark.parametrize("domain_daily", [1_000, 108], ids=["domain-roomy", "domain-binding"])
+def test_work_in_flight_outside_the_window_leaves_the_picks_those_of_judging_every_owner(
+    domain_daily: int,
+    budget: Budget,
+    redis_client: redis.Redis,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 300 owners with two intros queued each, the last 100 with an email on its way out
+    # (counted on the domain's day, not judged), cycles of 20 slots; in the second case the
+    # domain's day (108) leaves room for 8 jobs once those 100 are counted
+    _sending_at_the_back(settings)
+    budget.send_rules = SendRules(domain_daily=domain_daily)
+    # when three cycles run over their windows, each again from the same cursor judging every
+    # owner (its in-flight owners among them): then each picked and persisted the same
+    # (_windowed_and_full), and the domain's room held
+    for _ in range(3):
+        windowed, full = _windowed_and_full(
+            budget, redis_client, django_capture_on_commit_callbacks, monkeypatch
+        )
+        assert full.judged == 300
+        assert len(windowed.picks) == (20 if domain_daily == 1_000 else 8)
+
+
 def test_a_domains_day_holds_a_cycle_to_the_room_its_work_in_flight_leaves(
     budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
