@@ -234,6 +234,7 @@ class _TierRound:
         # round ran out of rows before its count, and the first place a group gave up: what
         # `exact` judges the picks by.
         self.horizon = left_out.get((tier, ""))
+        self.left_out_groups = window.left_out_groups if window is not None else None
         self.short = False
         self.first_dropped: tuple[int, int] | None = None
         owners = [o for o, rows in rows_by_owner.items() if rows]
@@ -286,13 +287,20 @@ class _TierRound:
                 self._group_served(group=group, place=place, next_tag=next_tag, more=more)
             elif more:
                 heapq.heappush(self.heap, (next_tag, place))
-        self.short = self.short or len(chosen) < count
+        self.short = self.short or (len(chosen) < count and not self._left_out_spent())
         return chosen
+
+    def _left_out_spent(self) -> bool:
+        """Every owner the window left out is in a budget group whose slots are spent: with
+        them back in, the round would only pass them over (slots never come back in a run)."""
+        groups = self.left_out_groups
+        return groups is not None and all(self.group_left.get(g, 1) <= 0 for g in groups)
 
     def exact(self) -> bool:
         """Whether the picks are those this round makes with the owners a window left out back
         in: it never reached the first of them (each pick comes before it, the group rounds'
-        too, and the round did not run out of rows while owners were left out), and every place
+        too, and the round did not run out of rows while owners were left out, unless all of
+        them were in budget groups whose slots were spent by then), and every place
         a group gave up lies beyond the last pick (with every owner in, a group gives up its
         furthest place, which lies further still; the places up to the last pick are the same)."""
         if self.horizon is None:

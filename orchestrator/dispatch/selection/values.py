@@ -73,6 +73,10 @@ class Window:
     make with every owner left out back in (`Selection.exact`)."""
 
     left_out: Mapping[tuple[Tier, str], tuple[Fraction, int]] = field(default_factory=dict)
+    # The budget groups of every owner left out (None: some may be in none): a round that runs
+    # out of rows once all of these groups' slots are spent would meet the owners left out only
+    # to pass them over (a spent group leaves the round), so its picks are exact all the same.
+    left_out_groups: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,7 +101,9 @@ def windowed(
         loaded.update(order.first(size if not group or group_size is None else group_size))
     left_out = {name: first for name, order in orders.items() if (first := order.left_out(loaded))}
     part = {t: {o: rows for o, rows in by_owner.items() if o in loaded} for t, by_owner in candidates.items()}
-    return part, Window(left_out=left_out)
+    out = {o for by_owner in candidates.values() for o, rows in by_owner.items() if rows and o not in loaded}
+    out_groups = frozenset(groups[o] for o in out) if all(o in groups for o in out) else None
+    return part, Window(left_out=left_out, left_out_groups=out_groups)
 
 
 def _windowed_and_full(
@@ -249,6 +251,35 @@ def test_windows_smaller_than_the_slots_are_exact_only_when_equal() -> None:
                         assert (part.picks, part.cursor) == (full.picks, full.cursor), (grouped, tokens, size)
             # and some do
             assert exact, (grouped, tokens)
+
+
+def test_a_window_whose_owners_left_out_are_all_in_spent_groups_is_exact_when_its_round_runs_short() -> None:
+    # given 60 owners with an intro each, all in one organization whose LLM cap takes 3 picks
+    # now (one budget group), 20 slots, and a window of 10 owners
+    candidates = {INTRO: {o: [Candidate(outreach_id=o, owner_id=o, tier=INTRO)] for o in range(1, 61)}}
+    policy = {
+        "slots": 20,
+        "cursor": Cursor(),
+        "weights": {},
+        "groups": dict.fromkeys(range(1, 61), "org:1"),
+        "group_slots": {"org:1": 3},
+        "costs": None,
+    }
+    # when the window's owners alone are selected
+    selection, full, window = _windowed_and_full(candidates, policy, size=10)
+    # then the group's 3 picks are the full selection's, and the selection says so: the 50
+    # owners left out are the group's, whose slots are spent (until 2026-12-07 the round running
+    # short said inexact, and a dispatcher judged every owner of a capped organization with
+    # thousands of them each cycle its cap bound: 719 ms at 10,000, bench/dispatch.py)
+    assert window.left_out_groups == frozenset({"org:1"})
+    assert len(selection.picks) == 3
+    assert selection.exact
+    assert (selection.picks, selection.cursor) == (full.picks, full.cursor)
+    # and with one owner left out of no group, or the group's slots not spent, it is not
+    mixed = dict(policy, groups=dict.fromkeys(range(1, 60), "org:1"))
+    assert not _windowed_and_full(candidates, mixed, size=10)[0].exact
+    roomy = dict(policy, group_slots={"org:1": 30})
+    assert not _windowed_and_full(candidates, roomy, size=10)[0].exact
 
 
 def test_a_window_too_small_for_the_slots_says_so() -> None:
