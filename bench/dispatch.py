@@ -39,6 +39,14 @@ in-flight cap raised by N, so the slots stay `slots`): the cycle counts their wo
 sender domains' days and prices it against the spend caps without judging them (until
 2026-12-06, night, it judged each: docs/dispatch.md, "Work in flight judged no more").
 
+With --org-rpm N (and --controls) the organization's own LLM cap is N requests/min, so at 300
+its bucket fits a few outreach a cycle and binds, as a capped organization's does at its
+limit: the cycle's picks stop at its group's slots. With --spend-cap D its daily spend cap is
+D dollars, so at 0 every owner is refused (rule 7) and nothing is picked, as for the rest of
+the day once an organization reaches its cap. Until 2026-12-07 each such cycle judged every
+owner of the organization (docs/dispatch.md, "Owners no admission could admit end the
+window's question").
+
     .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000, controls on: seconds
 
 --smoke runs the same fill and cycles on its own scratch stores and exits 1 unless every timed
@@ -51,6 +59,7 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -194,8 +203,10 @@ def _add_sent_history(*, templates: Templates, rows: int) -> None:
     )
 
 
-def _controls_on() -> None:
-    """Every control the cycle reads, none binding (the bench's one organization and owners)."""
+def _controls_on(*, org_rpm: int = 10**8, spend_cap: str = "1000000") -> None:
+    """Every control the cycle reads, none binding (the bench's one organization and owners),
+    but the organization's own LLM cap at `org_rpm` requests/min (binding at a few hundred)
+    and its daily spend cap at `spend_cap` dollars (binding at 0)."""
     from datetime import date
     from decimal import Decimal
 
@@ -220,7 +231,7 @@ def _controls_on() -> None:
     }
     org = Organization.objects.get()
     Organization.objects.filter(pk=org.pk).update(
-        daily_spend_cap=Decimal("1000000"), llm_rpm=10**8, llm_tpm=2 * 10**9
+        daily_spend_cap=Decimal(spend_cap), llm_rpm=org_rpm, llm_tpm=2 * 10**9
     )
     owners = list(Owner.objects.order_by("id").values_list("id", flat=True))
     Pause.objects.create(owner_id=owners[0], reason="bench: one owner paused")
@@ -323,6 +334,8 @@ def _measure(
     cycles: int,
     history: int = 0,
     controls: bool = False,
+    org_rpm: int = 10**8,
+    spend_cap: str = "1000000",
     events: int = 0,
     in_flight: int = 0,
 ) -> Measured:
@@ -341,7 +354,7 @@ def _measure(
     settings.DISPATCH_MAX_IN_FLIGHT = slots + in_flight
     _fill(templates=_seed(owners=owners), depth=depth, history=history)
     if controls:
-        _controls_on()
+        _controls_on(org_rpm=org_rpm, spend_cap=spend_cap)
     if events:
         _add_events(events=events)
     if in_flight:
@@ -415,6 +428,17 @@ def main() -> None:
     parser.add_argument(
         "--in-flight", type=int, default=0, help="owners with a job in flight throughout (see above)"
     )
+    parser.add_argument(
+        "--org-rpm",
+        type=int,
+        default=10**8,
+        help="with --controls, the organization's own LLM cap (see above)",
+    )
+    parser.add_argument(
+        "--spend-cap",
+        default="1000000",
+        help="with --controls, the organization's daily spend cap in dollars",
+    )
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
     if args.smoke:
@@ -423,6 +447,15 @@ def main() -> None:
         args.controls, args.events, args.in_flight = True, 1000, 5
     if args.cycles < 1:
         parser.error("--cycles: at least 1")
+    if args.in_flight < 0:
+        parser.error("--in-flight: at least 0")
+    if args.org_rpm < 1:
+        parser.error("--org-rpm: at least 1")
+    try:
+        if Decimal(args.spend_cap) < 0:
+            raise InvalidOperation
+    except InvalidOperation:
+        parser.error(f"--spend-cap: dollars, at least 0 (got {args.spend_cap!r})")
     if args.smoke:
         with smoke_stores():
             runs = _run(args=args)
@@ -441,6 +474,8 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
     on = f", every control on, {args.events:,} events of history" if args.controls else ""
     on = on or (f", {args.events:,} events of history" if args.events else "")
     on += f", {args.in_flight:,} owners with a job in flight" if args.in_flight else ""
+    on += f", the organization's LLM cap {args.org_rpm:,} requests/min" if args.org_rpm != 10**8 else ""
+    on += f", its spend cap ${args.spend_cap}" if args.spend_cap != "1000000" else ""
     print(
         f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} "
         f"(PostgreSQL, shared_buffers {_shared_buffers()}, budget unlimited{on})"
@@ -462,6 +497,8 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
             cycles=args.cycles,
             history=history,
             controls=args.controls,
+            org_rpm=args.org_rpm,
+            spend_cap=args.spend_cap,
             events=args.events,
             in_flight=args.in_flight,
         )
