@@ -93,6 +93,7 @@ class ActiveOwners:
     _capped: list[tuple[frozenset[str], CappedOwners]] = field(
         init=False, default_factory=list, repr=False, compare=False
     )
+    _sizes: dict[int, int] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # read-only: the schedule remembers the distinct weights of these by identity
@@ -121,6 +122,13 @@ class ActiveOwners:
         capped = CappedOwners(scopes=scopes, members=members)
         self._capped[:] = [(key, capped)]
         return capped
+
+    def organization_size(self, organization_id: int) -> int:
+        """How many of these owners are its (counted once for every organization: they stand
+        while the active owners do)."""
+        if not self._sizes and self.owners:
+            self._sizes.update(Counter(o.organization_id for o in self.owners.values()))
+        return self._sizes.get(organization_id, 0)
 
     def of(self, owner_ids: Iterable[int]) -> list[ActiveOwner]:
         """These owners (those active among them), in id order, for admission."""

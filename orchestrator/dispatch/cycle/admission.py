@@ -52,6 +52,12 @@ class Admitted:
     paused_tiers: dict[int, dict[Tier, str]]
     shared: Shared
 
+    @property
+    def closed(self) -> frozenset[int]:
+        """The organizations whose every owner rule 7 refuses now, judged or not: nothing of
+        their daily spend cap left (those of the owners judged)."""
+        return frozenset(org for org, left in self.shared.spend_left.items() if left <= 0)
+
 
 def job_pricing(costs: JobCosts) -> Callable[[int, str | None], Decimal]:
     """(owner id, kind or None for any) -> what such a job reserves against a spend cap: its learned counted

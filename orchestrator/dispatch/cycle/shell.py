@@ -20,7 +20,14 @@ from orchestrator.dispatch.cycle.cursor_state import cursor_load
 from orchestrator.dispatch.cycle.generation import Generation, generation_dispatch
 from orchestrator.dispatch.cycle.notes import deferrals_note
 from orchestrator.dispatch.cycle.sends import approved_dispatch
-from orchestrator.dispatch.cycle.window import WIDEN, ReadyWork, owners_window, window_learn, window_size
+from orchestrator.dispatch.cycle.window import (
+    WIDEN,
+    ReadyWork,
+    left_out_window,
+    owners_window,
+    window_learn,
+    window_size,
+)
 from orchestrator.dispatch.inflight import outreach_cost
 from orchestrator.dispatch.owner_tokens import job_costs_load
 from orchestrator.dispatch.selection import Pick
@@ -194,7 +201,10 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             price=price,
             now=now,
             budget=budget,
-            window=None if window.complete else window.window,
+            # where the owners left out begin, and whether admission could admit them
+            window=None
+            if window.complete
+            else left_out_window(window, ready=ready, every=every, capped=capped, closed=admitted.closed),
             llm_in_flight=in_flight,
         )
         laps.lap("select", less_ms=generation.claim_ms)

@@ -15,11 +15,13 @@ and the cycle selects again, so the window changes what a cycle costs, never wha
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from orchestrator.budget.values import organization_scope
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.selection import Cursor, Pick, RoundOrder, Window, round_order
 from outreach.tiers import Tier
@@ -202,6 +204,58 @@ def owners_window(
     }
     return OwnersWindow(
         loaded=frozenset(loaded), window=Window(left_out=left_out), complete=not left_out, firsts=firsts
+    )
+
+
+def left_out_window(
+    window: OwnersWindow,
+    *,
+    ready: ReadyWork,
+    every: reads.ActiveOwners,
+    capped: reads.CappedOwners,
+    closed: AbstractSet[int],
+) -> Window:
+    """The window's `Window` for the selection, with the budget groups of the active owners it
+    left out that admission could admit (`Window.left_out_groups`): those of organizations
+    `closed` (every owner refused: admission's `Admitted.closed`) are not, whoever judged them,
+    so they count for nothing. None when one left out in no group, of an organization not
+    closed, has ready work or may have (not asked about). The owners in no group are counted,
+    not listed: O(loaded + asked), not O(active owners)."""
+    if window.complete or not (capped.scopes or closed):
+        return window.window
+    groups, loaded = capped.scopes, window.loaded
+    shut = {organization_scope(org) for org in closed}
+
+    def open_ungrouped(owner: int) -> bool:
+        return owner not in groups and every.owners[owner].organization_id not in closed
+
+    ungrouped_out = (
+        len(every.owners)
+        - sum(len(owners) for owners in capped.members.values())
+        - sum(every.organization_size(org) for org in closed if organization_scope(org) not in capped.members)
+        - sum(1 for o in loaded if o in every.owners and open_ungrouped(o))
+    )
+    for tier in Tier:
+        if ready.whole(tier):
+            if any(o not in loaded and open_ungrouped(o) for o in ready.owners[tier]):
+                return window.window
+            continue
+        have = ready.owners.get(tier, set())
+        idle = sum(
+            1
+            for o in ready.asked.get(tier) or ()
+            if o not in loaded and o not in have and o in every.owners and open_ungrouped(o)
+        )
+        if ungrouped_out - idle > 0:
+            return window.window
+    loaded_of: Counter[str] = Counter(groups[o] for o in loaded if o in groups)
+    return Window(
+        left_out=window.window.left_out,
+        left_out_groups=frozenset(
+            group
+            for group, owners in capped.members.items()
+            if group not in shut and len(owners) > loaded_of[group]
+        ),
     )
 
 
