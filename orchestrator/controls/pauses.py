@@ -226,6 +226,16 @@ def active_pause_scopes() -> list[PauseScope]:
         return cursor.fetchall()
 
 
+def whole_organizations(scopes: Iterable[PauseScope]) -> frozenset[int]:
+    """The organizations these pauses stop as a whole: every tier of every owner, whatever
+    domain it sends from."""
+    return frozenset(
+        org
+        for _, org, owner, tier, domain in scopes
+        if org is not None and owner is None and tier is None and not domain
+    )
+
+
 def job_pause(*, outreach: Outreach, scopes: list[PauseScope] | None = None) -> Pause | None:
     """The active pause that stops this outreach, if any, matched against `scopes`
     (active_pause_scopes(), read here when not given); the pause itself is loaded only when one

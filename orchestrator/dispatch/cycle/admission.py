@@ -51,12 +51,9 @@ class Admitted:
     deferred: dict[int, str]  # owner -> why it starts no LLM work
     paused_tiers: dict[int, dict[Tier, str]]
     shared: Shared
-
-    @property
-    def closed(self) -> frozenset[int]:
-        """The organizations whose every owner rule 7 refuses now, judged or not: nothing of
-        their daily spend cap left (those of the owners judged)."""
-        return frozenset(org for org, left in self.shared.spend_left.items() if left <= 0)
+    # The organizations whose every owner is refused now, judged or not: paused as a whole
+    # (rule 1), or nothing of their daily spend cap left (rule 7: known for the owners judged)
+    closed: frozenset[int] = frozenset()
 
 
 def job_pricing(costs: JobCosts) -> Callable[[int, str | None], Decimal]:
@@ -160,6 +157,8 @@ def owners_admit(
         deferred={o: d.reason for o, d in decisions.items() if d.llm <= 0},
         paused_tiers=paused.tiers,
         shared=shared,
+        closed=frozenset(org for org, left in shared.spend_left.items() if left <= 0)
+        | pauses.whole_organizations(scopes),
     )
 
 

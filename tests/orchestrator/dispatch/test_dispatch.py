@@ -779,8 +779,9 @@ def test_a_domains_day_holds_a_cycle_to_the_room_its_work_in_flight_leaves(
         {"llm_rpm": 12, "llm_tpm": 90_000_000},
         {"daily_spend_cap": Decimal(0)},
         {"daily_spend_cap": Decimal(0), "llm_rpm": 90_000, "llm_tpm": 90_000_000},
+        {"paused": True},
     ],
-    ids=["llm-cap-binding", "over-spend-cap", "over-spend-cap-with-llm-cap"],
+    ids=["llm-cap-binding", "over-spend-cap", "over-spend-cap-with-llm-cap", "paused"],
 )
 @pytest.mark.parametrize("others", [0, 40], ids=["alone", "others-at-the-back"])
 def test_owners_no_admission_could_admit_are_left_outside_the_window_unjudged(
@@ -794,15 +795,19 @@ def test_owners_no_admission_could_admit_are_left_outside_the_window_unjudged(
 ) -> None:
     # given 300 owners of an organization whose own LLM cap (a budget group) fits a few
     # outreach now, or with nothing of its daily spend cap left (a cap of $0; in the third case
-    # also a budget group), two intros queued each, cycles of 20 slots (a window of 64 owners);
-    # and, in the others' case, 40 owners of another organization after them with two intros each
+    # also a budget group), or paused as a whole; two intros queued each, cycles of 20 slots (a
+    # window of 64 owners); and, in the others' case, 40 owners of another organization after
+    # them with two intros each
     settings.DISPATCH_MAX_IN_FLIGHT = 20
-    capped = make_owners(300, organization=make_org(**caps), daily_limit=100)
+    org = make_org(**{k: v for k, v in caps.items() if k != "paused"})
+    if caps.get("paused"):
+        Pause.objects.create(organization=org, reason="contract renewal")
+    capped = make_owners(300, organization=org, daily_limit=100)
     _two_intros_each(capped + make_owners(others, organization=make_org(), daily_limit=100))
     # when a cycle runs over its window, and again from the same cursor judging every owner
     windowed, full = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
     # then both picked the same (_windowed_and_full): the others filled the slots, or alone
-    # the organization's LLM cap took a few, its spend cap none
+    # the organization's LLM cap took a few, its spend cap or its pause none
     assert full.judged == 300 + others
     if others:
         assert len(windowed.picks) == 20
