@@ -165,9 +165,7 @@ def mailbox_room_today(
     read here when not given."""
     today = datetime.fromtimestamp(budget.clock_ms() / 1000, UTC).date()
     every = mailboxes_of(owner_ids=owner_ids) if mailboxes is None else mailboxes
-    # Each mailbox judged once, not once per owner it serves (a team's shared mailbox: thousands)
-    distinct = {b.pk: b for owner_id in owner_ids for b in every.get(owner_id, ())}
-    usable = mailboxes_usable(distinct.values(), paused=paused_sender_domains(scopes) if distinct else set())
+    usable = _usable_of(owner_ids, every=every, scopes=scopes)
     usage = budget.mailbox_usage(mailbox_ids=sorted(b.pk for b in usable))
     left = {
         b.pk: (b.domain, max(0, mailbox_cap_today(mailbox=b, today=today) - usage[b.pk].sent_today))
@@ -185,6 +183,36 @@ def mailbox_room_today(
                 by_domain[domain] = by_domain.get(domain, 0) + n
         room[owner_id] = by_domain
     return room
+
+
+def mailbox_domains(
+    *,
+    owner_ids: Collection[int],
+    mailboxes: Mapping[int, Sequence[Mailbox]],
+    scopes: list[PauseScope] | None = None,
+) -> dict[int, tuple[str, ...] | None]:
+    """Per owner, the sender domains of its usable mailboxes (those `mailbox_room_today` would
+    count, sorted): where its mail leaves from; None for an owner with no mailbox (its
+    organization's sender), () when every one is paused. No usage read: for the owners whose
+    work only counts on those domains' days (the dispatcher's owners not judged)."""
+    usable = {b.pk for b in _usable_of(owner_ids, every=mailboxes, scopes=scopes)}
+    return {
+        owner_id: (
+            None
+            if owner_id not in mailboxes
+            else tuple(sorted({b.domain for b in mailboxes[owner_id] if b.pk in usable}))
+        )
+        for owner_id in owner_ids
+    }
+
+
+def _usable_of(
+    owner_ids: Collection[int], *, every: Mapping[int, Sequence[Mailbox]], scopes: list[PauseScope] | None
+) -> list[Mailbox]:
+    """The usable mailboxes (`mailboxes_usable`) of these owners, each judged once, not once
+    per owner it serves (a team's shared mailbox: thousands)."""
+    distinct = {b.pk: b for owner_id in owner_ids for b in every.get(owner_id, ())}
+    return mailboxes_usable(distinct.values(), paused=paused_sender_domains(scopes) if distinct else set())
 
 
 @dataclass(frozen=True)

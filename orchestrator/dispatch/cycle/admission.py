@@ -9,6 +9,7 @@ apply its verdicts; the rules themselves are the pure selection.admission.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +22,7 @@ from django.db import transaction
 from config.deployments import deployments
 from orchestrator.budget import Budget
 from orchestrator.controls import pauses
-from orchestrator.controls.mailboxes import mailbox_room_today
+from orchestrator.controls.mailboxes import mailbox_domains, mailbox_room_today
 from orchestrator.controls.spend import job_cost_estimate
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.owner_tokens import JobCosts
@@ -97,13 +98,7 @@ def owners_admit(
     # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
     # its own). An owner with mailboxes sends from their domains: a pause of its organization's
     # sender domain does not stop it (a paused domain's mailboxes are left out of its room).
-    # (The owners elsewhere too, for the domains their work leaves from: one read of the usage.)
-    mailbox_room = mailbox_room_today(
-        owner_ids=[*ids, *(o.rules.owner_id for o in elsewhere)],
-        budget=budget,
-        scopes=scopes,
-        mailboxes=mailboxes,
-    )
+    mailbox_room = mailbox_room_today(owner_ids=ids, budget=budget, scopes=scopes, mailboxes=mailboxes)
     paused = pauses.blocking(
         owner_ids=ids,
         mailbox_owners={o for o, room in mailbox_room.items() if room is not None},
@@ -132,24 +127,13 @@ def owners_admit(
         organization_ids={o.organization_id for o in owners}, now=now, job_cost=price
     )
     capped = {o.rules.owner_id for o in owners if o.organization_id in spend}
-    committed_elsewhere = [
-        OwnerFacts(
-            rules=o.rules,
-            organization_id=o.organization_id,
-            sender_domain=o.sender_domain,
-            in_flight=work.in_flight.get(o.rules.owner_id, 0),
-            drafts=work.drafts.get(o.rules.owner_id, 0),
-            mailbox_room=mailbox_room.get(o.rules.owner_id),
-        )
-        for o in elsewhere
-    ]
     decisions, shared = owner_admission(
         owners=facts,
         now=now,
         domains=domains,
         spend=spend,
         job_cost={owner: price(owner, None) for owner in capped},
-        elsewhere=committed_elsewhere,
+        elsewhere=_pending_elsewhere(elsewhere, work=work, mailboxes=mailboxes, scopes=scopes),
     )
     return Admitted(
         send_room={o: d.send for o, d in decisions.items() if d.send > 0},
@@ -160,6 +144,29 @@ def owners_admit(
         closed=frozenset(org for org, left in shared.spend_left.items() if left <= 0)
         | pauses.whole_organizations(scopes),
     )
+
+
+def _pending_elsewhere(
+    owners: Sequence[reads.ActiveOwner],
+    *,
+    work: reads.CommittedWork,
+    mailboxes: Mapping[int, Sequence[Mailbox]],
+    scopes: list[pauses.PauseScope],
+) -> Counter[str]:
+    """Per sender domain, the work in flight and drafts of these owners (not judged) that will
+    leave from it: each owner's on each domain of its usable mailboxes (it may leave from any),
+    else on its organization's sender domain."""
+    domains = mailbox_domains(
+        owner_ids=[o.rules.owner_id for o in owners], mailboxes=mailboxes, scopes=scopes
+    )
+    pending: Counter[str] = Counter()
+    for o in owners:
+        owner_id = o.rules.owner_id
+        count = work.in_flight.get(owner_id, 0) + work.drafts.get(owner_id, 0)
+        theirs = domains[owner_id]
+        for domain in (o.sender_domain,) if theirs is None else theirs:
+            pending[domain] += count
+    return pending
 
 
 def unsendable_drop(candidates: Candidates, *, now: datetime) -> Candidates:

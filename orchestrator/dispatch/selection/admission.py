@@ -118,14 +118,14 @@ def owner_admission(
     domains: Mapping[str, DomainDay],
     spend: Mapping[int, SpendFacts],
     job_cost: Mapping[int, Decimal] | None = None,
-    elsewhere: Sequence[OwnerFacts] = (),
+    elsewhere: Mapping[str, int] | None = None,
 ) -> tuple[dict[int, OwnerAdmission], Shared]:
     """Rules 1-7 for each owner, and the shared rooms `picks_admission` holds the picks to.
     `job_cost`: what each owner's next job reserves against a spend cap (absent: unpriced).
-    `elsewhere`: owners not judged now whose work in flight and drafts will leave from a
-    sender domain all the same: rule 6 counts them on its days (only those counts are read)."""
+    `elsewhere`: per sender domain, the work in flight and drafts of owners not judged now
+    that will leave from it all the same: rule 6 counts it on the domain's day."""
     shared = _shared(
-        owners=owners, elsewhere=elsewhere, domains=domains, spend=spend, job_cost=job_cost or {}
+        owners=owners, elsewhere=elsewhere or {}, domains=domains, spend=spend, job_cost=job_cost or {}
     )
     return {o.rules.owner_id: _one_owner(o, now=now, shared=shared) for o in owners}, shared
 
@@ -201,7 +201,7 @@ def _committed_reason(o: OwnerFacts, days: int) -> str:
 def _shared(
     *,
     owners: Sequence[OwnerFacts],
-    elsewhere: Sequence[OwnerFacts],
+    elsewhere: Mapping[str, int],
     domains: Mapping[str, DomainDay],
     spend: Mapping[int, SpendFacts],
     job_cost: Mapping[int, Decimal],
@@ -209,8 +209,8 @@ def _shared(
     # A domain's day counts what left today (Redis) and what its owners committed and did not
     # send yet: in flight and drafts, all of which will leave from it, judged now or not.
     domain_of = {o.rules.owner_id: o.sender_domains for o in owners}
-    pending: Counter[str] = Counter()
-    for o in (*owners, *elsewhere):  # an owner on several domains: counted on each (it may leave from any)
+    pending: Counter[str] = Counter(elsewhere)
+    for o in owners:  # an owner on several domains: counted on each (it may leave from any)
         for domain in o.sender_domains:
             pending[domain] += o.in_flight + o.drafts
     capped = {d: f for d, f in domains.items() if f.cap is not None}
