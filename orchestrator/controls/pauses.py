@@ -34,6 +34,9 @@ class Blocking:
 
     owners: dict[int, str] = field(default_factory=dict)  # owner id -> reason (all its work)
     tiers: dict[int, dict[Tier, str]] = field(default_factory=dict)  # owner id -> tier -> reason
+    # organization id -> reason, for those paused as a whole (every tier, any domain): each of
+    # its owners is stopped, those not asked about too
+    organizations: dict[int, str] = field(default_factory=dict)
 
     def tiers_of(self, owner_id: int) -> frozenset[Tier]:
         return frozenset(self.tiers.get(owner_id, {}))
@@ -140,7 +143,13 @@ def blocking(
     under: dict[tuple[str, object], list[tuple[int, Pause]]] = {}
     for n, p in enumerate(pauses):
         under.setdefault(_narrowest(p), []).append((n, p))
-    result = Blocking()
+    result = Blocking(
+        organizations={
+            p.organization_id: reasons[p.pk]
+            for p in reversed(pauses)  # the oldest last: it names the reason
+            if p.organization_id is not None and p.owner_id is None and p.tier is None and not p.sender_domain
+        }
+    )
     # An owner without a pause of its own is judged by its organization's pauses, its domain's
     # and the global ones alone: one verdict per (organization, sends from mailboxes), shared.
     shared: dict[tuple[int, bool], tuple[str, dict[Tier, str]]] = {}
@@ -224,16 +233,6 @@ def active_pause_scopes() -> list[PauseScope]:
     with connection.cursor() as cursor:
         cursor.execute(_ACTIVE_SCOPES)
         return cursor.fetchall()
-
-
-def whole_organizations(scopes: Iterable[PauseScope]) -> frozenset[int]:
-    """The organizations these pauses stop as a whole: every tier of every owner, whatever
-    domain it sends from."""
-    return frozenset(
-        org
-        for _, org, owner, tier, domain in scopes
-        if org is not None and owner is None and tier is None and not domain
-    )
 
 
 def job_pause(*, outreach: Outreach, scopes: list[PauseScope] | None = None) -> Pause | None:

@@ -93,7 +93,7 @@ class ActiveOwners:
     _capped: list[tuple[frozenset[str], CappedOwners]] = field(
         init=False, default_factory=list, repr=False, compare=False
     )
-    _sizes: dict[int, int] = field(init=False, default_factory=dict, repr=False, compare=False)
+    _members: dict[int, list[int]] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # read-only: the schedule remembers the distinct weights of these by identity
@@ -123,12 +123,13 @@ class ActiveOwners:
         self._capped[:] = [(key, capped)]
         return capped
 
-    def organization_size(self, organization_id: int) -> int:
-        """How many of these owners are its (counted once for every organization: they stand
-        while the active owners do)."""
-        if not self._sizes and self.owners:
-            self._sizes.update(Counter(o.organization_id for o in self.owners.values()))
-        return self._sizes.get(organization_id, 0)
+    def organization_members(self, organization_id: int) -> Sequence[int]:
+        """Its owners among these, in id order (grouped once for every organization: they
+        stand while the active owners do)."""
+        if not self._members and self.owners:
+            for owner_id in sorted(self.owners):
+                self._members.setdefault(self.owners[owner_id].organization_id, []).append(owner_id)
+        return self._members.get(organization_id, ())
 
     def of(self, owner_ids: Iterable[int]) -> list[ActiveOwner]:
         """These owners (those active among them), in id order, for admission."""

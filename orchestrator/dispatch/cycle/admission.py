@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
@@ -52,9 +52,9 @@ class Admitted:
     deferred: dict[int, str]  # owner -> why it starts no LLM work
     paused_tiers: dict[int, dict[Tier, str]]
     shared: Shared
-    # The organizations whose every owner is refused now, judged or not: paused as a whole
-    # (rule 1), or nothing of their daily spend cap left (rule 7: known for the owners judged)
-    closed: frozenset[int] = frozenset()
+    # The organizations whose every owner is refused now, judged or not, and why: paused as a
+    # whole (rule 1), or nothing of their daily spend cap left (rule 7: known for the owners judged)
+    closed: dict[int, str] = field(default_factory=dict)
 
 
 def job_pricing(costs: JobCosts) -> Callable[[int, str | None], Decimal]:
@@ -141,8 +141,10 @@ def owners_admit(
         deferred={o: d.reason for o, d in decisions.items() if d.llm <= 0},
         paused_tiers=paused.tiers,
         shared=shared,
-        closed=frozenset(org for org, left in shared.spend_left.items() if left <= 0)
-        | pauses.whole_organizations(scopes),
+        closed={
+            **{org: shared.spend_reason[org] for org, left in shared.spend_left.items() if left <= 0},
+            **paused.organizations,  # rule 1 before rule 7: its reason first
+        },
     )
 
 

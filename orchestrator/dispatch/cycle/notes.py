@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from config.redis_client import Client
-from orchestrator.dispatch.reads import queued_head, reasons_write
+from orchestrator.dispatch.reads import ActiveOwners, queued_head, reasons_write
 from outreach.models import Outreach
 from outreach.tiers import Tier
 
@@ -26,25 +26,43 @@ def deferrals_note(
     deferred: Mapping[int, str],
     paused_tiers: Mapping[int, Mapping[Tier, str]],
     judged: Collection[int] | None = None,
+    closed: Mapping[int, str] | None = None,
+    every: ActiveOwners | None = None,
 ) -> None:
     """Say on each deferred owner's (or paused tier's) next-in-line rows why they wait, only
     when the reason changed. `judged`: the owners this cycle admitted (its window, None: all);
-    the others' notes stand until a cycle judges them.
+    the others' notes stand until a cycle judges them, but for the owners of organizations
+    `closed` as a whole (admission's `Admitted.closed`: organization -> why; `every`: the
+    active owners), noted with that reason once per closing: each of them is refused whoever
+    judges it, and over a spend cap the window would not reach most of them all day.
 
     Bounded: at most NOTE_ROWS rows per owner tier, only where the reason is new since the last
     cycle, and one statement for them all (reads.reasons_write), so a morning in which every
     owner comes into its hours costs one statement, not one per owner.
     """
-    notes = {str(o): reason for o, reason in deferred.items()}
+    closing: dict[int, str] = {}
+    notes: dict[str, str] = {}
+    if judged is not None and every is not None:
+        closing = _closings(closed or {}, every=every)
+        notes = {
+            str(o): reason
+            for org, reason in closing.items()
+            for o in every.organization_members(org)
+            if o not in judged
+        }
+    notes |= {str(o): reason for o, reason in deferred.items()}
     for o, tiers in paused_tiers.items():
         notes |= {f"{o}:{int(tier)}": reason for tier, reason in tiers.items()}
     previous = _last_written(client)
     changed = {key: reason for key, reason in notes.items() if previous.get(key) != reason}
-    # An owner's reason goes on the head of each of its tiers, but a paused tier keeps its own.
+    # An owner's reason goes on the head of each of its tiers, but a paused tier keeps its own
+    # (for an owner not judged, the one it last had).
     writes: dict[tuple[int, int], str] = {}
+    either = notes.keys() | previous.keys() if closing else notes.keys()
     for key, reason in changed.items():
         owner_id, _, tier = key.partition(":")
-        heads = [int(tier)] if tier else [int(t) for t in Tier if f"{owner_id}:{int(t)}" not in notes]
+        kept = notes if judged is None or int(owner_id) in judged else either
+        heads = [int(tier)] if tier else [int(t) for t in Tier if f"{owner_id}:{int(t)}" not in kept]
         writes |= {(int(owner_id), t): reason for t in heads}
     reasons_write(reasons=writes, rows_each=NOTE_ROWS)
     # What changed, not the whole map again: a tier paused everywhere is one key per owner.
@@ -67,6 +85,29 @@ def deferrals_note(
         pipe.execute()
         written = {k: v for k, v in previous.items() if k not in removed} | changed
         _written.version, _written.notes = version.encode(), written
+    _closed.noted |= closing
+
+
+@dataclass(slots=True)
+class _Closed:
+    """The organizations closed as a whole whose owners this process noted, and with what
+    reason, among which active owners (`ActiveOwners`, by identity: owners added since are
+    noted again with the rest)."""
+
+    owners: object = None
+    noted: dict[int, str] = field(default_factory=dict)
+
+
+_closed = _Closed()
+
+
+def _closings(closed: Mapping[int, str], *, every: ActiveOwners | None) -> dict[int, str]:
+    """The organizations closed now whose owners are not noted with this reason yet: one
+    mapping compare a cycle once they are."""
+    if _closed.owners is not every:
+        _closed.owners, _closed.noted = every, {}
+    _closed.noted = {org: reason for org, reason in _closed.noted.items() if closed.get(org) == reason}
+    return {org: reason for org, reason in closed.items() if _closed.noted.get(org) != reason}
 
 
 @dataclass(slots=True)

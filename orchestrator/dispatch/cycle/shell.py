@@ -171,6 +171,8 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             deferred=report.deferred,
             paused_tiers=admitted.paused_tiers,
             judged=window.loaded,
+            closed=admitted.closed,
+            every=every,
         )
         paused_tiers = {owner_id: frozenset(tiers) for owner_id, tiers in admitted.paused_tiers.items()}
         laps.lap("admission")
@@ -204,7 +206,9 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             # where the owners left out begin, and whether admission could admit them
             window=None
             if window.complete
-            else left_out_window(window, ready=ready, every=every, capped=capped, closed=admitted.closed),
+            else left_out_window(
+                window, ready=ready, every=every, capped=capped, closed=admitted.closed.keys()
+            ),
             llm_in_flight=in_flight,
         )
         laps.lap("select", less_ms=generation.claim_ms)

@@ -232,7 +232,11 @@ def left_out_window(
     ungrouped_out = (
         len(every.owners)
         - sum(len(owners) for owners in capped.members.values())
-        - sum(every.organization_size(org) for org in closed if organization_scope(org) not in capped.members)
+        - sum(
+            len(every.organization_members(org))
+            for org in closed
+            if organization_scope(org) not in capped.members
+        )
         - sum(1 for o in loaded if o in every.owners and open_ungrouped(o))
     )
     for tier in Tier:

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from devtools.bulk import SPREAD, rows_clone
 from orchestrator.budget import Budget, Limits, Reservation, SendRules
+from orchestrator.controls.spend import spend_cap_reason
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle, window
 from orchestrator.dispatch.cycle.cursor_state import LEADS_KEY, cursor_read
@@ -820,6 +821,34 @@ def test_owners_no_admission_could_admit_are_left_outside_the_window_unjudged(
         # out, none could be picked (until 2026-12-07 it did, every such cycle: at 10,000 owners
         # 589.8 and 594.3 ms instead of 76.8 and 66.8, bench/dispatch.py)
         assert (windowed.judged, windowed.windows) == (64, 1)
+
+
+@pytest.mark.parametrize("closing", ["over-spend-cap", "paused"])
+def test_an_organization_closed_as_a_whole_has_every_owners_rows_say_why_once(
+    closing: str, budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given 300 owners of an organization with nothing of its daily spend cap left, or paused
+    # as a whole, two intros queued each, and cycles of 20 slots (a window of 64 owners)
+    settings.DISPATCH_MAX_IN_FLIGHT = 20
+    org = make_org(daily_spend_cap=Decimal(0) if closing == "over-spend-cap" else None)
+    owners = make_owners(300, organization=org, daily_limit=100)
+    _two_intros_each(owners)
+    if closing == "paused":
+        reason = Pause.objects.create(organization=org, reason="contract renewal").blocked_reason()
+    else:
+        reason = spend_cap_reason(Decimal(0))
+    # when a cycle runs over its window
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then every owner's rows say why they wait, not only the 64 owners it judged (their
+    # notes would stand until a cycle judged them: all day, over a spend cap)
+    assert (report.judged, report.generation) == (64, [])
+    queued = Outreach.objects.filter(owner__organization=org, state=State.QUEUED)
+    assert queued.count() == 600
+    assert set(queued.values_list("blocked_reason", flat=True)) == {reason}
+    # and the next cycle writes no reason again
+    with CaptureQueriesContext(connection) as queries:
+        _cycle(budget, django_capture_on_commit_callbacks)
+    assert not [q["sql"] for q in queries.captured_queries if "blocked_reason" in q["sql"]]
 
 
 def _sending_at_the_back(settings: Any) -> list[Owner]:
