@@ -94,6 +94,7 @@ class ActiveOwners:
         init=False, default_factory=list, repr=False, compare=False
     )
     _members: dict[int, list[int]] = field(init=False, default_factory=dict, repr=False, compare=False)
+    _on_domain: dict[str, list[int]] = field(init=False, default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # read-only: the schedule remembers the distinct weights of these by identity
@@ -130,6 +131,15 @@ class ActiveOwners:
             for owner_id in sorted(self.owners):
                 self._members.setdefault(self.owners[owner_id].organization_id, []).append(owner_id)
         return self._members.get(organization_id, ())
+
+    def domain_members(self, domain: str) -> Sequence[int]:
+        """Its owners among these without a mailbox of their own (they send from their
+        organization's sender `domain`), in id order; grouped once, as `organization_members`."""
+        if not self._on_domain and self.owners:
+            for owner_id in sorted(self.owners):
+                if owner_id not in self.mailboxes:
+                    self._on_domain.setdefault(self.owners[owner_id].sender_domain, []).append(owner_id)
+        return self._on_domain.get(domain, ())
 
     def of(self, owner_ids: Iterable[int]) -> list[ActiveOwner]:
         """These owners (those active among them), in id order, for admission."""

@@ -44,6 +44,41 @@ RESELECT_ROUNDS = 3
 
 
 @dataclass(frozen=True)
+class Closed:
+    """Who admission refuses whoever judges them, and why: the owners of the organizations
+    `paused` as a whole (rule 1) or `spent` (nothing of their daily spend cap left: rule 7),
+    and the owners without a mailbox of their own whose organization sends from one of
+    `domains`, whose day is reached (rule 6). The spend and the domains' days are known for
+    those of the owners judged."""
+
+    paused: Mapping[int, str] = field(default_factory=dict)
+    spent: Mapping[int, str] = field(default_factory=dict)
+    domains: Mapping[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.paused or self.spent or self.domains)
+
+    def key(self) -> tuple[frozenset[int], frozenset[int], frozenset[str]]:
+        """Which are closed, whatever the reasons' words."""
+        return frozenset(self.paused), frozenset(self.spent), frozenset(self.domains)
+
+    def entries(self) -> dict[tuple[str, object], str]:
+        """Each closing, ("paused" | "spent", organization id) or ("domain", domain), and its reason."""
+        return {
+            **{("paused", org): r for org, r in self.paused.items()},
+            **{("spent", org): r for org, r in self.spent.items()},
+            **{("domain", d): r for d, r in self.domains.items()},
+        }
+
+    def reasons(self, every: reads.ActiveOwners) -> dict[int, str]:
+        """Each closed owner among `every`, with the reason of the first rule that refuses it."""
+        found = {o: reason for org, reason in self.spent.items() for o in every.organization_members(org)}
+        found |= {o: reason for domain, reason in self.domains.items() for o in every.domain_members(domain)}
+        found |= {o: reason for org, reason in self.paused.items() for o in every.organization_members(org)}
+        return found
+
+
+@dataclass(frozen=True)
 class Admitted:
     """The cycle's admission of its owners."""
 
@@ -52,9 +87,7 @@ class Admitted:
     deferred: dict[int, str]  # owner -> why it starts no LLM work
     paused_tiers: dict[int, dict[Tier, str]]
     shared: Shared
-    # The organizations whose every owner is refused now, judged or not, and why: paused as a
-    # whole (rule 1), or nothing of their daily spend cap left (rule 7: known for the owners judged)
-    closed: dict[int, str] = field(default_factory=dict)
+    closed: Closed = field(default_factory=Closed)  # owners refused now, judged or not
 
 
 def job_pricing(costs: JobCosts) -> Callable[[int, str | None], Decimal]:
@@ -141,10 +174,11 @@ def owners_admit(
         deferred={o: d.reason for o, d in decisions.items() if d.llm <= 0},
         paused_tiers=paused.tiers,
         shared=shared,
-        closed={
-            **{org: shared.spend_reason[org] for org, left in shared.spend_left.items() if left <= 0},
-            **paused.organizations,  # rule 1 before rule 7: its reason first
-        },
+        closed=Closed(
+            paused=paused.organizations,
+            spent={org: shared.spend_reason[org] for org, left in shared.spend_left.items() if left <= 0},
+            domains={d: shared.domain_reason[d] for d, room in shared.domain_room.items() if room <= 0},
+        ),
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from config.redis_client import Client
+from orchestrator.dispatch.cycle.admission import Closed
 from orchestrator.dispatch.reads import ActiveOwners, queued_head, reasons_write
 from outreach.models import Outreach
 from outreach.tiers import Tier
@@ -26,30 +27,27 @@ def deferrals_note(
     deferred: Mapping[int, str],
     paused_tiers: Mapping[int, Mapping[Tier, str]],
     judged: Collection[int] | None = None,
-    closed: Mapping[int, str] | None = None,
+    closed: Closed | None = None,
     every: ActiveOwners | None = None,
 ) -> None:
     """Say on each deferred owner's (or paused tier's) next-in-line rows why they wait, only
     when the reason changed. `judged`: the owners this cycle admitted (its window, None: all);
-    the others' notes stand until a cycle judges them, but for the owners of organizations
-    `closed` as a whole (admission's `Admitted.closed`: organization -> why; `every`: the
-    active owners), noted with that reason once per closing: each of them is refused whoever
-    judges it, and over a spend cap the window would not reach most of them all day.
+    the others' notes stand until a cycle judges them, but for the `closed` owners (admission's
+    `Admitted.closed`, among `every`, the active owners), noted with their reason once per
+    closing: each of them is refused whoever judges it, and over a spend cap or a domain's day
+    the window would not reach most of them all day.
 
     Bounded: at most NOTE_ROWS rows per owner tier, only where the reason is new since the last
     cycle, and one statement for them all (reads.reasons_write), so a morning in which every
     owner comes into its hours costs one statement, not one per owner.
     """
-    closing: dict[int, str] = {}
+    closed = closed or Closed()
+    closing: dict[tuple[str, object], str] = {}
     notes: dict[str, str] = {}
     if judged is not None and every is not None:
-        closing = _closings(closed or {}, every=every)
-        notes = {
-            str(o): reason
-            for org, reason in closing.items()
-            for o in every.organization_members(org)
-            if o not in judged
-        }
+        closing = _closings(closed, every=every)
+        if closing:
+            notes = {str(o): reason for o, reason in closed.reasons(every).items() if o not in judged}
     notes |= {str(o): reason for o, reason in deferred.items()}
     for o, tiers in paused_tiers.items():
         notes |= {f"{o}:{int(tier)}": reason for tier, reason in tiers.items()}
@@ -90,24 +88,25 @@ def deferrals_note(
 
 @dataclass(slots=True)
 class _Closed:
-    """The organizations closed as a whole whose owners this process noted, and with what
-    reason, among which active owners (`ActiveOwners`, by identity: owners added since are
-    noted again with the rest)."""
+    """The closings this process noted, with their reasons (`Closed.entries`), among which
+    active owners (`ActiveOwners`, by identity: owners added since are noted again with the rest)."""
 
     owners: object = None
-    noted: dict[int, str] = field(default_factory=dict)
+    noted: dict[tuple[str, object], str] = field(default_factory=dict)
 
 
 _closed = _Closed()
 
 
-def _closings(closed: Mapping[int, str], *, every: ActiveOwners | None) -> dict[int, str]:
-    """The organizations closed now whose owners are not noted with this reason yet: one
-    mapping compare a cycle once they are."""
+def _closings(closed: Closed, *, every: ActiveOwners) -> dict[tuple[str, object], str]:
+    """The closings now not noted with their reason yet (all of them when any is new: each
+    owner's reason is the first rule's of those that close it); one mapping compare a cycle
+    once they are."""
     if _closed.owners is not every:
         _closed.owners, _closed.noted = every, {}
-    _closed.noted = {org: reason for org, reason in _closed.noted.items() if closed.get(org) == reason}
-    return {org: reason for org, reason in closed.items() if _closed.noted.get(org) != reason}
+    entries = closed.entries()
+    _closed.noted = {k: reason for k, reason in _closed.noted.items() if entries.get(k) == reason}
+    return entries if any(_closed.noted.get(k) != reason for k, reason in entries.items()) else {}
 
 
 @dataclass(slots=True)

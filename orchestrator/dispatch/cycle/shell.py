@@ -206,9 +206,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             # where the owners left out begin, and whether admission could admit them
             window=None
             if window.complete
-            else left_out_window(
-                window, ready=ready, every=every, capped=capped, closed=admitted.closed.keys()
-            ),
+            else left_out_window(window, ready=ready, every=every, capped=capped, closed=admitted.closed),
             llm_in_flight=in_flight,
         )
         laps.lap("select", less_ms=generation.claim_ms)

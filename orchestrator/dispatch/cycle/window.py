@@ -21,8 +21,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orchestrator.budget.values import organization_scope
 from orchestrator.dispatch import reads
+from orchestrator.dispatch.cycle.admission import Closed
 from orchestrator.dispatch.selection import Cursor, Pick, RoundOrder, Window, round_order
 from outreach.tiers import Tier
 
@@ -213,30 +213,26 @@ def left_out_window(
     ready: ReadyWork,
     every: reads.ActiveOwners,
     capped: reads.CappedOwners,
-    closed: AbstractSet[int],
+    closed: Closed,
 ) -> Window:
     """The window's `Window` for the selection, with the budget groups of the active owners it
-    left out that admission could admit (`Window.left_out_groups`): those of organizations
-    `closed` (every owner refused: admission's `Admitted.closed`) are not, whoever judged them,
-    so they count for nothing. None when one left out in no group, of an organization not
-    closed, has ready work or may have (not asked about). The owners in no group are counted,
-    not listed: O(loaded + asked), not O(active owners)."""
+    left out that admission could admit (`Window.left_out_groups`): the `closed` owners
+    (admission's `Admitted.closed`) are refused whoever judged them, so they count for nothing.
+    None when one left out in no group, not closed, has ready work or may have (not asked
+    about). The owners are counted, not listed: O(loaded + asked) a cycle, and O(closed owners)
+    once per closing."""
     if window.complete or not (capped.scopes or closed):
         return window.window
     groups, loaded = capped.scopes, window.loaded
-    shut = {organization_scope(org) for org in closed}
+    shut = _shut(closed, every=every, capped=capped)
 
     def open_ungrouped(owner: int) -> bool:
-        return owner not in groups and every.owners[owner].organization_id not in closed
+        return owner not in groups and owner not in shut.owners
 
     ungrouped_out = (
         len(every.owners)
         - sum(len(owners) for owners in capped.members.values())
-        - sum(
-            len(every.organization_members(org))
-            for org in closed
-            if organization_scope(org) not in capped.members
-        )
+        - shut.ungrouped
         - sum(1 for o in loaded if o in every.owners and open_ungrouped(o))
     )
     for tier in Tier:
@@ -252,15 +248,45 @@ def left_out_window(
         )
         if ungrouped_out - idle > 0:
             return window.window
-    loaded_of: Counter[str] = Counter(groups[o] for o in loaded if o in groups)
+    # Per group, its owners neither loaded nor closed.
+    loaded_of: Counter[str] = Counter(groups[o] for o in loaded if o in groups and o not in shut.owners)
     return Window(
         left_out=window.window.left_out,
         left_out_groups=frozenset(
             group
             for group, owners in capped.members.items()
-            if group not in shut and len(owners) > loaded_of[group]
+            if len(owners) - shut.of_group[group] - loaded_of[group] > 0
         ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Shut:
+    """The closed owners among the active ones, and how many of them are in no budget group
+    and in each group."""
+
+    owners: frozenset[int]
+    ungrouped: int
+    of_group: Counter[str]
+
+
+_shut_last: list[tuple[reads.ActiveOwners, reads.CappedOwners, tuple[object, ...], _Shut]] = []
+
+
+def _shut(closed: Closed, *, every: reads.ActiveOwners, capped: reads.CappedOwners) -> _Shut:
+    """`closed`'s owners among `every` (`Closed.reasons`), counted: made once per closing and
+    set of active owners (the last answer kept: a closing stands for hours)."""
+    key = closed.key()
+    if _shut_last and _shut_last[0][0] is every and _shut_last[0][1] is capped and _shut_last[0][2] == key:
+        return _shut_last[0][3]
+    owners = frozenset(closed.reasons(every))
+    shut = _Shut(
+        owners=owners,
+        ungrouped=sum(1 for o in owners if o not in capped.scopes),
+        of_group=Counter(capped.scopes[o] for o in owners if o in capped.scopes),
+    )
+    _shut_last[:] = [(every, capped, key, shut)]
+    return shut
 
 
 def _probes(tier: Tier, size: int) -> int:

@@ -774,19 +774,56 @@ def test_a_domains_day_holds_a_cycle_to_the_room_its_work_in_flight_leaves(
     }
 
 
-@pytest.mark.parametrize(
-    "caps",
-    [
-        {"llm_rpm": 12, "llm_tpm": 90_000_000},
-        {"daily_spend_cap": Decimal(0)},
-        {"daily_spend_cap": Decimal(0), "llm_rpm": 90_000, "llm_tpm": 90_000_000},
-        {"paused": True},
-    ],
-    ids=["llm-cap-binding", "over-spend-cap", "over-spend-cap-with-llm-cap", "paused"],
-)
+CLOSINGS = [
+    "llm-cap-binding",
+    "over-spend-cap",
+    "over-spend-cap-with-llm-cap",
+    "paused",
+    "domain-day-reached",
+]
+
+
+def _closed_organization(closing: str, *, budget: Budget, settings: Any, others: int = 0) -> tuple[Any, str]:
+    """300 owners of an organization (sender domain acme.example) with two intros queued
+    each, cycles of 20 slots (a window of 64 owners), and `closing`: its own LLM cap (a budget
+    group) fitting a few outreach now; nothing of its daily spend cap left (a cap of $0),
+    without or with its own LLM cap; paused as a whole; or its sender domain's day reached (5
+    a day, its last 5 owners' first intros on their way out). Then `others` owners of another
+    organization and domain with two intros each. Returns the organization and the reason its
+    owners' rows should give (none for the LLM cap: their picks are only fewer)."""
+    settings.DISPATCH_MAX_IN_FLIGHT = 20
+    by_closing: dict[str, dict[str, Any]] = {
+        "llm-cap-binding": {"llm_rpm": 12, "llm_tpm": 90_000_000},
+        "over-spend-cap": {"daily_spend_cap": Decimal(0)},
+        "over-spend-cap-with-llm-cap": {
+            "daily_spend_cap": Decimal(0),
+            "llm_rpm": 90_000,
+            "llm_tpm": 90_000_000,
+        },
+    }
+    org = make_org(sender_email="sales@acme.example", **by_closing.get(closing, {}))
+    owners = make_owners(300, organization=org, daily_limit=100)
+    _two_intros_each(owners + make_owners(others, organization=make_org(sender_email="hi@other.example")))
+    reason = spend_cap_reason(Decimal(0)) if "spend" in closing else ""
+    if closing == "paused":
+        reason = Pause.objects.create(organization=org, reason="contract renewal").blocked_reason()
+    if closing == "domain-day-reached":
+        budget.send_rules = SendRules(domain_daily=5)
+        firsts = [
+            Outreach.objects.filter(owner=o).order_by("id").values_list("id", flat=True)[0]
+            for o in owners[-5:]
+        ]
+        Outreach.objects.filter(pk__in=firsts).update(
+            state=State.SENDING, draft_subject="Hello", draft_body="Hi"
+        )
+        reason = "sender domain acme.example: 5/day reached, resumes 00:00 UTC"
+    return org, reason
+
+
+@pytest.mark.parametrize("closing", CLOSINGS)
 @pytest.mark.parametrize("others", [0, 40], ids=["alone", "others-at-the-back"])
 def test_owners_no_admission_could_admit_are_left_outside_the_window_unjudged(
-    caps: dict[str, Any],
+    closing: str,
     others: int,
     budget: Budget,
     redis_client: redis.Redis,
@@ -794,25 +831,17 @@ def test_owners_no_admission_could_admit_are_left_outside_the_window_unjudged(
     django_capture_on_commit_callbacks: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # given 300 owners of an organization whose own LLM cap (a budget group) fits a few
-    # outreach now, or with nothing of its daily spend cap left (a cap of $0; in the third case
-    # also a budget group), or paused as a whole; two intros queued each, cycles of 20 slots (a
-    # window of 64 owners); and, in the others' case, 40 owners of another organization after
-    # them with two intros each
-    settings.DISPATCH_MAX_IN_FLIGHT = 20
-    org = make_org(**{k: v for k, v in caps.items() if k != "paused"})
-    if caps.get("paused"):
-        Pause.objects.create(organization=org, reason="contract renewal")
-    capped = make_owners(300, organization=org, daily_limit=100)
-    _two_intros_each(capped + make_owners(others, organization=make_org(), daily_limit=100))
+    # given 300 owners of an organization its LLM cap, spend cap, pause or sender domain's day
+    # closes (_closed_organization), and in the others' case 40 owners of another after them
+    _closed_organization(closing, budget=budget, settings=settings, others=others)
     # when a cycle runs over its window, and again from the same cursor judging every owner
     windowed, full = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
-    # then both picked the same (_windowed_and_full): the others filled the slots, or alone
-    # the organization's LLM cap took a few, its spend cap or its pause none
+    # then both picked the same (_windowed_and_full): the others filled the slots (their own
+    # domain's day too is 5), or alone the organization's LLM cap took a few, the others none
     assert full.judged == 300 + others
     if others:
-        assert len(windowed.picks) == 20
-    elif "llm_rpm" in caps and "daily_spend_cap" not in caps:
+        assert len(windowed.picks) == (5 if closing == "domain-day-reached" else 20)
+    elif closing == "llm-cap-binding":
         assert 0 < len(windowed.picks) < 20
     else:
         assert not windowed.picks
@@ -823,27 +852,19 @@ def test_owners_no_admission_could_admit_are_left_outside_the_window_unjudged(
         assert (windowed.judged, windowed.windows) == (64, 1)
 
 
-@pytest.mark.parametrize("closing", ["over-spend-cap", "paused"])
-def test_an_organization_closed_as_a_whole_has_every_owners_rows_say_why_once(
+@pytest.mark.parametrize("closing", [c for c in CLOSINGS if c != "llm-cap-binding"])
+def test_a_closed_organizations_owners_rows_all_say_why_once(
     closing: str, budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    # given 300 owners of an organization with nothing of its daily spend cap left, or paused
-    # as a whole, two intros queued each, and cycles of 20 slots (a window of 64 owners)
-    settings.DISPATCH_MAX_IN_FLIGHT = 20
-    org = make_org(daily_spend_cap=Decimal(0) if closing == "over-spend-cap" else None)
-    owners = make_owners(300, organization=org, daily_limit=100)
-    _two_intros_each(owners)
-    if closing == "paused":
-        reason = Pause.objects.create(organization=org, reason="contract renewal").blocked_reason()
-    else:
-        reason = spend_cap_reason(Decimal(0))
+    # given 300 owners of an organization its spend cap, pause or sender domain's day closes
+    org, reason = _closed_organization(closing, budget=budget, settings=settings)
     # when a cycle runs over its window
     report = _cycle(budget, django_capture_on_commit_callbacks)
     # then every owner's rows say why they wait, not only the 64 owners it judged (their
-    # notes would stand until a cycle judged them: all day, over a spend cap)
+    # notes would stand until a cycle judged them: all day, over a spend cap or a domain's day)
     assert (report.judged, report.generation) == (64, [])
     queued = Outreach.objects.filter(owner__organization=org, state=State.QUEUED)
-    assert queued.count() == 600
+    assert queued.count() == (595 if closing == "domain-day-reached" else 600)
     assert set(queued.values_list("blocked_reason", flat=True)) == {reason}
     # and the next cycle writes no reason again
     with CaptureQueriesContext(connection) as queries:
