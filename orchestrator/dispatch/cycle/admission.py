@@ -47,9 +47,9 @@ RESELECT_ROUNDS = 3
 class Closed:
     """Who admission refuses whoever judges them, and why: the owners of the organizations
     `paused` as a whole (rule 1) or `spent` (nothing of their daily spend cap left: rule 7),
-    and the owners without a mailbox of their own whose organization sends from one of
-    `domains`, whose day is reached (rule 6). The spend and the domains' days are known for
-    those of the owners judged."""
+    and the owners whose mail leaves only from `domains`, whose day is reached (rule 6): from
+    their organization's sender domain (no mailbox of their own), or from mailboxes all on
+    such domains. The spend and the domains' days are known for those of the owners judged."""
 
     paused: Mapping[int, str] = field(default_factory=dict)
     spent: Mapping[int, str] = field(default_factory=dict)
@@ -74,6 +74,12 @@ class Closed:
         """Each closed owner among `every`, with the reason of the first rule that refuses it."""
         found = {o: reason for org, reason in self.spent.items() for o in every.organization_members(org)}
         found |= {o: reason for domain, reason in self.domains.items() for o in every.domain_members(domain)}
+        if self.domains:
+            for owner_id, boxes in every.mailboxes.items():
+                # Its usable mailboxes' domains are some of these (rule 6 names the first).
+                domains = sorted({box.domain for box in boxes})
+                if domains and all(d in self.domains for d in domains):
+                    found[owner_id] = self.domains[domains[0]]
         found |= {o: reason for org, reason in self.paused.items() for o in every.organization_members(org)}
         return found
 

@@ -25,7 +25,15 @@ from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
 from outreach.models import Lead, Outreach, OutreachEvent, Owner, State
 from outreach.tiers import Tier
-from tests.factories import make_draft, make_lead, make_org, make_outreach, make_owner, make_owners
+from tests.factories import (
+    make_draft,
+    make_lead,
+    make_mailbox,
+    make_org,
+    make_outreach,
+    make_owner,
+    make_owners,
+)
 from tests.faults.helpers import outreach_table_locked
 from tests.subprocesses import claim_overlapping, run_cycles
 
@@ -780,6 +788,7 @@ CLOSINGS = [
     "over-spend-cap-with-llm-cap",
     "paused",
     "domain-day-reached",
+    "mailbox-domain-day-reached",
 ]
 
 
@@ -788,7 +797,8 @@ def _closed_organization(closing: str, *, budget: Budget, settings: Any, others:
     each, cycles of 20 slots (a window of 64 owners), and `closing`: its own LLM cap (a budget
     group) fitting a few outreach now; nothing of its daily spend cap left (a cap of $0),
     without or with its own LLM cap; paused as a whole; or its sender domain's day reached (5
-    a day, its last 5 owners' first intros on their way out). Then `others` owners of another
+    a day, its last 5 owners' first intros on their way out), or that of the domain of the team
+    mailbox they all send from (boxes.example). Then `others` owners of another
     organization and domain with two intros each. Returns the organization and the reason its
     owners' rows should give (none for the LLM cap: their picks are only fewer)."""
     settings.DISPATCH_MAX_IN_FLIGHT = 20
@@ -807,7 +817,9 @@ def _closed_organization(closing: str, *, budget: Budget, settings: Any, others:
     reason = spend_cap_reason(Decimal(0)) if "spend" in closing else ""
     if closing == "paused":
         reason = Pause.objects.create(organization=org, reason="contract renewal").blocked_reason()
-    if closing == "domain-day-reached":
+    if closing == "mailbox-domain-day-reached":
+        make_mailbox(owners[0], "team@boxes.example", cap=10_000).owners.add(*owners[1:])
+    if closing.endswith("domain-day-reached"):
         budget.send_rules = SendRules(domain_daily=5)
         firsts = [
             Outreach.objects.filter(owner=o).order_by("id").values_list("id", flat=True)[0]
@@ -816,7 +828,8 @@ def _closed_organization(closing: str, *, budget: Budget, settings: Any, others:
         Outreach.objects.filter(pk__in=firsts).update(
             state=State.SENDING, draft_subject="Hello", draft_body="Hi"
         )
-        reason = "sender domain acme.example: 5/day reached, resumes 00:00 UTC"
+        domain = "boxes.example" if closing.startswith("mailbox") else "acme.example"
+        reason = f"sender domain {domain}: 5/day reached, resumes 00:00 UTC"
     return org, reason
 
 
@@ -840,7 +853,7 @@ def test_owners_no_admission_could_admit_are_left_outside_the_window_unjudged(
     # domain's day too is 5), or alone the organization's LLM cap took a few, the others none
     assert full.judged == 300 + others
     if others:
-        assert len(windowed.picks) == (5 if closing == "domain-day-reached" else 20)
+        assert len(windowed.picks) == (5 if closing.endswith("domain-day-reached") else 20)
     elif closing == "llm-cap-binding":
         assert 0 < len(windowed.picks) < 20
     else:
@@ -864,7 +877,7 @@ def test_a_closed_organizations_owners_rows_all_say_why_once(
     # notes would stand until a cycle judged them: all day, over a spend cap or a domain's day)
     assert (report.judged, report.generation) == (64, [])
     queued = Outreach.objects.filter(owner__organization=org, state=State.QUEUED)
-    assert queued.count() == (595 if closing == "domain-day-reached" else 600)
+    assert queued.count() == (595 if closing.endswith("domain-day-reached") else 600)
     assert set(queued.values_list("blocked_reason", flat=True)) == {reason}
     # and the next cycle writes no reason again
     with CaptureQueriesContext(connection) as queries:
