@@ -299,3 +299,34 @@ def test_a_spend_cap_counts_work_in_flight_at_its_learned_cost_not_the_configure
     assert llm_stub.requests == []
     rows = Outreach.objects.filter(id__in=queued)
     assert all("daily spend cap $5.00 reached" in row.blocked_reason for row in rows)
+
+
+def test_a_closed_owner_gets_the_reason_of_the_first_rule_that_closes_it() -> None:
+    # given an organization paused and over its spend cap, another over its spend cap sending
+    # from acme.example, whose day is reached, and a third not closed itself
+    from orchestrator.dispatch.cycle.admission import Closed
+    from orchestrator.dispatch.reads import active_owners
+
+    paused, spent, free = (
+        make_org(sender_email=f"hi@{d}") for d in ("acme.example",) * 2 + ("free.example",)
+    )
+    a = make_owner(organization=paused)
+    b = make_owner(organization=spent)  # no mailbox: sends from acme.example
+    c = make_owner(organization=spent)
+    make_mailbox(c, "c@other.example")  # sends from other.example only
+    d = make_owner(organization=free)
+    make_mailbox(d, "d@acme.example")  # every mailbox on acme.example
+    e = make_owner(organization=free)  # not closed
+    make_mailbox(e, "e1@acme.example")
+    make_mailbox(e, "e2@other.example")  # one mailbox on an open domain
+    make_owner(organization=free)  # sends from free.example: not closed
+    closed = Closed(
+        paused={paused.pk: "paused"},
+        spent={paused.pk: "spent", spent.pk: "spent"},
+        domains={"acme.example": "domain"},
+    )
+    # when each closed owner's reason is asked
+    reasons = closed.reasons(active_owners())
+    # then each gets its first closing rule's (pause 1, domain 6, spend 7), and an owner with
+    # a way out (a mailbox on an open domain, its own open sender domain) is not closed
+    assert reasons == {a.pk: "paused", b.pk: "domain", c.pk: "spent", d.pk: "domain"}
