@@ -112,7 +112,7 @@ def smoke_problems(*, counts: tuple[int, int, int, int], rows: int) -> list[str]
 
 def measure(*, args: argparse.Namespace) -> tuple[int, int, int, int]:
     """Load, time, re-load; leads and outreach after the load and after the re-run."""
-    django_start(env=django_env(database_url=database_for(name=DB_NAME), redis_url=redis_for(db=14)))
+    django_start(env=django_env(database_url=database_for(name=DB_NAME), redis_url=redis_for(db=11)))
     from outreach.models import Lead, Outreach
 
     _owners(args.owners)

@@ -7,7 +7,7 @@
 For each depth it fills a scratch database (outreach_bench) with that many QUEUED intro rows
 spread over the owners, runs warm-up cycles (enough for its window to judge every owner once:
 `_warm_up`), then times cycles of `slots` picks (select, reserve, claim, enqueue to Redis
-db 14), putting the claimed rows back to QUEUED between cycles
+db 11), putting the claimed rows back to QUEUED between cycles
 (untimed) so the depth stays constant, and emptying the budget and the broker's queues but not
 the dispatcher's own state (its cursor, the waiting reasons it last wrote: kept from cycle to
 cycle as in production; until 2026-11-27 the bench reset them too, so each cycle rewrote every
@@ -465,7 +465,7 @@ def main() -> None:
 
 
 def _run(*, args: argparse.Namespace) -> list[Measured]:
-    django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=14)))
+    django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=11)))
     # The cycle runs in this process: set up as the orchestrator worker's child sets up its own
     # (Django's DEBUG off as there: bench.stack's set-up).
     from config.collector import collector_settle

@@ -7,7 +7,7 @@ can import this module. Nothing here runs at import: importing a bench (a test d
 its figure functions) must not point this process at a scratch database.
 
     url = database_for(name="outreach_bench")
-    django_start(env=django_env(database_url=url, redis_url=redis_for(db=14)))
+    django_start(env=django_env(database_url=url, redis_url=redis_for(db=11)))
 
 Every bench has a smoke mode (`--smoke`: tiny sizes, seconds, the same code path; tests/bench
 runs them in CI). A smoke run keeps to stores of its own (`smoke_stores`): its databases are
