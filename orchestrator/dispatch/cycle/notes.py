@@ -19,6 +19,10 @@ DEFERRED_KEY = "orchestrator:dispatch:deferred"  # owner id -> reason last writt
 DEFERRED_VERSION_KEY = DEFERRED_KEY + ":version"  # a new token at each write of it
 LLM_BLOCKED_KEY = "orchestrator:dispatch:llm_blocked"  # the fault last written on waiting rows
 NOTE_ROWS = 50  # a deferred owner's reason goes on this many of each tier's next rows
+# A closed owner no cycle judged gets its reason on its next row of each tier only: a closing
+# notes every owner of an organization or domain at once, and 50 rows of each of 10,000 owners
+# was one 19-second statement (bench/dispatch.py --spend-cap 0, 2026-12-07); its first row, 1.
+CLOSED_NOTE_ROWS = 1
 
 
 def deferrals_note(
@@ -56,13 +60,16 @@ def deferrals_note(
     # An owner's reason goes on the head of each of its tiers, but a paused tier keeps its own
     # (for an owner not judged, the one it last had).
     writes: dict[tuple[int, int], str] = {}
+    unjudged: dict[tuple[int, int], str] = {}  # closed owners no cycle judged: their first rows
     either = notes.keys() | previous.keys() if closing else notes.keys()
     for key, reason in changed.items():
         owner_id, _, tier = key.partition(":")
-        kept = notes if judged is None or int(owner_id) in judged else either
+        seen = judged is None or int(owner_id) in judged
+        kept = notes if seen else either
         heads = [int(tier)] if tier else [int(t) for t in Tier if f"{owner_id}:{int(t)}" not in kept]
-        writes |= {(int(owner_id), t): reason for t in heads}
+        (writes if seen else unjudged).update({(int(owner_id), t): reason for t in heads})
     reasons_write(reasons=writes, rows_each=NOTE_ROWS)
+    reasons_write(reasons=unjudged, rows_each=CLOSED_NOTE_ROWS)
     # What changed, not the whole map again: a tier paused everywhere is one key per owner.
     # Only the judged owners' keys can go (the map holds up to one per owner and tier).
     suffixes = [f":{int(t)}" for t in Tier]  # each judged owner's keys: "7", "7:1", "7:2", "7:3"
