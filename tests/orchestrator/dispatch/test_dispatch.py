@@ -195,6 +195,35 @@ def test_a_cycle_reads_the_reasons_back_only_when_another_wrote_them_since(
     assert redis_client.hget(DEFERRED_KEY, str(owner.pk)) == reason
 
 
+def test_a_judged_owners_notes_that_stand_no_more_leave_the_map_and_the_others_stay(
+    redis_client: redis.Redis,
+) -> None:
+    # given two deferred owners, the first with its nudges paused too
+    from orchestrator.dispatch.cycle.notes import DEFERRED_KEY, DEFERRED_VERSION_KEY, deferrals_note
+
+    a, b = make_owner(), make_owner()
+
+    def stored() -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in redis_client.hgetall(DEFERRED_KEY).items()}
+
+    deferrals_note(
+        client=redis_client,
+        deferred={a.pk: "outside hours", b.pk: "limit reached"},
+        paused_tiers={a.pk: {Tier.NUDGE: "nudges paused"}},
+    )
+    assert stored() == {str(a.pk): "outside hours", f"{a.pk}:3": "nudges paused", str(b.pk): "limit reached"}
+    # when a cycle that judged only the first finds its nudges resumed, its tier's note goes
+    # and the owner not judged keeps its own
+    deferrals_note(client=redis_client, deferred={a.pk: "outside hours"}, paused_tiers={}, judged={a.pk})
+    assert stored() == {str(a.pk): "outside hours", str(b.pk): "limit reached"}
+    # and when another writer gave the first a tier's note and the map a new version, the next
+    # cycle reads the map whole and clears every note of the first that stands no more
+    redis_client.hset(DEFERRED_KEY, f"{a.pk}:2", "another writer's")
+    redis_client.set(DEFERRED_VERSION_KEY, "another writer's")
+    deferrals_note(client=redis_client, deferred={}, paused_tiers={}, judged={a.pk})
+    assert stored() == {str(b.pk): "limit reached"}
+
+
 def test_daily_limit_counts_the_owners_local_day_across_dst(
     budget: Budget, django_capture_on_commit_callbacks: Any
 ) -> None:
