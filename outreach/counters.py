@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError, connection
 from django.db.models import Sum
@@ -77,8 +77,11 @@ log = logging.getLogger(__name__)
 Labels = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
-class Increment:
+class Increment(NamedTuple):
+    """What one event adds to one stored series. A tuple, not a frozen dataclass: a claim of
+    500 owners' rows makes one an owner (`moves_increments`), and a frozen dataclass's
+    __init__ sets each field through object.__setattr__."""
+
     name: str  # the stored series: a counter's name, or <histogram>_bucket/_sum_ms/_count
     labels: Labels
     value: int
@@ -219,6 +222,9 @@ def _bound(bound: float) -> str:
 
 
 def _labels_text(labels: Labels) -> str:
+    if len(labels) == 1:  # most series (an owner's: hundreds a claim)
+        ((key, value),) = labels
+        return f"{key}={value}"
     return ",".join(f"{k}={v}" for k, v in sorted(labels))
 
 
