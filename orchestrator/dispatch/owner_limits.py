@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from functools import lru_cache
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from outreach.models import DAY_NAMES, MIDNIGHT, Owner
@@ -32,8 +33,10 @@ def owner_rules(owner: Owner) -> OwnerRules:
     )
 
 
-@dataclass(frozen=True)
-class Capacity:
+class Capacity(NamedTuple):
+    """A tuple, not a frozen dataclass: a cycle makes one per owner it judges (hundreds), and a
+    frozen dataclass's __init__ sets each field through object.__setattr__."""
+
     owner_id: int
     remaining: int  # emails this owner may still start now (0 = deferred)
     blocked_reason: str = ""

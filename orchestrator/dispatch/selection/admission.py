@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import NamedTuple
 
 from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.budget.sends import DomainDay, day_cap_reason
@@ -88,10 +89,10 @@ class SpendFacts:
         return spend_cap_reason(self.cap)
 
 
-@dataclass(frozen=True, slots=True)
-class OwnerAdmission:
+class OwnerAdmission(NamedTuple):
     """`send`: approved drafts it may hand to `send` now (rules 1-3). `llm`: new LLM jobs it
-    may start (rules 1-7); `reason` says why `llm` is 0."""
+    may start (rules 1-7); `reason` says why `llm` is 0. A tuple, as `Capacity`: one an owner
+    judged."""
 
     send: int
     llm: int
@@ -211,8 +212,9 @@ def _shared(
     domain_of = {o.rules.owner_id: o.sender_domains for o in owners}
     pending: Counter[str] = Counter(elsewhere)
     for o in owners:  # an owner on several domains: counted on each (it may leave from any)
-        for domain in o.sender_domains:
-            pending[domain] += o.in_flight + o.drafts
+        if committed := o.in_flight + o.drafts:
+            for domain in domain_of[o.rules.owner_id]:
+                pending[domain] += committed
     capped = {d: f for d, f in domains.items() if f.cap is not None}
     domain_room = {d: (f.cap or 0) - f.sent - pending[d] for d, f in capped.items()}
     return Shared(
