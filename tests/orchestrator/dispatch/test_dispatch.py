@@ -203,25 +203,29 @@ def test_a_judged_owners_notes_that_stand_no_more_leave_the_map_and_the_others_s
 
     a, b = make_owner(), make_owner()
 
-    def stored() -> dict[str, str]:
-        return {k.decode(): v.decode() for k, v in redis_client.hgetall(DEFERRED_KEY).items()}
+    def stored() -> dict[bytes | str, bytes | str]:
+        return dict(redis_client.hgetall(DEFERRED_KEY))
 
     deferrals_note(
         client=redis_client,
         deferred={a.pk: "outside hours", b.pk: "limit reached"},
         paused_tiers={a.pk: {Tier.NUDGE: "nudges paused"}},
     )
-    assert stored() == {str(a.pk): "outside hours", f"{a.pk}:3": "nudges paused", str(b.pk): "limit reached"}
+    assert stored() == {
+        b"%d" % a.pk: b"outside hours",
+        b"%d:3" % a.pk: b"nudges paused",
+        b"%d" % b.pk: b"limit reached",
+    }
     # when a cycle that judged only the first finds its nudges resumed, its tier's note goes
     # and the owner not judged keeps its own
     deferrals_note(client=redis_client, deferred={a.pk: "outside hours"}, paused_tiers={}, judged={a.pk})
-    assert stored() == {str(a.pk): "outside hours", str(b.pk): "limit reached"}
+    assert stored() == {b"%d" % a.pk: b"outside hours", b"%d" % b.pk: b"limit reached"}
     # and when another writer gave the first a tier's note and the map a new version, the next
     # cycle reads the map whole and clears every note of the first that stands no more
     redis_client.hset(DEFERRED_KEY, f"{a.pk}:2", "another writer's")
     redis_client.set(DEFERRED_VERSION_KEY, "another writer's")
     deferrals_note(client=redis_client, deferred={}, paused_tiers={}, judged={a.pk})
-    assert stored() == {str(b.pk): "limit reached"}
+    assert stored() == {b"%d" % b.pk: b"limit reached"}
 
 
 def test_daily_limit_counts_the_owners_local_day_across_dst(
