@@ -58,10 +58,6 @@ class Closed:
     def __bool__(self) -> bool:
         return bool(self.paused or self.spent or self.domains)
 
-    def key(self) -> tuple[frozenset[int], frozenset[int], frozenset[str]]:
-        """Which are closed, whatever the reasons' words."""
-        return frozenset(self.paused), frozenset(self.spent), frozenset(self.domains)
-
     def entries(self) -> dict[tuple[str, object], str]:
         """Each closing, ("paused" | "spent", organization id) or ("domain", domain), and its reason."""
         return {
@@ -70,8 +66,18 @@ class Closed:
             **{("domain", d): r for d, r in self.domains.items()},
         }
 
-    def reasons(self, every: reads.ActiveOwners) -> dict[int, str]:
-        """Each closed owner among `every`, with the reason of the first rule that refuses it."""
+    def reasons(self, every: reads.ActiveOwners) -> Mapping[int, str]:
+        """Each closed owner among `every`, with the reason of the first rule that refuses it:
+        made once per closing and set of active owners (the last answer kept: a closing
+        stands for hours), for the window that counts them and the notes that name them."""
+        entries = self.entries()
+        if _reasons_last and _reasons_last[0][0] is every and _reasons_last[0][1] == entries:
+            return _reasons_last[0][2]
+        found = self._reasons(every)
+        _reasons_last[:] = [(every, entries, found)]
+        return found
+
+    def _reasons(self, every: reads.ActiveOwners) -> dict[int, str]:
         found = {o: reason for org, reason in self.spent.items() for o in every.organization_members(org)}
         found |= {o: reason for domain, reason in self.domains.items() for o in every.domain_members(domain)}
         if self.domains:
@@ -82,6 +88,9 @@ class Closed:
                     found[owner_id] = self.domains[domains[0]]
         found |= {o: reason for org, reason in self.paused.items() for o in every.organization_members(org)}
         return found
+
+
+_reasons_last: list[tuple[reads.ActiveOwners, dict[tuple[str, object], str], Mapping[int, str]]] = []
 
 
 @dataclass(frozen=True)

@@ -270,22 +270,22 @@ class _Shut:
     of_group: Counter[str]
 
 
-_shut_last: list[tuple[reads.ActiveOwners, reads.CappedOwners, tuple[object, ...], _Shut]] = []
+_shut_last: list[tuple[Mapping[int, str], reads.CappedOwners, _Shut]] = []
 
 
 def _shut(closed: Closed, *, every: reads.ActiveOwners, capped: reads.CappedOwners) -> _Shut:
-    """`closed`'s owners among `every` (`Closed.reasons`), counted: made once per closing and
-    set of active owners (the last answer kept: a closing stands for hours)."""
-    key = closed.key()
-    if _shut_last and _shut_last[0][0] is every and _shut_last[0][1] is capped and _shut_last[0][2] == key:
-        return _shut_last[0][3]
-    owners = frozenset(closed.reasons(every))
+    """`closed`'s owners among `every` (`Closed.reasons`, kept while the closing stands),
+    counted once per such answer and set of budget groups."""
+    reasons = closed.reasons(every)
+    if _shut_last and _shut_last[0][0] is reasons and _shut_last[0][1] is capped:
+        return _shut_last[0][2]
+    owners = frozenset(reasons)
     shut = _Shut(
         owners=owners,
         ungrouped=sum(1 for o in owners if o not in capped.scopes),
         of_group=Counter(capped.scopes[o] for o in owners if o in capped.scopes),
     )
-    _shut_last[:] = [(every, capped, key, shut)]
+    _shut_last[:] = [(reasons, capped, shut)]
     return shut
 
 
