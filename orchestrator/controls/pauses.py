@@ -34,9 +34,12 @@ class Blocking:
 
     owners: dict[int, str] = field(default_factory=dict)  # owner id -> reason (all its work)
     tiers: dict[int, dict[Tier, str]] = field(default_factory=dict)  # owner id -> tier -> reason
-    # organization id -> reason, for those paused as a whole (every tier, any domain): each of
-    # its owners is stopped, those not asked about too
-    organizations: dict[int, str] = field(default_factory=dict)
+    # The pauses that stop all the work of every owner in their scope, those not asked about
+    # too, oldest first, each with its reason: ("organization", id) for an organization paused
+    # as a whole (every tier, any domain), ("domain", (domain, organization id or None: every
+    # organization)) for a sender domain paused (every tier; owners sending from mailboxes of
+    # their own are judged per mailbox instead, orchestrator.controls.mailboxes)
+    whole: dict[tuple[str, object], str] = field(default_factory=dict)
 
     def tiers_of(self, owner_id: int) -> frozenset[Tier]:
         return frozenset(self.tiers.get(owner_id, {}))
@@ -143,13 +146,14 @@ def blocking(
     under: dict[tuple[str, object], list[tuple[int, Pause]]] = {}
     for n, p in enumerate(pauses):
         under.setdefault(_narrowest(p), []).append((n, p))
-    result = Blocking(
-        organizations={
-            p.organization_id: reasons[p.pk]
-            for p in reversed(pauses)  # the oldest last: it names the reason
-            if p.organization_id is not None and p.owner_id is None and p.tier is None and not p.sender_domain
-        }
-    )
+    result = Blocking()
+    for p in pauses:  # oldest first: the first of a scope names its reason
+        if p.owner_id is not None or p.tier is not None:
+            continue
+        if p.sender_domain:
+            result.whole.setdefault(("domain", (p.sender_domain, p.organization_id)), reasons[p.pk])
+        elif p.organization_id is not None:
+            result.whole.setdefault(("organization", p.organization_id), reasons[p.pk])
     # An owner without a pause of its own is judged by its organization's pauses, its domain's
     # and the global ones alone: one verdict per (organization, sends from mailboxes), shared.
     shared: dict[tuple[int, bool], tuple[str, dict[Tier, str]]] = {}

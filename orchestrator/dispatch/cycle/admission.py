@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
+from typing import cast
 
 from django.conf import settings
 from django.db import transaction
@@ -45,13 +46,16 @@ RESELECT_ROUNDS = 3
 
 @dataclass(frozen=True)
 class Closed:
-    """Who admission refuses whoever judges them, and why: the owners of the organizations
-    `paused` as a whole (rule 1) or `spent` (nothing of their daily spend cap left: rule 7),
-    and the owners whose mail leaves only from `domains`, whose day is reached (rule 6): from
-    their organization's sender domain (no mailbox of their own), or from mailboxes all on
-    such domains. The spend and the domains' days are known for those of the owners judged."""
+    """Who admission refuses whoever judges them, and why: the owners the `paused` scopes stop
+    whole (rule 1: `Blocking.whole`, oldest first: an organization paused as a whole, or a
+    sender domain paused, for every organization or one, for the owners sending from it without
+    a mailbox of their own), the owners of the organizations `spent` (nothing of their daily
+    spend cap left: rule 7), and the owners whose mail leaves only from `domains`, whose day is
+    reached (rule 6): from their organization's sender domain (no mailbox of their own), or
+    from mailboxes all on such domains. The spend and the domains' days are known for those of
+    the owners judged."""
 
-    paused: Mapping[int, str] = field(default_factory=dict)
+    paused: Mapping[tuple[str, object], str] = field(default_factory=dict)
     spent: Mapping[int, str] = field(default_factory=dict)
     domains: Mapping[str, str] = field(default_factory=dict)
 
@@ -59,9 +63,10 @@ class Closed:
         return bool(self.paused or self.spent or self.domains)
 
     def entries(self) -> dict[tuple[str, object], str]:
-        """Each closing, ("paused" | "spent", organization id) or ("domain", domain), and its reason."""
+        """Each closing, ("paused", its scope), ("spent", organization id) or ("domain", domain),
+        and its reason."""
         return {
-            **{("paused", org): r for org, r in self.paused.items()},
+            **{("paused", scope): r for scope, r in self.paused.items()},
             **{("spent", org): r for org, r in self.spent.items()},
             **{("domain", d): r for d, r in self.domains.items()},
         }
@@ -86,8 +91,20 @@ class Closed:
                 domains = sorted({box.domain for box in boxes})
                 if domains and all(d in self.domains for d in domains):
                     found[owner_id] = self.domains[domains[0]]
-        found |= {o: reason for org, reason in self.paused.items() for o in every.organization_members(org)}
+        for (kind, scope), reason in reversed(list(self.paused.items())):  # the oldest last: it names it
+            found |= dict.fromkeys(_paused_members(kind, scope, every), reason)
         return found
+
+
+def _paused_members(kind: str, scope: object, every: reads.ActiveOwners) -> Sequence[int]:
+    """The owners among `every` a pause stops whole (`Blocking.whole`'s scopes)."""
+    if kind == "organization":
+        return every.organization_members(cast("int", scope))
+    domain, organization_id = cast("tuple[str, int | None]", scope)
+    members = every.domain_members(domain)
+    if organization_id is None:
+        return members
+    return [o for o in members if every.owners[o].organization_id == organization_id]
 
 
 _reasons_last: list[tuple[reads.ActiveOwners, dict[tuple[str, object], str], Mapping[int, str]]] = []
@@ -190,7 +207,7 @@ def owners_admit(
         paused_tiers=paused.tiers,
         shared=shared,
         closed=Closed(
-            paused=paused.organizations,
+            paused=paused.whole,
             spent={org: shared.spend_reason[org] for org, left in shared.spend_left.items() if left <= 0},
             domains={d: shared.domain_reason[d] for d, room in shared.domain_room.items() if room <= 0},
         ),

@@ -16,7 +16,9 @@ from orchestrator.budget import Budget, SendGrant, SendRules
 from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import CycleReport, dispatch_cycle
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
+from orchestrator.models import Pause
 from outreach.models import Lead, Mailbox, Outreach, Owner, State, VerifiedDomain
+from outreach.tiers import Tier
 from tests.factories import make_lead, make_mailbox, make_org, make_outreach, make_owner
 
 pytestmark = pytest.mark.django_db
@@ -321,7 +323,7 @@ def test_a_closed_owner_gets_the_reason_of_the_first_rule_that_closes_it() -> No
     make_mailbox(e, "e2@other.example")  # one mailbox on an open domain
     make_owner(organization=free)  # sends from free.example: not closed
     closed = Closed(
-        paused={paused.pk: "paused"},
+        paused={("organization", paused.pk): "paused"},
         spent={paused.pk: "spent", spent.pk: "spent"},
         domains={"acme.example": "domain"},
     )
@@ -330,3 +332,40 @@ def test_a_closed_owner_gets_the_reason_of_the_first_rule_that_closes_it() -> No
     # then each gets its first closing rule's (pause 1, domain 6, spend 7), and an owner with
     # a way out (a mailbox on an open domain, its own open sender domain) is not closed
     assert reasons == {a.pk: "paused", b.pk: "domain", c.pk: "spent", d.pk: "domain"}
+
+
+def test_the_pauses_that_close_owners_whole_close_those_rule_1_stops_with_the_oldest_pauses_reason() -> None:
+    # given two organizations sending from acme.example and one from other.example, an owner of
+    # the first sending from a mailbox of its own, and pauses, oldest first: acme.example for
+    # the second organization, acme.example for all, the first organization as a whole, and
+    # the third's nudges (a tier: not all of its work)
+    from orchestrator.dispatch.cycle.admission import Closed
+    from orchestrator.dispatch.reads import active_owners
+
+    first, second = (make_org(sender_email=f"hi{n}@acme.example") for n in (1, 2))
+    third = make_org(sender_email="hi@other.example")
+    a1, a2 = make_owner(organization=first), make_owner(organization=first)
+    make_mailbox(a2, "a2@mail.example")
+    b1 = make_owner(organization=second)
+    make_owner(organization=third)  # its nudges paused only: not closed
+    pauses.pause(organization=second, sender_domain="acme.example", reason="second on acme")
+    pauses.pause(sender_domain="acme.example", reason="acme blocklisted")
+    pauses.pause(organization=first, reason="contract renewal")
+    pauses.pause(organization=third, tier=Tier.NUDGE, reason="no nudges")
+    every = active_owners()
+    # when admission's pause rule judges every owner, and the pauses that stop owners whole
+    # name their owners without judging them
+    judged = pauses.blocking(owner_ids=list(every.owners), mailbox_owners={a2.pk})
+    closed = Closed(paused=judged.whole).reasons(every)
+    # then both name the same owners, each with its oldest pause's reason: the domain's for
+    # the owners sending from it, the organization's for the one on its own mailbox
+    why = {p.reason: p.blocked_reason() for p in Pause.objects.all()}
+    assert (
+        closed
+        == judged.owners
+        == {
+            a1.pk: why["acme blocklisted"],
+            a2.pk: why["contract renewal"],
+            b1.pk: why["second on acme"],
+        }
+    )

@@ -820,6 +820,8 @@ CLOSINGS = [
     "over-spend-cap",
     "over-spend-cap-with-llm-cap",
     "paused",
+    "domain-paused",
+    "domain-paused-for-the-organization",
     "domain-day-reached",
     "mailbox-domain-day-reached",
 ]
@@ -829,7 +831,8 @@ def _closed_organization(closing: str, *, budget: Budget, settings: Any, others:
     """300 owners of an organization (sender domain acme.example) with two intros queued
     each, cycles of 20 slots (a window of 64 owners), and `closing`: its own LLM cap (a budget
     group) fitting a few outreach now; nothing of its daily spend cap left (a cap of $0),
-    without or with its own LLM cap; paused as a whole; or its sender domain's day reached (5
+    without or with its own LLM cap; paused as a whole; its sender domain paused, for every
+    organization or for this one; or its sender domain's day reached (5
     a day, its last 5 owners' first intros on their way out), or that of the domain of the team
     mailbox they all send from (boxes.example). Then `others` owners of another
     organization and domain with two intros each. Returns the organization and the reason its
@@ -850,6 +853,10 @@ def _closed_organization(closing: str, *, budget: Budget, settings: Any, others:
     reason = spend_cap_reason(Decimal(0)) if "spend" in closing else ""
     if closing == "paused":
         reason = Pause.objects.create(organization=org, reason="contract renewal").blocked_reason()
+    if closing.startswith("domain-paused"):
+        of = org if closing.endswith("organization") else None
+        pause = Pause.objects.create(organization=of, sender_domain="acme.example", reason="blocklisted")
+        reason = pause.blocked_reason()
     if closing == "mailbox-domain-day-reached":
         make_mailbox(owners[0], "team@boxes.example", cap=10_000).owners.add(*owners[1:])
     if closing.endswith("domain-day-reached"):
