@@ -22,8 +22,9 @@ from django.db import transaction
 
 from config.deployments import deployments
 from orchestrator.budget import Budget
+from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.controls import pauses
-from orchestrator.controls.mailboxes import mailbox_domains, mailbox_room_today
+from orchestrator.controls.mailboxes import mailbox_domains, mailbox_room_today, mailboxes_usable
 from orchestrator.controls.spend import job_cost_estimate
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.owner_tokens import JobCosts
@@ -49,18 +50,16 @@ class Closed:
     """Who admission refuses whoever judges them, and why: the owners the `paused` scopes stop
     whole (rule 1: `Blocking.whole`, oldest first: an organization paused as a whole, or a
     sender domain paused, for every organization or one, for the owners sending from it without
-    a mailbox of their own), the owners of the organizations `spent` (nothing of their daily
-    spend cap left: rule 7), and the owners whose mail leaves only from `domains`, whose day is
-    reached (rule 6): from their organization's sender domain (no mailbox of their own), or
-    from mailboxes all on such domains. The spend and the domains' days are known for those of
-    the owners judged."""
+    a mailbox of their own), the owners none of whose mailboxes may send (rule 4: each one
+    deactivated, as the deliverability guard does, or on a paused domain), the owners of the
+    organizations `spent` (nothing of their daily spend cap left: rule 7), and the owners whose
+    mail leaves only from `domains`, whose day is reached (rule 6): from their organization's
+    sender domain (no mailbox of their own), or from usable mailboxes all on such domains. The
+    spend and the domains' days are known for those of the owners judged."""
 
     paused: Mapping[tuple[str, object], str] = field(default_factory=dict)
     spent: Mapping[int, str] = field(default_factory=dict)
     domains: Mapping[str, str] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.paused or self.spent or self.domains)
 
     def entries(self) -> dict[tuple[str, object], str]:
         """Each closing, ("paused", its scope), ("spent", organization id) or ("domain", domain),
@@ -85,12 +84,21 @@ class Closed:
     def _reasons(self, every: reads.ActiveOwners) -> dict[int, str]:
         found = {o: reason for org, reason in self.spent.items() for o in every.organization_members(org)}
         found |= {o: reason for domain, reason in self.domains.items() for o in every.domain_members(domain)}
-        if self.domains:
-            for owner_id, boxes in every.mailboxes.items():
-                # Its usable mailboxes' domains are some of these (rule 6 names the first).
-                domains = sorted({box.domain for box in boxes})
-                if domains and all(d in self.domains for d in domains):
-                    found[owner_id] = self.domains[domains[0]]
+        paused_domains = {
+            (domain.lower(), organization_id)
+            for (kind, scope), _ in self.paused.items()
+            if kind == "domain"
+            for domain, organization_id in [cast("tuple[str, int | None]", scope)]
+        }
+        for owner_id, boxes in every.mailboxes.items():
+            usable = mailboxes_usable(boxes, paused=paused_domains)
+            if not usable:  # rule 4, before rules 6 and 7: none of its mailboxes may send
+                found[owner_id] = MAILBOXES_PAUSED
+                continue
+            # Its usable mailboxes' domains, all of them at their day (rule 6 names the first).
+            domains = sorted({box.domain for box in usable})
+            if self.domains and all(d in self.domains for d in domains):
+                found[owner_id] = self.domains[domains[0]]
         for (kind, scope), reason in reversed(list(self.paused.items())):  # the oldest last: it names it
             found |= dict.fromkeys(_paused_members(kind, scope, every), reason)
         return found

@@ -52,13 +52,11 @@ def deferrals_note(
     cycle, and one statement for them all (reads.reasons_write), so a morning in which every
     owner comes into its hours costs one statement, not one per owner.
     """
-    closed = closed or Closed()
-    closing: dict[tuple[str, object], str] = {}
+    closing: Mapping[int, str] = {}
     notes: Notes = {}
     if judged is not None and every is not None:
-        closing = _closings(closed, every=every)
-        if closing:
-            notes = {o: {OWNER: reason} for o, reason in closed.reasons(every).items() if o not in judged}
+        closing = _closings(closed or Closed(), every=every)
+        notes = {o: {OWNER: reason} for o, reason in closing.items() if o not in judged}
     for o, reason in deferred.items():
         notes.setdefault(o, {})[OWNER] = reason
     for o, tiers in paused_tiers.items():
@@ -108,30 +106,27 @@ def deferrals_note(
         for (o, at), reason in changed.items():
             written[o] = {**written.get(o, _NONE), at: reason}
         _written.version, _written.notes = version.encode(), written
-    _closed.noted |= closing
+    if closing:
+        _closed.noted = closing
 
 
 @dataclass(slots=True)
 class _Closed:
-    """The closings this process noted, with their reasons (`Closed.entries`), among which
-    active owners (`ActiveOwners`, by identity: owners added since are noted again with the rest)."""
+    """The closed owners' reasons this process noted last: `Closed.reasons`' answer, which it
+    keeps while the closings and the active owners stand, so the same answer again is noted
+    already (owners added since come with a new answer, and are noted with the rest)."""
 
-    owners: object = None
-    noted: dict[tuple[str, object], str] = field(default_factory=dict)
+    noted: Mapping[int, str] | None = None
 
 
 _closed = _Closed()
 
 
-def _closings(closed: Closed, *, every: ActiveOwners) -> dict[tuple[str, object], str]:
-    """The closings now not noted with their reason yet (all of them when any is new: each
-    owner's reason is the first rule's of those that close it); one mapping compare a cycle
-    once they are."""
-    if _closed.owners is not every:
-        _closed.owners, _closed.noted = every, {}
-    entries = closed.entries()
-    _closed.noted = {k: reason for k, reason in _closed.noted.items() if entries.get(k) == reason}
-    return entries if any(_closed.noted.get(k) != reason for k, reason in entries.items()) else {}
+def _closings(closed: Closed, *, every: ActiveOwners) -> Mapping[int, str]:
+    """The closed owners with their reasons when this process has not noted them yet, else
+    none: one identity compare a cycle once they are."""
+    reasons = closed.reasons(every)
+    return {} if reasons is _closed.noted else reasons
 
 
 @dataclass(slots=True)

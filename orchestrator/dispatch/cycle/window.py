@@ -221,10 +221,12 @@ def left_out_window(
     None when one left out in no group, not closed, has ready work or may have (not asked
     about). The owners are counted, not listed: O(loaded + asked) a cycle, and O(closed owners)
     once per closing."""
-    if window.complete or not (capped.scopes or closed):
+    if window.complete:
+        return window.window
+    shut = _shut(closed, every=every, capped=capped)
+    if not (capped.scopes or shut.owners):
         return window.window
     groups, loaded = capped.scopes, window.loaded
-    shut = _shut(closed, every=every, capped=capped)
 
     def open_ungrouped(owner: int) -> bool:
         return owner not in groups and owner not in shut.owners

@@ -13,6 +13,7 @@ import pytest
 from devtools.llm_stub import LLMStub
 from nurture.writing.generation import outreach_generate
 from orchestrator.budget import Budget, SendGrant, SendRules
+from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.controls import pauses
 from orchestrator.dispatch.cycle import CycleReport, dispatch_cycle
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
@@ -322,16 +323,33 @@ def test_a_closed_owner_gets_the_reason_of_the_first_rule_that_closes_it() -> No
     make_mailbox(e, "e1@acme.example")
     make_mailbox(e, "e2@other.example")  # one mailbox on an open domain
     make_owner(organization=free)  # sends from free.example: not closed
+    f = make_owner(organization=spent)
+    make_mailbox(f, "f@other.example")
+    Mailbox.objects.filter(owners=f).update(active=False)  # as the deliverability guard does
+    g = make_owner(organization=free)
+    make_mailbox(g, "g@acme.example")
+    make_mailbox(g, "g@paused.example")  # the usable one on a day reached: closed by the day
+    h = make_owner(organization=paused)
+    make_mailbox(h, "h@paused.example")  # every mailbox on a paused domain, its org paused too
     closed = Closed(
-        paused={("organization", paused.pk): "paused"},
+        paused={("organization", paused.pk): "paused", ("domain", ("paused.example", None)): "domain paused"},
         spent={paused.pk: "spent", spent.pk: "spent"},
         domains={"acme.example": "domain"},
     )
     # when each closed owner's reason is asked
     reasons = closed.reasons(active_owners())
-    # then each gets its first closing rule's (pause 1, domain 6, spend 7), and an owner with
-    # a way out (a mailbox on an open domain, its own open sender domain) is not closed
-    assert reasons == {a.pk: "paused", b.pk: "domain", c.pk: "spent", d.pk: "domain"}
+    # then each gets its first closing rule's (pause 1, no usable mailbox 4, domain 6, spend 7),
+    # and an owner with a way out (a mailbox on an open domain, its own open sender domain) is
+    # not closed
+    assert reasons == {
+        a.pk: "paused",
+        b.pk: "domain",
+        c.pk: "spent",
+        d.pk: "domain",
+        f.pk: MAILBOXES_PAUSED,
+        g.pk: "domain",
+        h.pk: "paused",
+    }
 
 
 def test_the_pauses_that_close_owners_whole_close_those_rule_1_stops_with_the_oldest_pauses_reason() -> None:

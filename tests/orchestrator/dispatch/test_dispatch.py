@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from devtools.bulk import SPREAD, rows_clone
 from orchestrator.budget import Budget, Limits, Reservation, SendRules
+from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.controls.spend import spend_cap_reason
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle, window
@@ -23,7 +24,7 @@ from orchestrator.dispatch.cycle.shell import PHASES
 from orchestrator.dispatch.selection import Cursor, Position
 from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
-from outreach.models import Lead, Outreach, OutreachEvent, Owner, State
+from outreach.models import Lead, Mailbox, Outreach, OutreachEvent, Owner, State
 from outreach.tiers import Tier
 from tests.factories import (
     make_draft,
@@ -824,6 +825,8 @@ CLOSINGS = [
     "domain-paused-for-the-organization",
     "domain-day-reached",
     "mailbox-domain-day-reached",
+    "mailbox-deactivated",
+    "mailbox-domain-paused",
 ]
 
 
@@ -834,7 +837,8 @@ def _closed_organization(closing: str, *, budget: Budget, settings: Any, others:
     without or with its own LLM cap; paused as a whole; its sender domain paused, for every
     organization or for this one; or its sender domain's day reached (5
     a day, its last 5 owners' first intros on their way out), or that of the domain of the team
-    mailbox they all send from (boxes.example). Then `others` owners of another
+    mailbox they all send from (boxes.example); or that team mailbox deactivated (as the
+    deliverability guard does) or its domain paused. Then `others` owners of another
     organization and domain with two intros each. Returns the organization and the reason its
     owners' rows should give (none for the LLM cap: their picks are only fewer)."""
     settings.DISPATCH_MAX_IN_FLIGHT = 20
@@ -857,8 +861,14 @@ def _closed_organization(closing: str, *, budget: Budget, settings: Any, others:
         of = org if closing.endswith("organization") else None
         pause = Pause.objects.create(organization=of, sender_domain="acme.example", reason="blocklisted")
         reason = pause.blocked_reason()
-    if closing == "mailbox-domain-day-reached":
+    if closing.startswith("mailbox"):
         make_mailbox(owners[0], "team@boxes.example", cap=10_000).owners.add(*owners[1:])
+    if closing in ("mailbox-deactivated", "mailbox-domain-paused"):
+        reason = MAILBOXES_PAUSED
+    if closing == "mailbox-deactivated":
+        Mailbox.objects.update(active=False, paused_reason="bounce rate 9% over the last 200")
+    if closing == "mailbox-domain-paused":
+        Pause.objects.create(sender_domain="boxes.example", reason="blocklisted")
     if closing.endswith("domain-day-reached"):
         budget.send_rules = SendRules(domain_daily=5)
         firsts = [
