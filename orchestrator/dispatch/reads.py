@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
@@ -204,10 +204,23 @@ def owners_version() -> str | None:
 def _active_owners_read() -> ActiveOwners:
     """Every active owner's row and its organization's sender domain (one read), and their
     mailboxes (mailboxes_of: one read of the links, one of the mailboxes)."""
-    rows = (
-        Owner.objects.filter(active=True)
-        .order_by("id")  # in id order: the rounds sort them so (selection.round_order), in linear time then
-        .values_list(*ACTIVE_OWNER_FIELDS, "organization__sender_email")
+    return _owners_read(Owner.objects.filter(active=True))
+
+
+def owners_gone(owner_ids: Collection[int]) -> ActiveOwners:
+    """The owners among these deactivated (their work in flight and drafts, started before,
+    still run and leave from their sender domains: rule 6 counts them), read as the active
+    ones are; nothing read when there are none (most cycles)."""
+    if not owner_ids:
+        return ActiveOwners(owners={})
+    return _owners_read(Owner.objects.filter(id__any=sorted(owner_ids), active=False))
+
+
+def _owners_read(owners_of: QuerySet[Owner]) -> ActiveOwners:
+    rows = owners_of.order_by(
+        "id"
+    ).values_list(  # in id order: the rounds sort them so (selection.round_order), in linear time then
+        *ACTIVE_OWNER_FIELDS, "organization__sender_email"
     )
     domains: dict[str, str] = {}  # sender address -> its domain, once per organization
     owners: dict[int, ActiveOwner] = {}

@@ -128,6 +128,8 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     # the window judges those with approved drafts) and the LLM jobs in flight (the window's
     # slot bound and the cycle's slots).
     work = reads.committed_work_load()
+    # Owners deactivated since their work started: it still leaves from their domains (rule 6).
+    gone = reads.owners_gone(work.owners() - weights.keys())
     in_flight = reads.llm_in_flight()
     tokens = settings.DISPATCH_FAIRNESS == "tokens"
     size = window_size(slot_bound=max(0, settings.DISPATCH_MAX_IN_FLIGHT - in_flight))
@@ -162,8 +164,9 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             budget=budget,
             price=price,
             work=work,
-            mailboxes=every.mailboxes,
-            elsewhere=every.of(work.owners() - window.loaded),  # counted on their domains, not judged
+            mailboxes={**every.mailboxes, **gone.mailboxes} if gone.mailboxes else every.mailboxes,
+            # counted on their domains, not judged
+            elsewhere=[*every.of(work.owners() - window.loaded), *gone.of(gone.owners)],
         )
         report.deferred = admitted.deferred
         deferrals_note(

@@ -130,6 +130,32 @@ def test_a_sender_domain_whose_day_is_used_up_starts_no_llm_work(
     _assert_held(owner, report, llm_stub, words)
 
 
+@pytest.mark.parametrize("sends_from", ["organization", "mailbox"])
+def test_a_domains_day_counts_the_work_in_flight_of_owners_deactivated_since_it_started(
+    sends_from: str, budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a sender domain with 5 emails a day, two of them taken by the jobs in flight of an
+    # owner deactivated since (they still run and send), sending from its organization's
+    # domain or from a mailbox on it, and another owner with 4 rows queued
+    budget.send_rules = SendRules(domain_daily=5)
+    gone, owner = _sender_org(), _sender_org()
+    if sends_from == "mailbox":
+        gone.organization.sender_email = "sales@elsewhere.example"
+        gone.organization.save()
+        VerifiedDomain.objects.create(organization=gone.organization, domain="acme.example")
+        make_mailbox(gone, "team@acme.example", cap=1_000)
+    for state in (State.DISPATCHED, State.SENDING):
+        make_outreach(lead=make_lead(owner=gone), state=state)
+    Owner.objects.filter(pk=gone.pk).update(active=False)
+    _queue(owner, 4)
+    # when the dispatcher runs
+    report = _cycle_and_work(budget, django_capture_on_commit_callbacks)
+    # then only 3 are written: the domain's day counts the deactivated owner's 2 (until
+    # 2026-12-07 it counted only active owners' work, and 4 were written, one of them to wait
+    # for tomorrow's room)
+    assert len(report.generation) == 3
+
+
 def test_a_sender_domain_with_room_for_some_admits_only_those(
     budget: Budget, llm_stub: LLMStub, django_capture_on_commit_callbacks: Any
 ) -> None:
