@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
@@ -236,9 +236,9 @@ def active_owner_ids() -> list[int]:
     return list(Owner.objects.filter(active=True).values_list("id", flat=True))
 
 
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """What an owner has committed: sent in its local day, in flight, drafts not yet sent."""
+class Committed(NamedTuple):
+    """What an owner has committed: sent in its local day, in flight, drafts not yet sent (a
+    tuple: one an owner judged)."""
 
     sent: int = 0
     in_flight: int = 0

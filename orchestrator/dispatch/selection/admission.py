@@ -44,9 +44,9 @@ from orchestrator.dispatch.owner_limits import OwnerRules, owner_capacity
 SENDABLE_REFUSED = "lead {status}: nothing is sent to it"
 
 
-@dataclass(frozen=True, slots=True)
-class OwnerFacts:
-    """What the admission knows of one active owner this cycle."""
+class OwnerFacts(NamedTuple):
+    """What the admission knows of one active owner this cycle (a tuple, as `OwnerAdmission`:
+    one an owner judged)."""
 
     rules: OwnerRules
     organization_id: int
