@@ -47,7 +47,16 @@ the day once an organization reaches its cap. Until 2026-12-07 each such cycle j
 owner of the organization (docs/dispatch.md, "Owners no admission could admit end the
 window's question").
 
-    .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000, controls on: seconds
+With --pairs N it runs the issue's comparison instead (issue 30: the cycle at many owners and
+a deep queue within 1.5x of the cycle at 10 owners and 10^3 rows), N times in turn: 10 owners
+at the first depth, then --owners at the last, each filled afresh. Each pair's two medians
+share the machine's speed of the minute (on a shared machine neighbouring runs differ by up
+to half), so it prints each pair's ratio and the median of those, beside the medians of each
+size.
+
+    .venv/bin/python bench/dispatch.py --controls --cycles 30 --pairs 5 --owners 10000 --depths 1000,1000000
+
+    .venv/bin/python bench/dispatch.py --smoke   # 20 owners, 50 slots, depths 200 and 2,000, controls on, a pair: seconds
 
 --smoke runs the same fill and cycles on its own scratch stores and exits 1 unless every timed
 cycle dispatched a full batch.
@@ -80,6 +89,7 @@ from devtools.bulk import SPREAD, rows_clone
 from orchestrator.figures import percentile, ratio
 
 WARM_UP = 3  # cycles run before the timed ones: connections, plans and caches warm
+PAIR_OWNERS = 10  # --pairs: the issue's small cycle, 10 owners at the first depth
 
 
 def _warm_up(*, owners: int, slots: int) -> int:
@@ -439,12 +449,20 @@ def main() -> None:
         default="1000000",
         help="with --controls, the organization's daily spend cap in dollars",
     )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        help="runs of 10 owners at the first depth and --owners at the last, in turn (see above)",
+    )
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args()
     if args.smoke:
         args.owners, args.slots, args.cycles = 20, 50, 3
         args.depths, args.history = "200,2000", args.history and "0,500"
         args.controls, args.events, args.in_flight = True, 1000, 5
+    if args.pairs < 0:
+        parser.error("--pairs: at least 0")
     if args.cycles < 1:
         parser.error("--cycles: at least 1")
     if args.in_flight < 0:
@@ -459,18 +477,70 @@ def main() -> None:
     if args.smoke:
         with smoke_stores():
             runs = _run(args=args)
+            args.pairs = 1
+            runs += _pairs(args=args)
         smoke_verdict(problems=smoke_problems(runs=runs, slots=args.slots, cycles=args.cycles))
+    elif args.pairs:
+        _pairs(args=args)
     else:
         _run(args=args)
 
 
-def _run(*, args: argparse.Namespace) -> list[Measured]:
+def _start() -> None:
+    """Set this process up on the bench's stores, once (a second start would drop and create
+    the scratch database under the first's connection)."""
+    global _started
+    if _started:
+        return
+    _started = True
     django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=11)))
     # The cycle runs in this process: set up as the orchestrator worker's child sets up its own
     # (Django's DEBUG off as there: bench.stack's set-up).
     from config.collector import collector_settle
 
     collector_settle()
+
+
+_started = False
+
+
+def _pairs(*, args: argparse.Namespace) -> list[Measured]:
+    """`args.pairs` runs of 10 owners at the first depth, then `args.owners` at the last, in
+    turn: each pair's medians and ratio, then the medians of each size and of the ratios."""
+    _start()
+    depths = [int(d) for d in (args.depths or "1000,1000000").split(",")]
+    sizes = [(PAIR_OWNERS, depths[0]), (args.owners, depths[-1])]
+    print(
+        f"pairs: {PAIR_OWNERS} owners at {depths[0]:,} queued rows, then {args.owners:,} at {depths[-1]:,}; "
+        f"slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, shared_buffers {_shared_buffers()}"
+        f"{', every control on' if args.controls else ''})"
+    )
+    runs: list[Measured] = []
+    small, large, ratios = [], [], []
+    for n in range(1, args.pairs + 1):
+        pair = [
+            _measure(depth=depth, owners=owners, slots=args.slots, cycles=args.cycles, controls=args.controls)
+            for owners, depth in sizes
+        ]
+        runs += pair
+        small.append(pair[0].p50_ms)
+        large.append(pair[1].p50_ms)
+        ratios.append(ratio(pair[1].p50_ms, pair[0].p50_ms) or 0.0)
+        print(
+            f"pair {n}: {pair[0].p50_ms:.1f} ms and {pair[1].p50_ms:.1f} ms, {ratios[-1]:.2f}x "
+            f"({pair[1].judged[1]:,} owners judged, {pair[1].windows} window(s))",
+            flush=True,
+        )
+    median = [percentile(values=v, fraction=0.5) or 0.0 for v in (small, large, ratios)]
+    print(
+        f"medians: {median[0]:.1f} ms and {median[1]:.1f} ms ({ratio(median[1], median[0]) or 0:.2f}x); "
+        f"median of the pairs' ratios {median[2]:.2f}x"
+    )
+    return runs
+
+
+def _run(*, args: argparse.Namespace) -> list[Measured]:
+    _start()
     on = f", every control on, {args.events:,} events of history" if args.controls else ""
     on = on or (f", {args.events:,} events of history" if args.events else "")
     on += f", {args.in_flight:,} owners with a job in flight" if args.in_flight else ""
