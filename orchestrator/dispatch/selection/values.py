@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
+from typing import NamedTuple
 
 from orchestrator.dispatch.selection.cursor import Cursor
 from outreach.tiers import Tier
@@ -16,18 +17,19 @@ from outreach.tiers import Tier
 TOP_TIER = min(Tier)
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One queued outreach row, as the shell loaded it for this cycle."""
+class Candidate(NamedTuple):
+    """One queued outreach row, as the shell loaded it for this cycle. A tuple, not a frozen
+    dataclass (whose __init__ sets each field through object.__setattr__): a cycle makes one for
+    each row it loads, two for each of the 627 owners of a 10,000-owner window."""
 
     outreach_id: int
     owner_id: int
     tier: Tier
 
 
-@dataclass(frozen=True, slots=True)
-class Pick:
-    """A candidate chosen to run this cycle; `reason` is for logs (e.g. "backfill tier=intro round=1")."""
+class Pick(NamedTuple):
+    """A candidate chosen to run this cycle; `reason` is for logs (e.g. "backfill tier=intro
+    round=1"). A tuple, as `Candidate`: one a slot."""
 
     outreach_id: int
     owner_id: int
