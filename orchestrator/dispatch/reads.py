@@ -84,6 +84,10 @@ class ActiveOwners:
     of those a cycle judges (`of`: its window)."""
 
     owners: Mapping[int, ActiveOwner]  # owner id -> its row, as admission reads it
+    # organization id -> its daily spend cap (Organization.daily_spend_cap), for those of these
+    # owners' organizations with one: read with the owners (an organization's write renews
+    # their version), not asked every cycle
+    spend_caps: Mapping[int, Decimal] = field(default_factory=dict)
     # owner id -> its mailboxes, paused ones included (controls.mailboxes.mailboxes_of: owners
     # with none are absent), for admission's rule 4 (mailbox_room_today)
     mailboxes: Mapping[int, Sequence[Mailbox]] = field(default_factory=dict)
@@ -220,15 +224,18 @@ def _owners_read(owners_of: QuerySet[Owner]) -> ActiveOwners:
     rows = owners_of.order_by(
         "id"
     ).values_list(  # in id order: the rounds sort them so (selection.round_order), in linear time then
-        *ACTIVE_OWNER_FIELDS, "organization__sender_email"
+        *ACTIVE_OWNER_FIELDS, "organization__sender_email", "organization__daily_spend_cap"
     )
     domains: dict[str, str] = {}  # sender address -> its domain, once per organization
     owners: dict[int, ActiveOwner] = {}
+    spend_caps: dict[int, Decimal] = {}
     for row in rows:
         if row[10] not in domains:
             domains[row[10]] = Organization(sender_email=row[10]).sender_domain
         owners[row[0]] = ActiveOwner(OwnerRules(*row[:6]), row[6], row[7], domains[row[10]], row[8], row[9])
-    return ActiveOwners(owners=owners, mailboxes=mailboxes_of(owner_ids=owners))
+        if row[11] is not None:
+            spend_caps[row[7]] = row[11]
+    return ActiveOwners(owners=owners, mailboxes=mailboxes_of(owner_ids=owners), spend_caps=spend_caps)
 
 
 def active_owner_ids() -> list[int]:
@@ -358,20 +365,21 @@ def job_scopes(*, budget: Budget, reservation_id: str) -> tuple[str, ...]:
 
 
 def organization_spend(
-    *, organization_ids: Iterable[int], now: datetime, job_cost: Callable[[int, str | None], Decimal]
+    *,
+    organization_ids: Iterable[int],
+    now: datetime,
+    job_cost: Callable[[int, str | None], Decimal],
+    spend_caps: Mapping[int, Decimal],
 ) -> dict[int, SpendFacts]:
-    """Per organization with a daily spend cap (Organization.daily_spend_cap) among these: the
-    cap, what it spent in the UTC day of `now`, and what its LLM jobs in flight (not yet
-    costed) reserve, each at `job_cost(owner id, kind)`. Three queries whatever the number of
-    organizations: the capped ones, their spend today (index outreach_spend_by_owner: their
-    owners' drafts written today) and their jobs in flight per owner and kind (the partial
-    in-flight index); no cap, no second query."""
+    """Per organization with a daily spend cap among these (`spend_caps`: the caps, as
+    `ActiveOwners.spend_caps` keeps them): the cap, what it spent in the UTC day of `now`, and
+    what its LLM jobs in flight (not yet costed) reserve, each at `job_cost(owner id, kind)`.
+    Two queries whatever the number of organizations: their spend today (index
+    outreach_spend_by_owner: their owners' drafts written today) and their jobs in flight per
+    owner and kind (the partial in-flight index); no cap, no query (until 2026-12-07 a third
+    read the caps every cycle)."""
     start, _ = spend_day(now)
-    caps: dict[int, Decimal | None] = dict(
-        Organization.objects.filter(id__any=set(organization_ids), daily_spend_cap__isnull=False).values_list(
-            "id", "daily_spend_cap"
-        )
-    )
+    caps = {org: spend_caps[org] for org in set(organization_ids) if org in spend_caps}
     if not caps:
         return {}
     spent = dict(
@@ -392,7 +400,6 @@ def organization_spend(
     return {
         org_id: SpendFacts(cap=cap, spent=spent.get(org_id) or Decimal(0), in_flight=reserved[org_id])
         for org_id, cap in caps.items()
-        if cap is not None  # excluded by the query: for the type checker
     }
 
 

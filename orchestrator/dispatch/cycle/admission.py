@@ -155,13 +155,14 @@ def owners_admit(
     price: Callable[[int, str | None], Decimal],
     work: reads.CommittedWork,
     mailboxes: Mapping[int, Sequence[Mailbox]],
+    spend_caps: Mapping[int, Decimal],
     elsewhere: Sequence[reads.ActiveOwner] = (),
 ) -> Admitted:
     """Rules 1-7 for every active owner: O(owners) rows read, one Redis read for the domains.
     `price`: what an owner's job reserves against a spend cap (`job_pricing`); `work`: the
     owners' work in flight and drafts (reads.committed_work_load), read once by the cycle;
-    `mailboxes`: the owners' mailboxes as the cycle keeps them (reads.ActiveOwners.mailboxes);
-    `elsewhere`: the active owners with work in flight or drafts that the cycle does not judge,
+    `mailboxes`: the owners' mailboxes as the cycle keeps them (reads.ActiveOwners.mailboxes),
+    `spend_caps` their organizations' daily spend caps (ActiveOwners.spend_caps); `elsewhere`: the active owners with work in flight or drafts that the cycle does not judge,
     whose work the sender domains' days count all the same (rule 6)."""
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now, work=work)
     ids = [o.rules.owner_id for o in owners]
@@ -197,7 +198,7 @@ def owners_admit(
         domains=sorted({d for f in facts for d in f.sender_domains}), now_ms=int(now.timestamp() * 1000)
     )
     spend = reads.organization_spend(
-        organization_ids={o.organization_id for o in owners}, now=now, job_cost=price
+        organization_ids={o.organization_id for o in owners}, now=now, job_cost=price, spend_caps=spend_caps
     )
     capped = {o.rules.owner_id for o in owners if o.organization_id in spend}
     decisions, shared = owner_admission(

@@ -165,6 +165,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
             price=price,
             work=work,
             mailboxes={**every.mailboxes, **gone.mailboxes} if gone.mailboxes else every.mailboxes,
+            spend_caps=every.spend_caps,
             # counted on their domains, not judged
             elsewhere=[*every.of(work.owners() - window.loaded), *gone.of(gone.owners)],
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -70,6 +71,24 @@ def test_an_owner_written_any_way_is_read_again(write: Any) -> None:
     # then the next read reads the owners again and has it
     owners, reads = _owner_reads(active_owners)
     assert (owners.weights[owner.pk], reads) == (3, 1)
+
+
+def test_an_organizations_spend_cap_is_kept_with_its_owners_and_read_again_when_written() -> None:
+    # given an organization with a daily spend cap of $5 and one without, an owner each, read
+    capped, free = make_org(daily_spend_cap=Decimal("5")), make_org()
+    make_owner(organization=capped)
+    make_owner(organization=free)
+    assert active_owners().spend_caps == {capped.pk: Decimal("5")}
+    # when the cap is raised, the other organization given one, and then the first's removed
+    Organization.objects.filter(pk=capped.pk).update(daily_spend_cap=Decimal("7.50"))
+    raised = active_owners().spend_caps
+    Organization.objects.filter(pk=free.pk).update(daily_spend_cap=Decimal(0))
+    both = active_owners().spend_caps
+    Organization.objects.filter(pk=capped.pk).update(daily_spend_cap=None)
+    # then each read after a write has the caps as written (the dispatcher asks no other)
+    assert raised == {capped.pk: Decimal("7.50")}
+    assert both == {capped.pk: Decimal("7.50"), free.pk: Decimal(0)}
+    assert active_owners().spend_caps == {free.pk: Decimal(0)}
 
 
 def _save(owner: Owner, **fields: Any) -> None:
