@@ -176,9 +176,9 @@ _kept: _Kept | None = None
 
 
 def active_owners() -> ActiveOwners:
-    """Every active owner (`ActiveOwners`) and its mailboxes, read whole only when an owner, an
-    organization, a mailbox or a mailbox's owners changed since this process last read them:
-    one row says whether any did (`owners_version`, read before the owners, so a change
+    """Every active owner (`ActiveOwners`), its mailboxes and its organization's spend cap, read
+    whole only when an owner, an organization, a mailbox or a mailbox's owners changed since
+    this process last read them: one row says whether any did (`owners_version`, read before the owners, so a change
     committed between the two reads is read again next time, never missed). Without a version
     (SQLite, or no write since the table was emptied) they are read every time. At 10,000
     owners the read took 7 ms a cycle, and the window's rows another 5 (bench/dispatch.py,
