@@ -24,7 +24,7 @@ from config.deployments import deployments
 from orchestrator.budget import Budget
 from orchestrator.budget.mailboxes import MAILBOXES_PAUSED
 from orchestrator.controls import pauses
-from orchestrator.controls.mailboxes import mailbox_domains, mailbox_room_today, mailboxes_usable
+from orchestrator.controls.mailboxes import mailbox_domains, mailbox_room_today
 from orchestrator.controls.spend import job_cost_estimate
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.owner_tokens import JobCosts
@@ -60,6 +60,10 @@ class Closed:
     paused: Mapping[tuple[str, object], str] = field(default_factory=dict)
     spent: Mapping[int, str] = field(default_factory=dict)
     domains: Mapping[str, str] = field(default_factory=dict)
+    # The active pauses' scopes the admission read: which mailboxes may send (rule 4). Not
+    # part of `entries`: of them only the sender domains' pauses decide that, and `paused`
+    # holds those.
+    scopes: Sequence[pauses.PauseScope] = ()
 
     def entries(self) -> dict[tuple[str, object], str]:
         """Each closing, ("paused", its scope), ("spent", organization id) or ("domain", domain),
@@ -84,20 +88,15 @@ class Closed:
     def _reasons(self, every: reads.ActiveOwners) -> dict[int, str]:
         found = {o: reason for org, reason in self.spent.items() for o in every.organization_members(org)}
         found |= {o: reason for domain, reason in self.domains.items() for o in every.domain_members(domain)}
-        paused_domains = {
-            (domain.lower(), organization_id)
-            for (kind, scope), _ in self.paused.items()
-            if kind == "domain"
-            for domain, organization_id in [cast("tuple[str, int | None]", scope)]
-        }
-        for owner_id, boxes in every.mailboxes.items():
-            usable = mailboxes_usable(boxes, paused=paused_domains)
-            if not usable:  # rule 4, before rules 6 and 7: none of its mailboxes may send
+        # Its usable mailboxes' domains (each shared mailbox judged once): none is rule 4's
+        # refusal, which comes before rules 6 and 7; all at their day, rule 6's (the first names it).
+        usable = mailbox_domains(
+            owner_ids=every.mailboxes.keys(), mailboxes=every.mailboxes, scopes=[*self.scopes]
+        )
+        for owner_id, domains in usable.items():
+            if not domains:
                 found[owner_id] = MAILBOXES_PAUSED
-                continue
-            # Its usable mailboxes' domains, all of them at their day (rule 6 names the first).
-            domains = sorted({box.domain for box in usable})
-            if self.domains and all(d in self.domains for d in domains):
+            elif self.domains and all(d in self.domains for d in domains):
                 found[owner_id] = self.domains[domains[0]]
         for (kind, scope), reason in reversed(list(self.paused.items())):  # the oldest last: it names it
             found |= dict.fromkeys(_paused_members(kind, scope, every), reason)
@@ -216,6 +215,7 @@ def owners_admit(
         paused_tiers=paused.tiers,
         shared=shared,
         closed=Closed(
+            scopes=scopes,
             paused=paused.whole,
             spent={org: shared.spend_reason[org] for org, left in shared.spend_left.items() if left <= 0},
             domains={d: shared.domain_reason[d] for d, room in shared.domain_room.items() if room <= 0},

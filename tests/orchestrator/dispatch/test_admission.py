@@ -359,6 +359,7 @@ def test_a_closed_owner_gets_the_reason_of_the_first_rule_that_closes_it() -> No
     make_mailbox(h, "h@paused.example")  # every mailbox on a paused domain, its org paused too
     closed = Closed(
         paused={("organization", paused.pk): "paused", ("domain", ("paused.example", None)): "domain paused"},
+        scopes=[(1, None, None, None, "paused.example")],  # the domain's pause, as admission read it
         spent={paused.pk: "spent", spent.pk: "spent"},
         domains={"acme.example": "domain"},
     )
