@@ -1,9 +1,9 @@
 """The cycle's window: which owners it judges and loads. Not every active owner, but those each
 round meets first going on from the cursor (`round_order`: arithmetic on the cursor, weights and
-leads, no rows), enough to fill the slots twice over, plus the owners whose approved drafts
-wait to be sent (the others' work in flight and drafts is counted without judging them:
-cycle.admission's `elsewhere`). The selection says whether its
-picks are exactly those every owner would give (`Selection.exact`); when not, the window widens
+leads, no rows), as many as the last cycle's picks went through and a margin learned from the
+cycles before (`window_size`; twice the slots before any cycle picked), plus the owners whose
+approved drafts wait to be sent (the others' work in flight and drafts is counted without
+judging them: cycle.admission's `elsewhere`). The selection says whether its picks are exactly those every owner would give (`Selection.exact`); when not, the window widens
 and the cycle selects again, so the window changes what a cycle costs, never what it picks.
 
   which owners have ready work, per tier (`ReadyWork`: all of them when they are few, else
@@ -15,7 +15,7 @@ and the cycle selects again, so the window changes what a cycle costs, never wha
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -30,12 +30,16 @@ from outreach.tiers import Tier
 # (at least WINDOW_MIN): an owner refused by admission, or whose room or rows run out, leaves
 # the round, and the rest of the window fills its slots. Each widening multiplies it by WIDEN.
 WINDOW_SLOTS, WINDOW_MIN, WIDEN = 2, 64, 4
-# Once a cycle has picked, the next holds WINDOW_MARGIN times as many owners as its picks went
-# through in their rounds, scaled to its slots (`window_learn`, `window_size`): about 1.25 a
-# slot where every owner the rounds meet is admitted with work; where most are refused
-# (outside their hours, on leave), as many as the picks pass, in one window instead of a
-# window widened every cycle.
-WINDOW_MARGIN = 1.25
+# Once a cycle has picked, the next holds as many owners as its picks went through in their
+# rounds, scaled to its slots (`window_learn`, `window_size`): about one a slot where every
+# owner the rounds meet is admitted with work; where most are refused (outside their hours, on
+# leave), as many as the picks pass, in one window instead of a window widened every cycle.
+# And a margin for the owners the next rounds pass over that the last did not (refused since,
+# out of rows): the most any of the last MARGIN_CYCLES cycles that picked needed beyond what
+# their windows expected (`_LastCycle.needs`), MARGIN_SPARE more; WINDOW_MARGIN until that
+# many have picked. Where the owners' refusals hold still, 2% instead of a fixed quarter; where
+# they move, as much as they moved (a window that proves too small widens, and its need counts).
+WINDOW_MARGIN, MARGIN_CYCLES, MARGIN_SPARE = 1.25, 16, 0.02
 # A tier with more owners with ready work than a window takes is asked about the first
 # PROBE_OWNERS x `size` owners of each of its rounds: at least half of them with ready work
 # fill the window; fewer, and the window may widen. Once a cycle has asked, the next asks
@@ -108,6 +112,11 @@ class _LastCycle:
     (`window_size`). Only a size: a window too small for the next cycle's picks says so
     (`Selection.exact`) and widens.
 
+    `expected`: the owners a round the first window expected its picks to go through, before
+    its margin (`window_size`; 0: no cycle had picked). `needs`: for each of the last
+    MARGIN_CYCLES cycles that picked after one had, how far its furthest round went over that
+    (`window_learn`): the margin the next windows keep (`_margin`).
+
     `ready_share`: per tier asked about its rounds' first owners, the share of them that had
     ready work: how many the next cycle asks about (`_probes`). Only a count: too few found, and
     the window ends at the first owner not asked about and widens."""
@@ -117,6 +126,8 @@ class _LastCycle:
     ready_share: dict[Tier, float] = field(default_factory=dict)
     reached: int = 0
     served: int = 0  # 0: no cycle has picked yet
+    expected: float = 0.0
+    needs: deque[float] = field(default_factory=lambda: deque(maxlen=MARGIN_CYCLES))
 
 
 _last = _LastCycle()
@@ -303,18 +314,22 @@ def _probes(tier: Tier, size: int) -> int:
 def window_learn(window: OwnersWindow, picks: Collection[Pick]) -> None:
     """Remember how far into its rounds' first owners this window's picks went, per pick: for
     each round, the place of the furthest owner it picked from (the owners before it were
-    passed over or served), summed over the rounds, over their picks. Nothing when it picked
-    nothing (no slots, or no work: it says nothing of the owners)."""
+    passed over or served), summed over the rounds, over their picks; and how far the furthest
+    round went over what the cycle's first window expected (`_LastCycle.needs`). Nothing when
+    it picked nothing (no slots, or no work: it says nothing of the owners)."""
     tiers: dict[Tier, list[int]] = {}
     for pick in picks:
         tiers.setdefault(pick.tier, []).append(pick.owner_id)
-    reached = served = 0
+    reached = served = furthest = 0
     for (tier, _), firsts in window.firsts.items():
         place = {owner: n for n, owner in enumerate(firsts, start=1)}
         picked = [place[o] for o in tiers.get(tier, ()) if o in place]
         if picked:
             reached, served = reached + max(picked), served + len(picked)
+            furthest = max(furthest, max(picked))
     if served:
+        if _last.expected:
+            _last.needs.append(furthest / _last.expected)
         _last.reached, _last.served = reached, served
 
 
@@ -348,8 +363,9 @@ def _orders(
 
 def window_size(*, slot_bound: int) -> int:
     """The first window's owners per round for a cycle of at most `slot_bound` slots: as far as
-    the last cycle's picks went (`window_learn`), scaled to this cycle's slots, WINDOW_MARGIN
-    to spare; WINDOW_SLOTS a slot before any cycle picked.
+    the last cycle's picks went (`window_learn`), scaled to this cycle's slots, the margin
+    (`_margin`) to spare; WINDOW_SLOTS a slot before any cycle picked. Remembers what it
+    expected before the margin, for `window_learn` to compare the picks' reach with.
 
     Fewer slots than the last picks take proportionally fewer owners. More slots take, beyond
     the owners the last picks went through, as many a slot as they needed a pick, but at most
@@ -359,9 +375,19 @@ def window_size(*, slot_bound: int) -> int:
     over. A window that falls short widens, and the cycle after it learns from the wider one."""
     reached, served = _last.reached, _last.served
     if not served:
+        _last.expected = 0.0
         return max(WINDOW_MIN, WINDOW_SLOTS * slot_bound)
     if slot_bound <= served:
         owners = reached * slot_bound / served
     else:
         owners = reached + (slot_bound - served) * min(WINDOW_SLOTS, reached / served)
-    return max(WINDOW_MIN, math.ceil(WINDOW_MARGIN * owners))
+    _last.expected = owners
+    return max(WINDOW_MIN, math.ceil(_margin() * owners))
+
+
+def _margin() -> float:
+    """The most any of the last MARGIN_CYCLES cycles needed beyond what its window expected
+    (at least nothing), MARGIN_SPARE more, at most WIDEN (a window short by more widens);
+    at least WINDOW_MARGIN until that many cycles have picked."""
+    margin = min(WIDEN, max([1.0, *_last.needs]) + MARGIN_SPARE)
+    return margin if len(_last.needs) == MARGIN_CYCLES else max(WINDOW_MARGIN, margin)

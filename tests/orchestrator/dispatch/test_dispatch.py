@@ -21,7 +21,7 @@ from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle import CURSOR_KEY, dispatch_cycle, window
 from orchestrator.dispatch.cycle.cursor_state import LEADS_KEY, cursor_read
 from orchestrator.dispatch.cycle.shell import PHASES
-from orchestrator.dispatch.selection import Cursor, Position
+from orchestrator.dispatch.selection import Cursor, Pick, Position, Window
 from orchestrator.dispatch.singleton import dispatch_lease
 from orchestrator.models import Pause
 from outreach.models import Lead, Mailbox, Outreach, OutreachEvent, Owner, State
@@ -758,6 +758,74 @@ def test_a_window_scales_what_the_last_picks_went_through_to_this_cycles_slots()
     assert window.window_size(slot_bound=4) == window.WINDOW_MIN
 
 
+def test_a_windows_margin_is_what_its_last_cycles_needed_beyond_their_windows() -> None:
+    # given a dispatcher whose cycles of 100 slots each pick one row from each of a round's
+    # owners, but for the last pick, from the owner at place `furthest` (those before it passed
+    # over, refused): each cycle learns from the window the last one sized
+    owners = list(range(1, 1_001))
+
+    def cycle(furthest: int) -> int:
+        size = window.window_size(slot_bound=100)
+        picked = [*owners[:99], owners[furthest - 1]]
+        window.window_learn(
+            window.OwnersWindow(
+                loaded=frozenset(owners),
+                window=Window(left_out={}),
+                complete=True,
+                firsts={(Tier.INTRO, ""): owners},
+            ),
+            [Pick(outreach_id=o, owner_id=o, tier=Tier.INTRO, reason="") for o in picked],
+        )
+        return size
+
+    # when its first cycles' picks go as far as their slots: the first knows nothing (2 a
+    # slot); the next keep a quarter to spare until MARGIN_CYCLES have needed none, then 2%
+    sizes = [cycle(100) for _ in range(1 + window.MARGIN_CYCLES + 1)]
+    assert sizes == [200] + [125] * window.MARGIN_CYCLES + [102]
+    # when owners newly refused make a cycle's picks go 10% further than its window expected
+    # (a window of 102 that widened): the next windows keep that 10%, and 2%, over how far
+    # the picks went (110)
+    assert cycle(110) == 102
+    assert [cycle(110) for _ in range(window.MARGIN_CYCLES)] == [124] * window.MARGIN_CYCLES
+    # and once MARGIN_CYCLES cycles have needed no more than their windows expected, 2% again
+    assert cycle(110) == 113
+
+
+def test_a_dispatcher_whose_owners_refusals_hold_still_judges_a_window_2_percent_over_its_picks(
+    budget: Budget,
+    redis_client: redis.Redis,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 400 owners with two intros each and cycles of 100 slots, counted by picks (each
+    # round goes on from the owner after the last one served), each cycle's claims put back
+    settings.DISPATCH_MAX_IN_FLIGHT = 100
+    settings.DISPATCH_FAIRNESS = "count"
+    owners = make_owners(400, organization=make_org(), daily_limit=100)
+    _two_intros_each(owners)
+    # when a dispatcher runs MARGIN_CYCLES + 2 cycles
+    judged = []
+    for _ in range(window.MARGIN_CYCLES + 2):
+        report = _cycle(budget, django_capture_on_commit_callbacks)
+        _put_back(budget, report)
+        judged.append((report.judged, report.windows, len(report.picks)))
+    # then after its first (2 a slot) each judged a quarter more owners than the last one's
+    # picks went through until MARGIN_CYCLES had needed no more, then 2% more: 102, one window
+    assert judged == [(200, 1, 100)] + [(125, 1, 100)] * window.MARGIN_CYCLES + [(102, 1, 100)]
+    # when every fifth owner goes on leave: the window of 102 holds 82 owners it may pick from
+    for owner in owners[::5]:
+        Pause.objects.create(owner=owner, reason="on leave")
+    widened, _ = _windowed_and_full(budget, redis_client, django_capture_on_commit_callbacks, monkeypatch)
+    # then that cycle widened, and picked what judging every owner picks (_windowed_and_full)
+    assert (widened.windows, len(widened.picks)) == (2, 100)
+    # and the next cycle's first window held the picks: as far as they went (125 owners) and
+    # as much again as the widened cycle's went past the 100 its window expected (25%), 2%
+    # more: 159
+    report = _cycle(budget, django_capture_on_commit_callbacks)
+    assert (report.judged, report.windows, len(report.picks)) == (159, 1, 100)
+
+
 def test_a_cycle_does_not_judge_the_owners_with_work_in_flight_outside_its_window(
     budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
@@ -963,6 +1031,17 @@ def _two_intros_each(owners: list[Owner]) -> None:
             make_outreach(lead=make_lead(owner=owner))
 
 
+def _put_back(budget: Budget, report: Any) -> None:
+    """The cycle's claimed rows back in the queue and their reservations refunded: the next
+    cycle starts from the same world."""
+    for joined in Outreach.objects.filter(id__in=report.generation).values_list("reservation_id", flat=True):
+        for rid in joined.split():
+            budget.refund(reservation_id=rid)
+    Outreach.objects.filter(id__in=report.generation).update(
+        state=State.QUEUED, reservation_id="", llm_route=""
+    )
+
+
 def _windowed_and_full(
     budget: Budget, redis_client: redis.Redis, captured: Any, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Any, Any]:
@@ -971,26 +1050,16 @@ def _windowed_and_full(
     and their reservations are refunded, so the next starts from the same world; the cursor
     ends where the cycles put it."""
 
-    def put_back(report: Any) -> None:
-        for joined in Outreach.objects.filter(id__in=report.generation).values_list(
-            "reservation_id", flat=True
-        ):
-            for rid in joined.split():
-                budget.refund(reservation_id=rid)
-        Outreach.objects.filter(id__in=report.generation).update(
-            state=State.QUEUED, reservation_id="", llm_route=""
-        )
-
     before = cursor_read(redis_client)
     windowed = _cycle(budget, captured)
     after = cursor_read(redis_client)
-    put_back(windowed)
+    _put_back(budget, windowed)
     redis_client.delete(LEADS_KEY)
     redis_client.set(CURSOR_KEY, before.to_json())  # a cursor's JSON, its leads inline: read as such
     with monkeypatch.context() as patch:
         patch.setattr(window, "WINDOW_MIN", 10**6)
         full = _cycle(budget, captured)
-    put_back(full)
+    _put_back(budget, full)
     assert windowed.picks == full.picks
     assert after == cursor_read(redis_client)
     return windowed, full
