@@ -25,22 +25,23 @@ SEND_CURSOR_KEY = "orchestrator:dispatch:send_cursor"
 
 def approved_dispatch(
     *,
-    room: dict[int, int],
+    room: Mapping[int, int],
+    approved: Mapping[int, int],
     weights: Mapping[int, int],
     now: datetime,
     budget: Budget,
     paused_tiers: Mapping[int, frozenset[Tier]],
     lease: Lease,
 ) -> list[int]:
-    """Approved drafts go to `send` under owner limits and, when configured, the send rate
-    (send_flow: a cycle's worth, shared by owner weight in `select_sends`' round robin, which
-    goes on from the send cursor); no LLM call, no LLM budget."""
+    """Approved drafts go to `send` under owner limits (`room`: what each owner may send now)
+    and, when configured, the send rate (send_flow: a cycle's worth, shared by owner weight in
+    `select_sends`' round robin, which goes on from the send cursor); no LLM call, no LLM
+    budget. `approved`: each owner's approved drafts as the cycle read them
+    (reads.CommittedWork.approved): only those owners' are read (at 10,000 owners a cycle's
+    room holds hundreds of owners, and a probe each cost ~1 ms where none had a draft)."""
     slots = send_flow.approved_slots(budget=budget)
-    found = reads.approved_candidates(
-        k_by_owner=room if slots is None else {o: min(n, slots) for o, n in room.items()},
-        now=now,
-        paused_tiers=paused_tiers,
-    )
+    most = {o: min(n, approved[o], n if slots is None else slots) for o, n in room.items() if o in approved}
+    found = reads.approved_candidates(k_by_owner=most, now=now, paused_tiers=paused_tiers)
     ids = [i for per_owner in found.values() for i in per_owner]
     if slots is not None:
         cursor = json_cursor_load(lease.client, SEND_CURSOR_KEY)
@@ -68,6 +69,4 @@ def approved_dispatch(
         lease.set_if_held(SEND_CURSOR_KEY, sent.cursor.to_json())
         handed = set(ids)
         send_flow.waiting_label(ids=[i for o in found.values() for i in o if i not in handed], budget=budget)
-    for owner_id, per_owner in found.items():
-        room[owner_id] -= len(set(per_owner) & set(claimed))
     return claimed

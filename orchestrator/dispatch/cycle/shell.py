@@ -182,7 +182,8 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
         laps.lap("admission")
         if not sends_done:  # every owner with approved drafts is in the first window (`also`)
             report.send = approved_dispatch(
-                room=dict(admitted.send_room),
+                room=admitted.send_room,
+                approved=work.approved,
                 weights=weights,
                 now=now,
                 budget=budget,

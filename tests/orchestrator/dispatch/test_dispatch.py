@@ -271,6 +271,30 @@ def test_approved_drafts_go_to_send_without_llm_budget(
     assert queued.state == State.QUEUED
 
 
+def test_a_cycle_looks_for_the_approved_drafts_of_the_owners_it_read_some_for_only(
+    budget: Budget, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given three owners with intros queued, one of them with two approved drafts too
+    org = make_org()
+    a, b, c = (make_owner(organization=org) for _ in range(3))
+    drafts = [
+        make_outreach(lead=make_lead(owner=a), state=State.APPROVED, draft_subject="Hi", draft_body="Body")
+        for _ in range(2)
+    ]
+    for owner in (a, b, c):
+        make_outreach(lead=make_lead(owner=owner))
+    # when a cycle runs
+    with CaptureQueriesContext(connection) as queries:
+        report = _cycle(budget, django_capture_on_commit_callbacks)
+    # then both drafts went to send, looked for among the drafts of their owner only (one
+    # probe): the owners with room and no approved draft were not probed (until 2026-12-07,
+    # every owner with room was: 500 probes a cycle at 10,000 owners)
+    assert sorted(report.send) == sorted(d.pk for d in drafts)
+    reads = [q["sql"] for q in queries.captured_queries if "q.state = 'approved'" in q["sql"]]
+    assert len(reads) == 1
+    assert f"unnest('{{{a.pk}}}'::bigint[])" in reads[0]
+
+
 def test_stuck_work_is_recovered_and_its_reservation_refunded(
     budget: Budget, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
