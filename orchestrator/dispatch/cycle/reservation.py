@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
 
 from config import redis_client
 from config.deployments import STEPS, deployments, job_steps
@@ -96,28 +95,29 @@ def picks_reserve_and_claim(
         if capped:
             _say_capped(picks=[pick for pick, _ in group[len(ids) :]], bucket=capped[0])
     try:
-        with transaction.atomic():
-            # Each claimed row keeps its reservation ids (refunded on recovery, settled by the
-            # worker) and its route (the deployments its worker calls), written by the move.
-            moved = set(
-                transition_many(
-                    outreach_ids=list(placed),
-                    from_=State.QUEUED,
-                    to=State.DISPATCHED,
-                    blocked_reason="",
-                    at=now,
-                    each={
-                        "reservation_id": [rid for rid, _ in placed.values()],
-                        "llm_route": [route for _, route in placed.values()],
-                    },
-                )
+        # Each claimed row keeps its reservation ids (refunded on recovery, settled by the
+        # worker) and its route (the deployments its worker calls), written by the move: one
+        # transaction of its own (transition_many's), the tasks published once it commits. No
+        # transaction around it: that made the move's a savepoint, two more round trips a claim.
+        moved = set(
+            transition_many(
+                outreach_ids=list(placed),
+                from_=State.QUEUED,
+                to=State.DISPATCHED,
+                blocked_reason="",
+                at=now,
+                each={
+                    "reservation_id": [rid for rid, _ in placed.values()],
+                    "llm_route": [route for _, route in placed.values()],
+                },
             )
-            # In pick order (the claim returns rows in the table's order): the tasks go to the
-            # broker in the schedule's order, so the workers start them in it.
-            claimed = [i for i in placed if i in moved]
-            replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
-            tasks_enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
-            tasks_enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
+        )
+        # In pick order (the claim returns rows in the table's order): the tasks go to the
+        # broker in the schedule's order, so the workers start them in it.
+        claimed = [i for i in placed if i in moved]
+        replies = {pick.outreach_id for pick in picks if pick.tier == Tier.REPLY}
+        tasks_enqueue_on_commit(GENERATE_REPLY_TASK, [i for i in claimed if i in replies])
+        tasks_enqueue_on_commit(GENERATE_TASK, [i for i in claimed if i not in replies])
     except BaseException:
         # The claim did not commit (a database error, the soft time limit), so no row records
         # these reservations and nothing else would give them back before they expire. (A

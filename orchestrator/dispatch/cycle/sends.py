@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from django.db import transaction
-
 from orchestrator.budget import Budget
 from orchestrator.dispatch import reads, send_flow
 from orchestrator.dispatch.cycle.cursor_state import json_cursor_load
@@ -46,16 +44,12 @@ def approved_dispatch(
     if slots is not None:
         cursor = json_cursor_load(lease.client, SEND_CURSOR_KEY)
         ids = list(select_sends(found, slots=slots, cursor=cursor, weights=weights).outreach_ids)
-    with transaction.atomic():
-        claimed = transition_many(
-            outreach_ids=ids,
-            from_=State.APPROVED,
-            to=State.DISPATCHED,
-            note="send",
-            blocked_reason="",
-            at=now,
-        )
-        tasks_enqueue_on_commit(SEND_TASK, claimed)
+    # The move commits on its own (no transaction around it: its own would be a savepoint),
+    # and the tasks are published once it has.
+    claimed = transition_many(
+        outreach_ids=ids, from_=State.APPROVED, to=State.DISPATCHED, note="send", blocked_reason="", at=now
+    )
+    tasks_enqueue_on_commit(SEND_TASK, claimed)
     if slots is not None:
         # The round moves by the sends that went: a draft another process took between the read
         # and the claim (cancelled, sent by hand) costs its owner no turn, as for the LLM picks.
