@@ -30,7 +30,6 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.db.models import Q
 
 from config.logging import outreach_log_context
 from config.redis_client import Client
@@ -94,11 +93,13 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
     broker, GENERATING ones on a slow model) and nearly all of them are alive. Only the rows
     recovered are loaded whole, and only if they have not moved since they were read."""
     cutoff = now - timedelta(seconds=settings.DISPATCH_STUCK_AFTER_S)
-    timed_out = _seen(Q(state__in=IN_FLIGHT, state_changed_at__lt=cutoff), limit=BATCH)
+    timed_out, generating, dispatched = _candidates(
+        cutoff=cutoff, younger_than_ttl=now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
+    )
     stuck = [(seen, f"stuck in {seen[1]} past {settings.DISPATCH_STUCK_AFTER_S}s") for seen in timed_out]
     if len(stuck) < BATCH:
         orphans = _worker_gone(
-            State.GENERATING, gone=_unleased, now=now, cutoff=cutoff, client=leases, limit=BATCH - len(stuck)
+            State.GENERATING, generating[: BATCH - len(stuck)], gone=_unleased, client=leases
         )
         stuck += [(seen, "GENERATING with no live worker (job lease gone)") for seen in orphans]
     moves: list[tuple[Seen, Callable[[Outreach], object]]] = [
@@ -106,12 +107,7 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
     ]
     if len(stuck) < BATCH:
         unstarted = _worker_gone(
-            State.DISPATCHED,
-            gone=receipts_lost,
-            now=now,
-            cutoff=cutoff,
-            client=leases,
-            limit=BATCH - len(stuck),
+            State.DISPATCHED, dispatched[: BATCH - len(stuck)], gone=receipts_lost, client=leases
         )
         moves += [(seen, _requeue_unstarted) for seen in unstarted]
     rows = _unmoved([seen for seen, _ in moves])
@@ -132,13 +128,42 @@ def recover_stuck(*, now: datetime, refund: Callable[[str], object], leases: Cli
     return recovered
 
 
-def _seen(where: Q, *, limit: int) -> list[Seen]:
-    """The oldest in-flight rows `where` says, oldest move first."""
-    return list(
-        Outreach.objects.filter(where)
-        .order_by("state_changed_at")
-        .values_list("id", "state", "state_changed_at")[:limit]
+# The candidates, each read its own oldest BATCH (oldest move first; index
+# outreach_in_flight_age): in-flight rows past the timeout; GENERATING, then DISPATCHED rows
+# older than the lease TTL (younger ones may not have taken theirs yet) and younger than the
+# timeout, whose workers may be gone. One statement a cycle, written once: as three ORM
+# queries they cost ~3 ms a cycle, two thirds of it building them (bench/dispatch.py,
+# 2026-12-07). Subqueries, not parenthesized arms, so SQLite (the demo) reads it too.
+_CANDIDATES = " UNION ALL ".join(
+    f"SELECT * FROM (SELECT {arm} AS arm, id, state, state_changed_at FROM {Outreach._meta.db_table} "
+    f"WHERE {where} ORDER BY state_changed_at LIMIT {BATCH:d}) AS arm{arm}"
+    for arm, where in enumerate(
+        (
+            f"state IN ({', '.join(['%s'] * len(IN_FLIGHT))}) AND state_changed_at < %s",
+            "state = %s AND state_changed_at < %s AND state_changed_at >= %s",
+            "state = %s AND state_changed_at < %s AND state_changed_at >= %s",
+        )
     )
+)
+
+
+def _candidates(*, cutoff: datetime, younger_than_ttl: datetime) -> tuple[list[Seen], list[Seen], list[Seen]]:
+    """The rows timed out (in flight since before `cutoff`), and the GENERATING and the
+    DISPATCHED ones in flight since between `cutoff` and `younger_than_ttl`, each oldest
+    move first (`_CANDIDATES`)."""
+    params = [
+        *(str(state) for state in IN_FLIGHT),
+        cutoff,
+        *(State.GENERATING, younger_than_ttl, cutoff),
+        *(State.DISPATCHED, younger_than_ttl, cutoff),
+    ]
+    arms: tuple[list[Seen], list[Seen], list[Seen]] = ([], [], [])
+    # A raw query of the model: its fields come back as the ORM converts them (a datetime from SQLite too).
+    for row in Outreach.objects.raw(_CANDIDATES, params):
+        arms[row.arm].append((row.pk, row.state, row.state_changed_at))  # type: ignore[attr-defined]  # the query's own column
+    for seen in arms:
+        seen.sort(key=lambda s: s[2])  # UNION ALL keeps no order across arms, nor promises one within
+    return arms
 
 
 def _unmoved(seen: list[Seen]) -> dict[int, Outreach]:
@@ -155,23 +180,12 @@ def _unmoved(seen: list[Seen]) -> dict[int, Outreach]:
 
 
 def _worker_gone(
-    state: State,
-    *,
-    gone: Callable[..., set[int]],
-    now: datetime,
-    cutoff: datetime,
-    client: Client | None,
-    limit: int,
+    state: State, seen: list[Seen], *, gone: Callable[..., set[int]], client: Client | None
 ) -> list[Seen]:
-    """`state` rows older than the lease TTL (younger ones may not have taken theirs yet) and
-    younger than `cutoff` (the timeout takes those) whose worker `gone` says is gone (`client`,
-    `outreach_ids` -> those among them): GENERATING without a job lease, DISPATCHED received
-    and no longer leased. Redis unreachable: none (the timeout still covers them)."""
-    younger_than_ttl = now - timedelta(seconds=settings.GENERATION_LEASE_TTL_S)
-    seen = _seen(
-        Q(state=state, state_changed_at__lt=younger_than_ttl, state_changed_at__gte=cutoff),
-        limit=limit,
-    )
+    """Those of the `state` rows `seen` (older than the lease TTL, younger than the timeout:
+    `_candidates`) whose worker `gone` says is gone (`client`, `outreach_ids` -> those among
+    them): GENERATING without a job lease, DISPATCHED received and no longer leased. Redis
+    unreachable: none (the timeout still covers them)."""
     if not seen:
         return []
     try:
