@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet, Sum
 
 from orchestrator.budget import (
     PROVIDER,
@@ -260,11 +260,14 @@ DRAFTS = (State.AWAITING_APPROVAL, State.APPROVED)
 class CommittedWork:
     """Per owner, its rows in flight and its drafts not yet sent (`committed_work`), read once
     a cycle: admission counts every owner's on the sender domains' days (rule 6), judged or
-    not; the window judges the owners with approved drafts (`approved`: they are sent)."""
+    not; the window judges the owners with approved drafts (`approved`: they are sent). And
+    the LLM jobs in flight of every owner (`llm_in_flight`, counted in the same read): the
+    window's slot bound and the cycle's slots."""
 
     in_flight: Mapping[int, int]
     drafts: Mapping[int, int]  # awaiting approval and approved
     approved: Mapping[int, int] = field(default_factory=dict)
+    llm_in_flight: int = 0
 
     def owners(self) -> set[int]:
         return {*self.in_flight, *self.drafts}
@@ -276,11 +279,13 @@ def committed_work_load() -> CommittedWork:
     in_flight: Counter[int] = Counter()
     drafts: Counter[int] = Counter()
     approved: Counter[int] = Counter()
-    for owner_id, state, n in committed_work():
+    llm = 0
+    for owner_id, state, llm_job, n in committed_work():
         (drafts if state in DRAFTS else in_flight)[owner_id] += n
         if state == State.APPROVED:
             approved[owner_id] += n
-    return CommittedWork(in_flight=in_flight, drafts=drafts, approved=approved)
+        llm += n if llm_job else 0
+    return CommittedWork(in_flight=in_flight, drafts=drafts, approved=approved, llm_in_flight=llm)
 
 
 def committed_today(
@@ -313,8 +318,9 @@ def committed_today(
     }
 
 
-def committed_work() -> QuerySet[Outreach, tuple[int, str, int]]:
-    """(owner id, state, rows) of every owner's work in flight and drafts not yet sent.
+def committed_work() -> QuerySet[Outreach, tuple[int, str, bool, int]]:
+    """(owner id, state, whether they are LLM jobs (`LLM_JOBS`), rows) of every owner's work in
+    flight and drafts not yet sent.
 
     One arm per partial index (in flight, awaiting approval, approved), OR-ed: PostgreSQL
     matches each arm to its index's predicate and ORs the bitmaps. `state IN (all five)` matches
@@ -324,7 +330,8 @@ def committed_work() -> QuerySet[Outreach, tuple[int, str, int]]:
         Outreach.objects.filter(
             Q(state__in=IN_FLIGHT) | Q(state=State.AWAITING_APPROVAL) | Q(state=State.APPROVED)
         )
-        .values_list("owner_id", "state")
+        .annotate(llm_job=ExpressionWrapper(LLM_JOBS, output_field=BooleanField()))
+        .values_list("owner_id", "state", "llm_job")
         .annotate(n=Count("id"))
         .order_by()
     )
@@ -416,9 +423,14 @@ def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
     )
 
 
+# An LLM job in flight: a row holding an LLM reservation (a send in flight has its draft).
+LLM_JOBS = Q(state__in=LLM_IN_FLIGHT, draft_body="")
+
+
 def llm_in_flight() -> int:
-    """Outreach holding an LLM reservation now: bounded by DISPATCH_MAX_IN_FLIGHT."""
-    return Outreach.objects.filter(state__in=LLM_IN_FLIGHT, draft_body="").count()
+    """Outreach holding an LLM reservation now: bounded by DISPATCH_MAX_IN_FLIGHT (a cycle
+    counts them with its committed work instead: `CommittedWork.llm_in_flight`)."""
+    return Outreach.objects.filter(LLM_JOBS).count()
 
 
 def reasons_write(*, reasons: Mapping[tuple[int, int], str], rows_each: int) -> None:

@@ -130,7 +130,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     work = reads.committed_work_load()
     # Owners deactivated since their work started: it still leaves from their domains (rule 6).
     gone = reads.owners_gone(work.owners() - weights.keys())
-    in_flight = reads.llm_in_flight()
+    in_flight = work.llm_in_flight
     tokens = settings.DISPATCH_FAIRNESS == "tokens"
     size = window_size(slot_bound=max(0, settings.DISPATCH_MAX_IN_FLIGHT - in_flight))
     sends_done = False

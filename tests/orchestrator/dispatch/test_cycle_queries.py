@@ -216,7 +216,7 @@ def _diff(expected: Counter[str], got: Counter[str]) -> str:
     return "\n".join(lines)
 
 
-def test_a_cycle_reads_the_owners_committed_work_and_its_llm_jobs_in_flight_once(
+def test_a_cycle_reads_the_owners_committed_work_and_its_llm_jobs_in_flight_in_one_statement(
     every_control: None, redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
 ) -> None:
     # given 10 owners with work queued, every control on
@@ -229,6 +229,7 @@ def test_a_cycle_reads_the_owners_committed_work_and_its_llm_jobs_in_flight_once
     committed, in_flight = (_shape(q["sql"]) for q in reads.captured_queries)
     # when a cycle runs
     statements = _cycle_statements(redis_client, django_capture_on_commit_callbacks)
-    # then it reads what the owners committed, and the LLM jobs in flight, once each: the
-    # window and admission share the one, the window's bound and the slots the other
-    assert (statements[committed], statements[in_flight]) == (1, 1), statements
+    # then it reads what the owners committed once (the window and admission share it), and
+    # counts the LLM jobs in flight in that read (the window's bound and the slots), not in a
+    # statement of their own (until 2026-12-07 it did)
+    assert (statements[committed], statements[in_flight]) == (1, 0), statements

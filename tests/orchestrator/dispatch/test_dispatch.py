@@ -575,7 +575,13 @@ def test_the_owners_committed_work_is_read_through_the_partial_indexes_not_the_h
     # given a history of sent rows and a few rows in flight and in review
     states = [State.DISPATCHED, State.GENERATING, State.SENDING, State.AWAITING_APPROVAL, State.APPROVED]
     owner, now = _analyzed_history(state_of=lambda i: states[i % 5] if i < 10 else State.SENT)
-    from orchestrator.dispatch.reads import active_owners, committed_today, committed_work
+    from orchestrator.dispatch.reads import (
+        active_owners,
+        committed_today,
+        committed_work,
+        committed_work_load,
+        llm_in_flight,
+    )
 
     # when the cycle reads what each owner has committed, then the plan walks the partial indexes
     # of those states (a scan of the table grows with the history: 89 ms a cycle at 10^6 rows)
@@ -587,6 +593,12 @@ def test_the_owners_committed_work_is_read_through_the_partial_indexes_not_the_h
     rules = [o.rules for o in active_owners().of([owner.pk])]
     committed = committed_today(owners=rules, now=now)[owner.pk]
     assert (committed.in_flight, committed.drafts) == (6, 4)
+    # and, in the same read, the LLM jobs in flight (DISPATCHED and GENERATING without a
+    # draft), as reads.llm_in_flight counts them; a send on its way out (a DISPATCHED draft)
+    # is no LLM job
+    assert committed_work_load().llm_in_flight == llm_in_flight() == 4
+    Outreach.objects.filter(owner=owner, state=State.DISPATCHED).update(draft_body="written")
+    assert committed_work_load().llm_in_flight == llm_in_flight() == 2
 
 
 def test_starvation_guard_gives_nudges_a_share_under_reply_load(
