@@ -30,6 +30,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.db import connection
 
 from config.logging import outreach_log_context
 from config.redis_client import Client
@@ -151,14 +152,17 @@ def _candidates(*, cutoff: datetime, younger_than_ttl: datetime) -> tuple[list[S
     """The rows timed out (in flight since before `cutoff`), and the GENERATING and the
     DISPATCHED ones in flight since between `cutoff` and `younger_than_ttl`, each oldest
     move first (`_CANDIDATES`)."""
+    # The times as the field writes them (on SQLite, naive UTC text, as stored), and the rows
+    # read as the model: its fields come back as the ORM converts them (a datetime from SQLite too).
+    field = Outreach._meta.get_field("state_changed_at")
+    cutoff, younger_than_ttl = (field.get_db_prep_value(t, connection) for t in (cutoff, younger_than_ttl))
     params = [
         *(str(state) for state in IN_FLIGHT),
         cutoff,
-        *(State.GENERATING, younger_than_ttl, cutoff),
-        *(State.DISPATCHED, younger_than_ttl, cutoff),
+        *(str(State.GENERATING), younger_than_ttl, cutoff),
+        *(str(State.DISPATCHED), younger_than_ttl, cutoff),
     ]
     arms: tuple[list[Seen], list[Seen], list[Seen]] = ([], [], [])
-    # A raw query of the model: its fields come back as the ORM converts them (a datetime from SQLite too).
     for row in Outreach.objects.raw(_CANDIDATES, params):
         arms[row.arm].append((row.pk, row.state, row.state_changed_at))  # type: ignore[attr-defined]  # the query's own column
     for seen in arms:
