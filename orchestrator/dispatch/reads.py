@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet, Sum
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet
 
 from orchestrator.budget import (
     PROVIDER,
@@ -389,25 +389,47 @@ def organization_spend(
     caps = {org: spend_caps[org] for org in set(organization_ids) if org in spend_caps}
     if not caps:
         return {}
-    spent = dict(
-        Outreach.objects.filter(owner__organization_id__in=caps, generated_at__gte=start, llm_cost__gt=0)
-        .values_list("owner__organization_id")
-        .annotate(total=Sum("llm_cost"))
-        .order_by()
-    )
+    spent: dict[int, Decimal] = {}
     reserved: dict[int, Decimal] = defaultdict(Decimal)
-    in_flight = (
-        Outreach.objects.filter(owner__organization_id__in=caps, state__in=LLM_IN_FLIGHT, draft_body="")
-        .values_list("owner__organization_id", "owner_id", "kind")
-        .annotate(jobs=Count("id"))
-        .order_by()
-    )
-    for org_id, owner, kind, jobs in in_flight:
-        reserved[org_id] += jobs * job_cost(owner, kind)
+    cost = Outreach._meta.get_field("llm_cost")
+    marks = ", ".join(["%s"] * len(caps))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SPEND.format(organizations=marks),
+            [
+                *caps,
+                Outreach._meta.get_field("generated_at").get_db_prep_value(start, connection),
+                *caps,
+                *(str(state) for state in LLM_IN_FLIGHT),
+            ],
+        )
+        for org_id, owner, kind, total, jobs in cursor.fetchall():
+            if owner is None:  # the day's spend, as text: exact (SQLite sums floats: rounded as the field is)
+                spent[org_id] = Decimal(total).quantize(Decimal(1).scaleb(-cost.decimal_places))
+            else:
+                reserved[org_id] += jobs * job_cost(owner, kind)
     return {
-        org_id: SpendFacts(cap=cap, spent=spent.get(org_id) or Decimal(0), in_flight=reserved[org_id])
+        org_id: SpendFacts(cap=cap, spent=spent.get(org_id, Decimal(0)), in_flight=reserved[org_id])
         for org_id, cap in caps.items()
     }
+
+
+# `organization_spend`'s two reads in one statement, its text made once (as ORM queries they
+# were built anew every cycle: ~1.5 ms): per organization its spend today (rows with a cost,
+# index outreach_spend_by_owner), then per organization, owner and kind its LLM jobs in flight
+# (the partial in-flight index). Portable: SQLite (the demo) reads it too.
+_SPEND = f"""
+    SELECT o.organization_id, NULL, NULL, CAST(SUM(q.llm_cost) AS TEXT), 0
+    FROM {Outreach._meta.db_table} q JOIN {Owner._meta.db_table} o ON o.id = q.owner_id
+    WHERE o.organization_id IN ({{organizations}}) AND q.generated_at >= %s AND q.llm_cost > 0
+    GROUP BY o.organization_id
+    UNION ALL
+    SELECT o.organization_id, q.owner_id, q.kind, NULL, COUNT(*)
+    FROM {Outreach._meta.db_table} q JOIN {Owner._meta.db_table} o ON o.id = q.owner_id
+    WHERE o.organization_id IN ({{organizations}}) AND q.state IN ({", ".join(["%s"] * len(LLM_IN_FLIGHT))})
+        AND q.draft_body = ''
+    GROUP BY o.organization_id, q.owner_id, q.kind
+"""
 
 
 def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
