@@ -41,6 +41,7 @@ from orchestrator.dispatch.selection import Candidate
 from orchestrator.dispatch.selection.admission import SpendFacts
 from outreach.models import (
     SUPPRESSED,
+    Lead,
     Mailbox,
     Organization,
     Outreach,
@@ -437,12 +438,28 @@ def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
     more (opted out, bounced, complained): the rows loaded joined to their leads, never a read
     of every lead: where few are suppressed PostgreSQL starts from those (index
     lead_suppressed), where many, from the rows. Without that index it read the whole leads
-    table each cycle to find the few (10 ms a cycle at 100,000 leads, 2026-12-06)."""
-    return dict(
-        Outreach.objects.filter(id__any=outreach_ids, lead__status__in=SUPPRESSED).values_list(
-            "id", "lead__status"
-        )
-    )
+    table each cycle to find the few (10 ms a cycle at 100,000 leads, 2026-12-06). One
+    statement written once (`_SUPPRESSED`): as an ORM query of a thousand ids it took ~2.3 ms
+    a cycle, ~0.6 of it PostgreSQL's (2026-12-07)."""
+    ids = list(outreach_ids)
+    if not ids:
+        return {}
+    params: list[Any]
+    if connection.vendor == "postgresql":
+        rows, params = "q.id = ANY(%s::bigint[])", [int_array(ids)]
+    else:  # SQLite (the demo): no arrays
+        rows, params = f"q.id IN ({', '.join(['%s'] * len(ids))})", ids
+    with connection.cursor() as cursor:
+        cursor.execute(_SUPPRESSED.format(rows=rows), [*params, *sorted(SUPPRESSED)])
+        return dict(cursor.fetchall())
+
+
+# The statuses as literals the partial index lead_suppressed's predicate matches (bound on
+# the client, as Django's psycopg cursors bind).
+_SUPPRESSED = (
+    f"SELECT q.id, l.status FROM {TABLE} q JOIN {Lead._meta.db_table} l ON l.id = q.lead_id "
+    f"WHERE {{rows}} AND l.status IN ({', '.join(['%s'] * len(SUPPRESSED))})"
+)
 
 
 # An LLM job in flight: a row holding an LLM reservation (a send in flight has its draft).
