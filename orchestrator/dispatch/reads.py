@@ -307,10 +307,18 @@ def committed_today(
         days[local_day_start(tz=rules.timezone, now=now).date()].append(rules.owner_id)
     if not days:
         return {}
-    today = Q()
+    # Written by hand, not built by the ORM each cycle (~0.6 ms at 500 owners, 2026-12-07).
+    where, params = [], []
+    day_field = OwnerDailySends._meta.get_field("day")
     for day, ids in days.items():
-        today |= Q(day=day, owner_id__any=ids)
-    sent = dict(OwnerDailySends.objects.filter(today).values_list("owner_id", "sent"))
+        among, of_ids = _one_of("owner_id", ids)
+        where.append(f"(day = %s AND {among})")
+        params += [day_field.get_db_prep_value(day, connection), *of_ids]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT owner_id, sent FROM {OwnerDailySends._meta.db_table} WHERE {' OR '.join(where)}", params
+        )
+        sent = dict(cursor.fetchall())
     work = work or committed_work_load()
     return {
         o: Committed(sent.get(o, 0), work.in_flight.get(o, 0), work.drafts.get(o, 0))
@@ -444,14 +452,18 @@ def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
     ids = list(outreach_ids)
     if not ids:
         return {}
-    params: list[Any]
-    if connection.vendor == "postgresql":
-        rows, params = "q.id = ANY(%s::bigint[])", [int_array(ids)]
-    else:  # SQLite (the demo): no arrays
-        rows, params = f"q.id IN ({', '.join(['%s'] * len(ids))})", ids
+    rows, params = _one_of("q.id", ids)
     with connection.cursor() as cursor:
         cursor.execute(_SUPPRESSED.format(rows=rows), [*params, *sorted(SUPPRESSED)])
         return dict(cursor.fetchall())
+
+
+def _one_of(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
+    """`column` among `ids` for a statement written by hand, as the ORM's `__any` writes it:
+    one array parameter on PostgreSQL, an IN list on SQLite (the demo: no arrays)."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s::bigint[])", [int_array(ids)]
+    return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
 
 # The statuses as literals the partial index lead_suppressed's predicate matches (bound on
