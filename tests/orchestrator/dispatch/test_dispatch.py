@@ -766,9 +766,7 @@ def _first_two_cycles(
     """A dispatcher's first two cycles, each also judging every owner from the same cursor
     (_windowed_and_full), over 400 owners with two intros each, cycles of 100 slots, every
     owner on leave but every `admitted_every`th."""
-    settings.DISPATCH_MAX_IN_FLIGHT = 100
-    owners = make_owners(400, organization=make_org(), daily_limit=100)
-    _two_intros_each(owners)
+    owners = _four_hundred_owners(settings)
     for i, owner in enumerate(owners):
         if i % admitted_every:
             Pause.objects.create(owner=owner, reason="on leave")
@@ -836,10 +834,8 @@ def test_a_dispatcher_whose_owners_refusals_hold_still_judges_a_window_2_percent
 ) -> None:
     # given 400 owners with two intros each and cycles of 100 slots, counted by picks (each
     # round goes on from the owner after the last one served), each cycle's claims put back
-    settings.DISPATCH_MAX_IN_FLIGHT = 100
     settings.DISPATCH_FAIRNESS = "count"
-    owners = make_owners(400, organization=make_org(), daily_limit=100)
-    _two_intros_each(owners)
+    owners = _four_hundred_owners(settings)
     # when a dispatcher runs MARGIN_CYCLES + 2 cycles
     judged = []
     for _ in range(window.MARGIN_CYCLES + 2):
@@ -1058,6 +1054,14 @@ def _sending_at_the_back(settings: Any) -> list[Owner]:
         for owner in owners[200:]
     ]
     Outreach.objects.filter(pk__in=firsts).update(state=State.SENDING, draft_subject="Hello", draft_body="Hi")
+    return owners
+
+
+def _four_hundred_owners(settings: Any) -> list[Owner]:
+    """400 owners of one organization with two intros each, and cycles of 100 slots."""
+    settings.DISPATCH_MAX_IN_FLIGHT = 100
+    owners = make_owners(400, organization=make_org(), daily_limit=100)
+    _two_intros_each(owners)
     return owners
 
 
