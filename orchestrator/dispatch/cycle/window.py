@@ -3,8 +3,9 @@ round meets first going on from the cursor (`round_order`: arithmetic on the cur
 leads, no rows), as many as the last cycle's picks went through and a margin learned from the
 cycles before (`window_size`; twice the slots before any cycle picked), plus the owners whose
 approved drafts wait to be sent (the others' work in flight and drafts is counted without
-judging them: cycle.admission's `elsewhere`). The selection says whether its picks are exactly those every owner would give (`Selection.exact`); when not, the window widens
-and the cycle selects again, so the window changes what a cycle costs, never what it picks.
+judging them: cycle.admission's `elsewhere`). The selection says whether its picks are exactly
+those every owner would give (`Selection.exact`); when not, the window widens and the cycle
+selects again, so the window changes what a cycle costs, never what it picks.
 
   which owners have ready work, per tier (`ReadyWork`: all of them when they are few, else
   those the rounds meet first) -> each tier's round, and each budget group's, in first-tag order
