@@ -49,6 +49,7 @@ from outreach.models import (
     OwnerDailySends,
     OwnersVersion,
     State,
+    any_of,
     int_array,
 )
 from outreach.tiers import Tier
@@ -311,7 +312,7 @@ def committed_today(
     where, params = [], []
     day_field = OwnerDailySends._meta.get_field("day")
     for day, ids in days.items():
-        among, of_ids = _one_of("owner_id", ids)
+        among, of_ids = any_of("owner_id", ids, vendor=connection.vendor)
         where.append(f"(day = %s AND {among})")
         params += [day_field.get_db_prep_value(day, connection), *of_ids]
     with connection.cursor() as cursor:
@@ -452,18 +453,10 @@ def suppressed_leads(*, outreach_ids: Iterable[int]) -> dict[int, str]:
     ids = list(outreach_ids)
     if not ids:
         return {}
-    rows, params = _one_of("q.id", ids)
+    rows, params = any_of("q.id", ids, vendor=connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(_SUPPRESSED.format(rows=rows), [*params, *sorted(SUPPRESSED)])
         return dict(cursor.fetchall())
-
-
-def _one_of(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
-    """`column` among `ids` for a statement written by hand, as the ORM's `__any` writes it:
-    one array parameter on PostgreSQL, an IN list on SQLite (the demo: no arrays)."""
-    if connection.vendor == "postgresql":
-        return f"{column} = ANY(%s::bigint[])", [int_array(ids)]
-    return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
 
 # The statuses as literals the partial index lead_suppressed's predicate matches (bound on

@@ -12,7 +12,7 @@ from __future__ import annotations
 from outreach.models.assignment import AssignmentBatch, AssignmentItem
 from outreach.models.inbound import UnverifiedInbound
 from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField, LeadEvent
-from outreach.models.lookups import AnyOf, int_array, text_array
+from outreach.models.lookups import AnyOf, any_of, int_array, text_array
 from outreach.models.mailboxes import Mailbox, mailbox_domain_check
 from outreach.models.metrics import MetricCounter
 from outreach.models.organizations import Organization, VerifiedDomain
@@ -69,6 +69,7 @@ __all__ = [
     "TriageBy",
     "UnverifiedInbound",
     "VerifiedDomain",
+    "any_of",
     "int_array",
     "lead_status",
     "mailbox_domain_check",

@@ -17,7 +17,7 @@ series, the rows' reservations and routes).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db.models import ForeignKey, IntegerField, Lookup
@@ -40,6 +40,14 @@ class AnyOf(Lookup):
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
         return f"{lhs} = ANY({rhs})", [*lhs_params, *rhs_params]
+
+
+def any_of(column: str, ids: Sequence[int], *, vendor: str) -> tuple[str, list[Any]]:
+    """`column` among `ids` in a statement written by hand, as `AnyOf` writes `__any`: one
+    array parameter on PostgreSQL, an IN list elsewhere (SQLite, the demo: no arrays)."""
+    if vendor == "postgresql":
+        return f"{column} = ANY(%s::bigint[])", [int_array(ids)]
+    return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
 
 def int_array(values: Iterable[int]) -> str:

@@ -38,7 +38,9 @@ def approved_dispatch(
     (reads.CommittedWork.approved): only those owners' are read (at 10,000 owners a cycle's
     room holds hundreds of owners, and a probe each cost ~1 ms where none had a draft)."""
     slots = send_flow.approved_slots(budget=budget)
-    most = {o: min(n, approved[o], n if slots is None else slots) for o, n in room.items() if o in approved}
+    most = {o: min(n, approved[o]) for o, n in room.items() if o in approved}
+    if slots is not None:  # a cycle's worth of the send rate at most, any owner
+        most = {o: min(n, slots) for o, n in most.items()}
     found = reads.approved_candidates(k_by_owner=most, now=now, paused_tiers=paused_tiers)
     ids = [i for per_owner in found.values() for i in per_owner]
     if slots is not None:
