@@ -1,10 +1,10 @@
 """The pipeline's Prometheus counters and histograms, counted where the event happens.
 
-Why PostgreSQL (the MetricCounter table) and not Redis: every figure here is a state change,
-and `transition()` adds to the counters in the same transaction as the move. A move that
-rolls back or loses its race counts nothing; one that commits is counted exactly once, by
-whichever process (web, worker, on any host) made it. The totals survive process restarts
-and a Redis flush (Redis holds the budget, which may be rebuilt), and retention never
+Why PostgreSQL (the MetricCounter and OwnerCounter tables) and not Redis: every figure here is
+a state change, and `transition()` adds to the counters in the same transaction as the move. A
+move that rolls back or loses its race counts nothing; one that commits is counted exactly
+once, by whichever process (web, worker, on any host) made it. The totals survive process
+restarts and a Redis flush (Redis holds the budget, which may be rebuilt), and retention never
 deletes them, so they only grow, as Prometheus' rate() expects. Two figures are not moves: a
 reply's class, which nurture.reply_actions.reply_class_record counts in the transaction that
 records it on the row, and the LLM call's duration, added in its own one-statement transaction.
@@ -28,11 +28,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Sum
 from prometheus_client.utils import floatToGoString
 
-from outreach.models import ErrorClass, MetricCounter, Outreach, State, int_array, text_array
+from outreach.models import (
+    ErrorClass,
+    MetricCounter,
+    Outreach,
+    OwnerCounter,
+    State,
+    int_array,
+    text_array,
+)
 from outreach.tiers import Tier
 
 SENT = "outreach_sent"
@@ -61,6 +69,9 @@ COUNTERS = (
     REPLIES_CLASSIFIED,
     REPLY_DRAFTS_DECIDED,
 )
+# An owner's series, stored as the columns of its OwnerCounter rows, not as MetricCounter rows.
+OWNER_COLUMNS = {OWNER_DISPATCHED: "dispatched", OWNER_SENT: "sent"}
+_OWNER_COLUMN = {name: n for n, name in enumerate(OWNER_COLUMNS)}
 
 COMPLETION_LATENCY = "outreach_completion_latency_seconds"
 LLM_CALL_DURATION = "outreach_llm_call_duration_seconds"
@@ -235,37 +246,88 @@ def _labels_parse(text: str) -> Labels:
 def counters_add(increments: Iterable[Increment]) -> None:
     """Add to the counters in one statement (an upsert per series), inside the caller's
     transaction if there is one (one statement is atomic on its own: no savepoint, which
-    would cost two more round trips a move). Rows are locked in sorted order, so two
-    transactions adding to the same series cannot deadlock each other."""
+    would cost two more round trips a move). An owner's series are added to its OwnerCounter
+    row (`OWNER_COLUMNS`), the others to MetricCounter's; on PostgreSQL both upserts are one
+    statement (the second in a WITH). Rows are locked in one order, owners' then the others',
+    each sorted, so two transactions adding to the same series cannot deadlock each other."""
     merged: dict[tuple[str, str], int] = defaultdict(int)
+    owners: dict[int, list[int]] = {}  # owner id -> what to add to each of OWNER_COLUMNS
     for inc in increments:
-        if inc.value:
+        if not inc.value:
+            continue
+        column = _OWNER_COLUMN.get(inc.name)
+        if column is None:
             merged[(inc.name, _labels_text(inc.labels))] += inc.value
-    if not merged:
-        return
+        else:
+            ((_, owner_id),) = inc.labels  # owner_id, the one label of an owner's series
+            owners.setdefault(int(owner_id), [0] * len(OWNER_COLUMNS))[column] += inc.value
     shard = os.getpid() % SHARDS
-    rows = sorted(merged.items())
-    table = MetricCounter._meta.db_table
-    if connection.vendor == "postgresql":
-        # The series as three arrays, not a VALUES row each: psycopg splits and binds every
-        # placeholder in Python (a claim of 500 picks adds a series per owner claimed). Each
-        # array as its literal (lookups.int_array, text_array), not quoted element by element.
-        source = "SELECT n, l, %s, v FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS s(n, l, v)"
-        params: list[Any] = [
+    statements = [
+        _upsert(
+            OwnerCounter,
             shard,
-            text_array(name for (name, _), _ in rows),
-            text_array(labels for (_, labels), _ in rows),
-            int_array(value for _, value in rows),
+            keys={"owner_id": "bigint"},
+            adds=[*OWNER_COLUMNS.values()],
+            rows=[(owner_id, *owners[owner_id]) for owner_id in sorted(owners)],
+        ),
+        _upsert(
+            MetricCounter,
+            shard,
+            keys={"name": "text", "labels": "text"},
+            adds=["value"],
+            rows=[(name, labels, value) for (name, labels), value in sorted(merged.items())],
+        ),
+    ]
+    statements = [(sql, params) for sql, params in statements if params]
+    if not statements:
+        return
+    with connection.cursor() as cursor:
+        if len(statements) == 1:
+            cursor.execute(*statements[0])
+        elif connection.vendor == "postgresql":
+            # PostgreSQL runs a WITH's statement that nothing reads after the main one, to its
+            # end (ExecPostprocessPlan): every transaction locks owners' rows, then the others'.
+            (owner_sql, owner_params), (series_sql, series_params) = statements
+            cursor.execute(f"WITH series AS ({series_sql}) {owner_sql}", [*series_params, *owner_params])
+        else:
+            with transaction.atomic(using=connection.alias):
+                for sql, params in statements:
+                    cursor.execute(sql, params)
+
+
+def _upsert(
+    model: type[MetricCounter | OwnerCounter],
+    shard: int,
+    *,
+    keys: Mapping[str, str],
+    adds: Sequence[str],
+    rows: Sequence[tuple[Any, ...]],
+) -> tuple[str, list[Any]]:
+    """The upsert adding `rows` to `model`'s rows in `shard`: each row the values of `keys`
+    (column: its PostgreSQL type) then of `adds` (bigint columns added to), sorted by keys.
+    No params when there are no rows."""
+    if not rows:
+        return "", []
+    table = model._meta.db_table
+    if connection.vendor == "postgresql":
+        # An array per column, not a VALUES row each: psycopg splits and binds every placeholder
+        # in Python (a claim of 500 picks adds to 500 owners' rows). Each array as its literal
+        # (lookups.int_array, text_array), not quoted element by element.
+        types = [*keys.values(), *["bigint"] * len(adds)]
+        source = "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in types) + ")"
+        params = [
+            (text_array if t == "text" else int_array)(row[n] for row in rows) for n, t in enumerate(types)
         ]
     else:
-        source = "VALUES " + ", ".join(["(%s, %s, %s, %s)"] * len(rows))
-        params = [p for (name, labels), value in rows for p in (name, labels, shard, value)]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (name, labels, shard, value) {source} "
-            f"ON CONFLICT (name, labels, shard) DO UPDATE SET value = {table}.value + EXCLUDED.value",
-            params,
-        )
+        source = "VALUES " + ", ".join(["(" + ", ".join(["%s"] * len(rows[0])) + ")"] * len(rows))
+        params = [value for row in rows for value in row]
+    sets = ", ".join(f"{c} = {table}.{c} + EXCLUDED.{c}" for c in adds)
+    # WHERE true: SQLite's parser would read the ON CONFLICT as a join's ON without it
+    sql = (
+        f"INSERT INTO {table} (shard, {', '.join([*keys, *adds])}) SELECT %s, s.* FROM ({source}) AS s "
+        f"WHERE true ON CONFLICT ({', '.join(keys)}, shard) DO UPDATE SET {sets}"
+    )
+    return sql, [shard, *params]
 
 
 def call_durations_record(calls: Iterable[tuple[str, float]]) -> None:
@@ -283,11 +345,20 @@ def call_durations_record(calls: Iterable[tuple[str, float]]) -> None:
 
 
 def counters_read() -> dict[str, dict[Labels, int]]:
-    """Every stored series summed over its shards: {name: {labels: value}}."""
+    """Every stored series summed over its shards: {name: {labels: value}}. An owner's series
+    are read from OwnerCounter (those an owner never added to are not there: a 0 counted
+    nothing), added to any MetricCounter still holds of them (written by a process of the code
+    before migration 0033, while both ran)."""
     totals: dict[str, dict[Labels, int]] = defaultdict(dict)
     rows = MetricCounter.objects.values("name", "labels").annotate(total=Sum("value")).order_by()
     for row in rows:
         totals[row["name"]][_labels_parse(row["labels"])] = row["total"]
+    sums = {column: Sum(column) for column in OWNER_COLUMNS.values()}
+    for row in OwnerCounter.objects.values("owner_id").annotate(**sums).order_by():
+        owner = (("owner_id", str(row["owner_id"])),)
+        for name in OWNER_COLUMNS:
+            if value := row[OWNER_COLUMNS[name]]:
+                totals[name][owner] = totals[name].get(owner, 0) + value
     return totals
 
 

@@ -14,7 +14,7 @@ from outreach.models.inbound import UnverifiedInbound
 from outreach.models.leads import SUPPRESSED, Lead, LeadEmailField, LeadEvent
 from outreach.models.lookups import AnyOf, any_of, int_array, text_array
 from outreach.models.mailboxes import Mailbox, mailbox_domain_check
-from outreach.models.metrics import MetricCounter
+from outreach.models.metrics import MetricCounter, OwnerCounter
 from outreach.models.organizations import Organization, VerifiedDomain
 from outreach.models.outreach import (
     DELIVERY_ATTEMPT,
@@ -60,6 +60,7 @@ __all__ = [
     "Outreach",
     "OutreachEvent",
     "Owner",
+    "OwnerCounter",
     "OwnerDailySends",
     "OwnersVersion",
     "Prepared",

@@ -29,3 +29,28 @@ class MetricCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.labels}}}[{self.shard}] = {self.value}"
+
+
+class OwnerCounter(models.Model):
+    """One shard of one owner's two counters, `outreach_owner_dispatched` and
+    `outreach_owner_sent` (label owner_id): outreach.counters adds to them and reads them back
+    as those series, as it does MetricCounter's.
+
+    Their own table, keyed by integers: a claim adds to one owner's series per owner claimed
+    (500 at 10,000 owners), and as MetricCounter rows each was a name and a label's text to
+    build, bind and compare in a wide unique index (until 2026-12-07; migration 0033 moved
+    them here). The owner is a plain number, not a foreign key: like every labelled series,
+    an owner's totals outlive it (never pruned), and an insert checks no key. Pages half
+    empty, as MetricCounter's, so the updates stay in place (HOT).
+    """
+
+    owner_id = models.BigIntegerField()
+    shard = models.PositiveSmallIntegerField(default=0)  # as MetricCounter.shard
+    dispatched = models.BigIntegerField(default=0)
+    sent = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner_id", "shard"], name="owner_counter_unique")]
+
+    def __str__(self) -> str:
+        return f"owner {self.owner_id}[{self.shard}]: dispatched {self.dispatched}, sent {self.sent}"

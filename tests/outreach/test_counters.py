@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,7 +27,7 @@ from outreach.counters import (
     observation,
     reply_classified,
 )
-from outreach.models import ErrorClass, MetricCounter, Outreach, State
+from outreach.models import ErrorClass, MetricCounter, Outreach, OwnerCounter, State
 from outreach.tiers import Tier
 from outreach.transitions import TransitionLost, transition, transition_many
 from tests.factories import make_lead, make_outreach, make_owner
@@ -291,26 +293,104 @@ def test_series_whose_labels_hold_quotes_and_braces_are_stored_as_written() -> N
 
 
 @pytest.mark.django_db
-def test_adding_to_stored_series_updates_them_in_place_without_new_index_entries() -> None:
-    # given 300 series of one owner each, stored (a claim counts one per owner claimed)
-    series = [Increment("outreach_owner_dispatched", (("owner_id", str(n)),), 1) for n in range(300)]
-    counters_add(series)
+@pytest.mark.parametrize(
+    ("series", "model"),
+    [
+        # an owner's (a claim counts one per owner claimed), in OwnerCounter
+        ("outreach_owner_dispatched", OwnerCounter),
+        # any other labelled series, in MetricCounter
+        ("outreach_replies_classified", MetricCounter),
+    ],
+)
+def test_adding_to_stored_series_updates_them_in_place_without_new_index_entries(
+    series: str, model: type[MetricCounter | OwnerCounter]
+) -> None:
+    # given 300 series, stored
+    label = "owner_id" if model is OwnerCounter else "organization_id"
+    increments = [Increment(series, ((label, str(n)),), 1) for n in range(300)]
+    counters_add(increments)
     # when each is added to again, in the same transaction (so no version of a row can be
     # pruned in between: only the room each page kept can take the new ones)
-    before = _counter_updates()
-    counters_add(series)
-    updated, in_place = (after - was for after, was in zip(_counter_updates(), before, strict=True))
+    before = _counter_updates(model)
+    counters_add(increments)
+    updated, in_place = (after - was for after, was in zip(_counter_updates(model), before, strict=True))
     # then every update stayed on its row's page and wrote no index entry (a HOT update): the
-    # table keeps room on its pages for them, and a claim of 500 owners' series costs half
+    # tables keep room on their pages for them, and a claim of 500 owners' series costs half
     assert (updated, in_place) == (300, 300)
 
 
-def _counter_updates() -> tuple[int, int]:
-    """Rows of the counters' table updated, and of those HOT, in this transaction so far."""
+def _counter_updates(model: type[MetricCounter | OwnerCounter]) -> tuple[int, int]:
+    """Rows of a counters' table updated, and of those HOT, in this transaction so far."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = %s",
-            [MetricCounter._meta.db_table],
+            [model._meta.db_table],
         )
         row = cursor.fetchone()
     return (row[0], row[1]) if row else (0, 0)
+
+
+@pytest.mark.django_db
+def test_a_send_adds_to_its_owners_row_and_the_other_series_in_one_statement() -> None:
+    # given what a send of an owner's email adds (the owner's series and the plain ones)
+    owner = make_owner()
+    sent = move_increments(Move(from_state=S.SENDING, to=S.SENT, error_class="", owner_id=owner.pk))
+    # when counted
+    with CaptureQueriesContext(connection) as queries:
+        counters_add(sent)
+    # then both tables were added to by one statement, the owner's series in its own row
+    assert len(queries) == 1
+    stored = counters_read()
+    assert stored["outreach_sent"] == {(): 1}
+    assert stored["outreach_owner_sent"] == {(("owner_id", str(owner.pk)),): 1}
+    assert OwnerCounter.objects.get(owner_id=owner.pk).sent == 1
+    assert not MetricCounter.objects.filter(name="outreach_owner_sent").exists()
+
+
+@pytest.mark.django_db
+def test_an_owners_series_reads_as_one_total_wherever_it_was_stored() -> None:
+    # given an owner's claims in two shards of its row, and more in a MetricCounter row (as a
+    # process of the code before migration 0033 wrote them while both ran)
+    OwnerCounter.objects.create(owner_id=7, shard=(os.getpid() + 1) % SHARDS, dispatched=5)
+    MetricCounter.objects.create(name="outreach_owner_dispatched", labels="owner_id=7", shard=0, value=2)
+    counters_add([Increment("outreach_owner_dispatched", (("owner_id", "7"),), 1)])
+    # then they read as one total, and the owner's other series, never added to, is not there
+    stored = counters_read()
+    assert stored["outreach_owner_dispatched"] == {(("owner_id", "7"),): 8}
+    assert "outreach_owner_sent" not in stored
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_the_owners_series_to_their_table_and_back() -> None:
+    # given the counters before migration 0033: two owners' series, in shards, beside another
+    before = [("outreach", "0032_metric_counter_pages_keep_room_for_updates")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    stored = executor.loader.project_state(before).apps.get_model("outreach", "MetricCounter")
+    for name, labels, shard, value in [
+        ("outreach_owner_dispatched", "owner_id=7", 0, 3),
+        ("outreach_owner_dispatched", "owner_id=7", 1, 2),
+        ("outreach_owner_sent", "owner_id=7", 0, 1),
+        ("outreach_owner_dispatched", "owner_id=9", 0, 4),
+        ("outreach_replies_classified", "by=rules,organization_id=7,reply_class=positive", 0, 6),
+    ]:
+        stored.objects.create(name=name, labels=labels, shard=shard, value=value)
+    was = {(r.name, r.labels, r.shard, r.value) for r in stored.objects.all()}
+    # when migrated
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    # then the owners' series are their rows, shard by shard, and read back as they were
+    rows = {(r.owner_id, r.shard, r.dispatched, r.sent) for r in OwnerCounter.objects.all()}
+    assert rows == {(7, 0, 3, 1), (7, 1, 2, 0), (9, 0, 4, 0)}
+    assert list(MetricCounter.objects.values_list("name", flat=True)) == ["outreach_replies_classified"]
+    totals = counters_read()
+    assert totals["outreach_owner_dispatched"] == {(("owner_id", "7"),): 5, (("owner_id", "9"),): 4}
+    assert totals["outreach_owner_sent"] == {(("owner_id", "7"),): 1}
+    # and migrated back, they are MetricCounter's rows again, as they were
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    assert {(r.name, r.labels, r.shard, r.value) for r in stored.objects.all()} == was
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
