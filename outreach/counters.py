@@ -353,11 +353,11 @@ def counters_read() -> dict[str, dict[Labels, int]]:
     rows = MetricCounter.objects.values("name", "labels").annotate(total=Sum("value")).order_by()
     for row in rows:
         totals[row["name"]][_labels_parse(row["labels"])] = row["total"]
-    sums = {column: Sum(column) for column in OWNER_COLUMNS.values()}
+    sums = {name: Sum(column) for name, column in OWNER_COLUMNS.items()}
     for row in OwnerCounter.objects.values("owner_id").annotate(**sums).order_by():
         owner = (("owner_id", str(row["owner_id"])),)
         for name in OWNER_COLUMNS:
-            if value := row[OWNER_COLUMNS[name]]:
+            if value := row[name]:
                 totals[name][owner] = totals[name].get(owner, 0) + value
     return totals
 
