@@ -3,7 +3,9 @@
 # owner claimed, and as a name and a label's text each they were the bulk of the claim's upsert
 # (docs/dispatch.md, "An owner's counters in their own table"). The stored totals move with
 # them, shard by shard, so every series reads back as it did and Prometheus sees no reset.
-# Backwards, they move back.
+# Backwards, they move back. While a process of the code before still runs it adds to
+# MetricCounter rows again, which the code after reads too (counters_read); a web process of
+# the code before no longer sees the moved totals, so deploy the web processes with it.
 
 from django.db import migrations, models
 
