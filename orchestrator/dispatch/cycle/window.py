@@ -9,7 +9,8 @@ selects again, so the window changes what a cycle costs, never what it picks.
 
   which owners have ready work, per tier (`ReadyWork`: all of them when they are few, else
   those the rounds meet first) -> each tier's round, and each budget group's, in first-tag order
-  -> the first `size` with ready work of each
+  -> the first `size` with ready work of each tier's round; of each group's, as many as the
+     group has places among those (its own round fills them, no more)
   -> admission, costs, candidates and the batch over those owners only (`Window`: where the rest begin)
 """
 
@@ -156,15 +157,29 @@ def owners_window(
     also: Collection[int] = (),
     group_members: Mapping[str, Sequence[int]] | None = None,
 ) -> OwnersWindow:
-    """The first `size` owners with ready work of each tier's round and of each budget group's
-    own round (`groups`: owner -> its capped organization's scope; `group_members`: each group's
-    active owners, when known, `ActiveOwners.capped`), in the order the round meets them from
-    `cursor`, plus `also` (owners judged for other reasons). Asks `ready` about
+    """The first `size` owners with ready work of each tier's round and, of each budget group's
+    own round, as many as the group has places among those (`places`; `groups`: owner -> its
+    capped organization's scope; `group_members`: each group's active owners, when known,
+    `ActiveOwners.capped`), in the order the round meets them from `cursor`, plus `also`
+    (owners judged for other reasons). Asks `ready` about
     the owners it needs: a tier read whole is ordered over its owners with ready work, any
     other over every active owner, and asked about the first of each of its rounds and `also`.
     A tier the last cycle read whole is asked first (`_LastCycle`)."""
     extra = set(also)
     orders: dict[tuple[Tier, str], RoundOrder] = {}
+
+    def places(owners: Sequence[int]) -> Counter[str]:
+        """Each budget group's places among these first owners of a tier's round (a member's
+        weight: its places in a round). The group's own round fills those places and no others
+        while the tier's round meets no more owners, so it is read no further (until 2026-12-07
+        it took `size` owners too: with many capped organizations, every owner of theirs). A
+        window found short widens."""
+        found: Counter[str] = Counter()
+        for owner in owners:
+            if (group := groups.get(owner)) is not None:
+                found[group] += weights.get(owner, 1)
+        return found
+
     every_group: Mapping[str, Sequence[int]] | None = None  # the groups' active owners: once, if needed
     for tier in Tier:
         if tier in _last.whole and tier not in ready.asked:
@@ -187,7 +202,11 @@ def owners_window(
         )
         if not whole:
             probes = _probes(tier, size)
-            heads = {o for order in of_tier.values() for o in order.head(probes)}
+            tier_heads = of_tier[""].head(probes)
+            in_heads = places(tier_heads)
+            heads = set(tier_heads).union(
+                *(order.head(min(probes, in_heads[group])) for group, order in of_tier.items() if group)
+            )
             ready.ask(tier, limit=0 if tier in _last.big else size, owners=heads | extra)
             if heads and not ready.whole(tier):
                 _last.ready_share[tier] = len(heads & ready.owners[tier]) / len(heads)
@@ -201,10 +220,13 @@ def owners_window(
                     tokens=tokens,
                 )
         orders |= {(tier, group): order for group, order in of_tier.items()}
-    firsts = {
-        (tier, group): order.first(size, ready=ready.owners[tier], asked=ready.asked[tier])
-        for (tier, group), order in orders.items()
-    }
+    firsts: dict[tuple[Tier, str], list[int]] = {}
+    in_window: dict[Tier, Counter[str]] = {}
+    for (tier, group), order in orders.items():  # a tier's own round before its groups'
+        if group and tier not in in_window:
+            in_window[tier] = places(firsts[(tier, "")])
+        n = min(size, in_window[tier][group]) if group else size
+        firsts[(tier, group)] = order.first(n, ready=ready.owners[tier], asked=ready.asked[tier])
     loaded = set(extra).union(*firsts.values())
     _last.whole = frozenset(tier for tier in Tier if ready.whole(tier))
     _last.big = frozenset(tier for tier in Tier if not ready.whole(tier) and len(ready.owners[tier]) >= size)

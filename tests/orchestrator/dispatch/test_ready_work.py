@@ -217,3 +217,28 @@ def test_asking_about_owners_reads_their_first_ready_rows_in_the_candidates_orde
         owner: [Candidate(outreach_id=i, owner_id=owner, tier=Tier.INTRO) for i in ids]
         for owner, ids in ready.first_rows[Tier.INTRO].items()
     }
+
+
+def test_a_window_over_many_budget_groups_loads_their_places_in_it_not_all_their_owners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 80 owners with ready intros in 20 capped organizations of 4 (a budget group each),
+    # and a window of 8 owners a round
+    owners = _owners_with_intros(80)
+    ids = [o.pk for o in owners]
+    groups = {owner: f"org:{n % 20}" for n, owner in enumerate(ids)}
+    monkeypatch.setattr(window, "_last", window._LastCycle())
+    # when a dispatcher judges its first windows, in tokens
+    for _ in range(2):
+        ready = ReadyWork(active=frozenset(ids), now=timezone.now())
+        judged = owners_window(
+            ready=ready, cursor=Cursor(), weights=dict.fromkeys(ids, 1), groups=groups, tokens=True, size=8
+        )
+        # then each group's own round loads no more owners than the group has places among
+        # the tier round's first 8 (until 2026-12-07 each loaded 8 of its own: all 80 owners,
+        # every active owner of every capped organization judged each cycle)
+        tier_firsts = judged.firsts[(Tier.INTRO, "")]
+        for (tier, group), firsts in judged.firsts.items():
+            if tier == Tier.INTRO and group:
+                assert len(firsts) == sum(1 for o in tier_firsts if groups[o] == group)
+        assert len(judged.loaded) <= 16

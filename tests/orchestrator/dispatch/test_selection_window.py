@@ -83,8 +83,9 @@ def windowed(
     group_size: int | None = None,
 ) -> tuple[Candidates, Window]:
     """What a windowed cycle loads: the first `size` owners of each tier's round and the first
-    `group_size` (default `size`) of each budget group's round (and `extra` owners, loaded for
-    other reasons), and where the rest begin."""
+    `group_size` of each budget group's round (by default, as cycle.window: the group's places
+    among the tier round's first owners, its members' weights, at most `size`), and `extra`
+    owners, loaded for other reasons; and where the rest begin."""
     orders = {}
     for tier, by_owner in candidates.items():
         with_rows = [o for o, rows in by_owner.items() if rows]
@@ -97,8 +98,13 @@ def windowed(
                 tier=tier, owners=members, cursor=cursor, weights=weights, tokens=tokens, group=group
             )
     loaded = set(extra)
-    for (_, group), order in orders.items():
-        loaded.update(order.first(size if not group or group_size is None else group_size))
+    tier_firsts: dict[Tier, list[int]] = {}
+    for (tier, group), order in orders.items():  # a tier's own round before its groups'
+        if not group:
+            loaded.update(tier_firsts.setdefault(tier, order.first(size)))
+            continue
+        places = sum(weights.get(o, 1) for o in tier_firsts[tier] if groups.get(o) == group)
+        loaded.update(order.first(min(size, places) if group_size is None else group_size))
     left_out = {name: first for name, order in orders.items() if (first := order.left_out(loaded))}
     part = {t: {o: rows for o, rows in by_owner.items() if o in loaded} for t, by_owner in candidates.items()}
     out = {o for by_owner in candidates.values() for o, rows in by_owner.items() if rows and o not in loaded}
