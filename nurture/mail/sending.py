@@ -90,12 +90,12 @@ def outreach_send(*, outreach_id: int, budget: Budget | None = None) -> State | 
         return send_later(outreach_id=outreach_id, denied=mailbox)
     message_id = outreach.message_id or outreach_message_id(outreach=outreach)
     reply_token = outreach.reply_token or reply_token_new()
-    asked = time.monotonic()
+    asked_ms = budget.clock_ms()  # the mailbox's spacing is on the budget's clock: so is its wait
     grant = send_budget_acquire(budget=budget, domain=sender_domain(outreach=outreach))
     if isinstance(grant, SendDenied):
         budget.mailbox_release(grant=mailbox)
         return send_later(outreach_id=outreach_id, denied=grant)
-    budget.mailbox_defer(grant=mailbox, by_ms=int((time.monotonic() - asked) * 1000))
+    budget.mailbox_defer(grant=mailbox, by_ms=budget.clock_ms() - asked_ms)
     slot = time.monotonic() + (SEND_ALIGN_S if grant.id and not grant.unmetered else 0.0)
     try:
         sending_claim(

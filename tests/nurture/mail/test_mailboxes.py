@@ -5,6 +5,8 @@ SMTP sink, Redis and PostgreSQL, on a fixed clock (the budget's)."""
 from __future__ import annotations
 
 import multiprocessing
+import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from email.utils import parseaddr
 from typing import Any
@@ -15,6 +17,7 @@ import time_machine
 from django.db import connection
 
 from devtools.smtp_sink import SMTPSink
+from nurture.mail import sending
 from nurture.mail.sending import outreach_send
 from orchestrator.budget import Budget, Limits
 from orchestrator.controls.mailboxes import business_hours_next, mailbox_room_today
@@ -152,6 +155,54 @@ def test_a_send_inside_the_mailbox_spacing_waits_approved_until_it_has_passed(
     clock.advance(62)
     Outreach.objects.filter(pk=second.pk).update(state=State.DISPATCHED)
     assert outreach_send(outreach_id=second.pk, budget=fixed) == State.SENT
+
+
+def _slow_send_budget(monkeypatch: pytest.MonkeyPatch, *, then: Callable[[], None] = lambda: None) -> None:
+    """The send budget answers after 20 ms of this process's time (a slow Redis), `then` run
+    meanwhile."""
+    acquire = sending.send_budget_acquire
+
+    def slow_acquire(**kwargs: Any) -> Any:
+        time.sleep(0.02)
+        then()
+        return acquire(**kwargs)
+
+    monkeypatch.setattr(sending, "send_budget_acquire", slow_acquire)
+
+
+def test_the_wait_for_the_send_budget_moves_the_mailbox_s_next_send_by_the_budget_s_clock(
+    fixed: Budget, clock: Clock, smtp_sink: SMTPSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a mailbox spacing its sends 10 s apart, and a send budget that answers in 20 ms of
+    # this process's time while 1.5 s pass on the budget's clock
+    owner = make_owner(organization=_org())
+    _mailbox(owner, "paced@corp.example", min_spacing_s=10, max_spacing_s=10)
+    _slow_send_budget(monkeypatch, then=lambda: clock.advance(1.5))
+    first, second = _ready(owner), _ready(owner)
+    # when one is sent, and the next asks at once
+    assert outreach_send(outreach_id=first.pk, budget=fixed) == State.SENT
+    assert outreach_send(outreach_id=second.pk, budget=fixed) == State.APPROVED
+    # then the mailbox's next send moved by the 1.5 s its clock saw pass during the wait (10 s
+    # after the email left, not after its grant), not by the process's 20 ms
+    second.refresh_from_db()
+    assert second.blocked_reason == "mailbox spacing: next send in 10s"
+
+
+def test_a_mailbox_without_spacing_is_not_held_by_a_slow_send_budget(
+    fixed: Budget, smtp_sink: SMTPSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a mailbox without spacing, and a send budget answering in 20 ms of this process's
+    # time while the budget's clock stands still
+    owner = make_owner(organization=_org())
+    _mailbox(owner, "fast@corp.example")
+    _slow_send_budget(monkeypatch)
+    rows = [_ready(owner) for _ in range(3)]
+    # when three are sent one after the other
+    states = [outreach_send(outreach_id=r.pk, budget=fixed) for r in rows]
+    # then all leave (until 2026-12-07 the wait was measured on this process's clock: each
+    # of 1 ms or more moved the mailbox's next send past the budget's still clock, and the
+    # warm-up test above failed when the machine was slow)
+    assert states == [State.SENT] * 3
 
 
 def test_a_send_outside_the_recipient_s_business_hours_waits_until_they_open(
