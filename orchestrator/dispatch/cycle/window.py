@@ -203,9 +203,15 @@ def owners_window(
         if not whole:
             probes = _probes(tier, size)
             tier_heads = of_tier[""].head(probes)
+            # A group's round is asked about PROBE_OWNERS times its places among the tier's
+            # first owners asked: a group whose first owners lack work still finds its places'.
             in_heads = places(tier_heads)
             heads = set(tier_heads).union(
-                *(order.head(min(probes, in_heads[group])) for group, order in of_tier.items() if group)
+                *(
+                    order.head(min(probes, PROBE_OWNERS * in_heads[group]))
+                    for group, order in of_tier.items()
+                    if group
+                )
             )
             ready.ask(tier, limit=0 if tier in _last.big else size, owners=heads | extra)
             if heads and not ready.whole(tier):

@@ -16,7 +16,7 @@ from django.utils import timezone
 from orchestrator.dispatch import reads
 from orchestrator.dispatch.cycle import window
 from orchestrator.dispatch.cycle.window import ReadyWork, owners_window
-from orchestrator.dispatch.selection import Candidate, Cursor
+from orchestrator.dispatch.selection import Candidate, Cursor, Position
 from outreach.models import Outreach, Owner, State
 from outreach.tiers import Tier
 from tests.factories import make_lead, make_org, make_outreach, make_owner
@@ -242,3 +242,28 @@ def test_a_window_over_many_budget_groups_loads_their_places_in_it_not_all_their
             if tier == Tier.INTRO and group:
                 assert len(firsts) == sum(1 for o in tier_firsts if groups[o] == group)
         assert len(judged.loaded) <= 16
+
+
+def test_a_budget_group_whose_next_owner_has_no_work_still_finds_its_place_s_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given 80 owners with ready intros in 20 budget groups of 4 (owner n in group n mod 20),
+    # a window of 8 (the first 8 owners: one place of each of groups 0-7), group 0's own round
+    # gone on past its first owner, and its next owner's intro cancelled
+    owners = _owners_with_intros(80)
+    ids = [o.pk for o in owners]
+    groups = {owner: f"org:{n % 20}" for n, owner in enumerate(ids)}
+    cursor = Cursor(
+        positions=((Tier.INTRO, Position(owner_id=ids[-1])),),
+        groups=((Tier.INTRO, "org:0", Position(owner_id=ids[0])),),
+    )
+    Outreach.objects.filter(owner_id=ids[20]).update(state=State.CANCELLED)
+    monkeypatch.setattr(window, "_last", window._LastCycle())
+    for _ in range(2):  # a dispatcher's first window, and one that learned every owner asked has work
+        ready = ReadyWork(active=frozenset(ids), now=timezone.now())
+        judged = owners_window(
+            ready=ready, cursor=cursor, weights=dict.fromkeys(ids, 1), groups=groups, tokens=False, size=8
+        )
+        # then the group's one place goes to the next owner of its round with work, asked about
+        # with it: the round is asked about twice its places, not only as far as they reach
+        assert judged.firsts[(Tier.INTRO, "org:0")] == [ids[40]]
