@@ -219,21 +219,31 @@ def test_asking_about_owners_reads_their_first_ready_rows_in_the_candidates_orde
     }
 
 
+def _twenty_groups_of_four() -> tuple[list[int], dict[int, str]]:
+    """80 owners with ready intros in 20 budget groups of 4 (owner n in group n mod 20): their
+    ids, in order, and their groups."""
+    ids = [o.pk for o in _owners_with_intros(80)]
+    return ids, {owner: f"org:{n % 20}" for n, owner in enumerate(ids)}
+
+
+def _window_of_8(
+    ids: list[int], groups: dict[int, str], *, cursor: Cursor, tokens: bool
+) -> window.OwnersWindow:
+    ready = ReadyWork(active=frozenset(ids), now=timezone.now())
+    return owners_window(
+        ready=ready, cursor=cursor, weights=dict.fromkeys(ids, 1), groups=groups, tokens=tokens, size=8
+    )
+
+
 def test_a_window_over_many_budget_groups_loads_their_places_in_it_not_all_their_owners(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # given 80 owners with ready intros in 20 capped organizations of 4 (a budget group each),
-    # and a window of 8 owners a round
-    owners = _owners_with_intros(80)
-    ids = [o.pk for o in owners]
-    groups = {owner: f"org:{n % 20}" for n, owner in enumerate(ids)}
+    # given 80 owners with ready intros in 20 capped organizations of 4 (a budget group each)
+    ids, groups = _twenty_groups_of_four()
     monkeypatch.setattr(window, "_last", window._LastCycle())
-    # when a dispatcher judges its first windows, in tokens
+    # when a dispatcher judges its first windows of 8 owners a round, in tokens
     for _ in range(2):
-        ready = ReadyWork(active=frozenset(ids), now=timezone.now())
-        judged = owners_window(
-            ready=ready, cursor=Cursor(), weights=dict.fromkeys(ids, 1), groups=groups, tokens=True, size=8
-        )
+        judged = _window_of_8(ids, groups, cursor=Cursor(), tokens=True)
         # then each group's own round loads no more owners than the group has places among
         # the tier round's first 8 (until 2026-12-07 each loaded 8 of its own: all 80 owners,
         # every active owner of every capped organization judged each cycle)
@@ -247,12 +257,10 @@ def test_a_window_over_many_budget_groups_loads_their_places_in_it_not_all_their
 def test_a_budget_group_whose_next_owner_has_no_work_still_finds_its_place_s_owner(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # given 80 owners with ready intros in 20 budget groups of 4 (owner n in group n mod 20),
-    # a window of 8 (the first 8 owners: one place of each of groups 0-7), group 0's own round
-    # gone on past its first owner, and its next owner's intro cancelled
-    owners = _owners_with_intros(80)
-    ids = [o.pk for o in owners]
-    groups = {owner: f"org:{n % 20}" for n, owner in enumerate(ids)}
+    # given the 80 owners in 20 budget groups of 4, windows of 8 (the first 8 owners: one place
+    # of each of groups 0-7), group 0's own round gone on past its first owner, and its next
+    # owner's intro cancelled
+    ids, groups = _twenty_groups_of_four()
     cursor = Cursor(
         positions=((Tier.INTRO, Position(owner_id=ids[-1])),),
         groups=((Tier.INTRO, "org:0", Position(owner_id=ids[0])),),
@@ -260,10 +268,7 @@ def test_a_budget_group_whose_next_owner_has_no_work_still_finds_its_place_s_own
     Outreach.objects.filter(owner_id=ids[20]).update(state=State.CANCELLED)
     monkeypatch.setattr(window, "_last", window._LastCycle())
     for _ in range(2):  # a dispatcher's first window, and one that learned every owner asked has work
-        ready = ReadyWork(active=frozenset(ids), now=timezone.now())
-        judged = owners_window(
-            ready=ready, cursor=cursor, weights=dict.fromkeys(ids, 1), groups=groups, tokens=False, size=8
-        )
+        judged = _window_of_8(ids, groups, cursor=cursor, tokens=False)
         # then the group's one place goes to the next owner of its round with work, asked about
         # with it: the round is asked about twice its places, not only as far as they reach
         assert judged.firsts[(Tier.INTRO, "org:0")] == [ids[40]]
