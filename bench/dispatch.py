@@ -47,6 +47,12 @@ the day once an organization reaches its cap. Until 2026-12-07 each such cycle j
 owner of the organization (docs/dispatch.md, "Owners no admission could admit end the
 window's question").
 
+With --organizations N the owners are dealt round N organizations (owner n to organization
+n mod N, each a copy of the first with every control of its own: its LLM cap, which makes its
+owners a budget group, its spend cap, its nudges paused, its mailbox), as a platform's are: the
+window takes each budget group's places among the rounds' first owners, not its every owner
+(docs/dispatch.md, "A budget group's window, its places in the tier's"). Not with --pairs.
+
 With --pairs N it runs the issue's comparison instead (issue 30: the cycle at many owners and
 a deep queue within 1.5x of the cycle at 10 owners and 10^3 rows), N times in turn: 10 owners
 at the first depth, then --owners at the last, each filled afresh. Each pair's two medians
@@ -113,8 +119,9 @@ class Templates:
     outreach_id: int
 
 
-def _seed(*, owners: int) -> Templates:
-    """`owners` round-the-clock agents, unlimited per day, one lead each (the first from the ORM)."""
+def _seed(*, owners: int, organizations: int = 1) -> Templates:
+    """`owners` round-the-clock agents, unlimited per day, one lead each (the first from the
+    ORM), dealt round the `organizations` (copies of the first) by id."""
     from datetime import time as dtime
 
     from django.db import connection
@@ -147,7 +154,39 @@ def _seed(*, owners: int) -> Templates:
         overrides={"owner_id": "o.id", "email": "'lead' || o.id || '@bench.example'"},
         params=[],
     )
+    if organizations > 1:
+        _deal(owners=owners, organizations=organizations, template_id=owner.organization_id)
     return Templates(owner_id=owner.pk, lead_id=lead.pk, outreach_id=outreach.pk)
+
+
+def _deal(*, owners: int, organizations: int, template_id: int) -> None:
+    """`organizations` - 1 copies of organization `template_id`, and the owners (with their
+    leads) dealt round all of them by id: owner n's is organization n mod `organizations`."""
+    from django.db import connection
+
+    from outreach.models import Organization
+
+    rows_clone(
+        model=Organization,
+        template_id=template_id,
+        rows_sql="CROSS JOIN generate_series(2, %s) g WHERE t.id = %s",
+        overrides={"name": "t.name || ' ' || g"},
+        params=[organizations],
+    )
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE outreach_owner o SET organization_id = orgs.id
+            FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM outreach_organization) orgs,
+                 (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM outreach_owner) ranked
+            WHERE ranked.id = o.id AND orgs.n = ranked.n %% %s
+            """,
+            [organizations],
+        )
+        cur.execute(
+            "UPDATE outreach_lead l SET organization_id = o.organization_id FROM outreach_owner o "
+            "WHERE o.id = l.owner_id AND l.organization_id <> o.organization_id"
+        )
 
 
 def _fill(*, templates: Templates, depth: int, history: int) -> None:
@@ -214,9 +253,10 @@ def _add_sent_history(*, templates: Templates, rows: int) -> None:
 
 
 def _controls_on(*, org_rpm: int = 10**8, spend_cap: str = "1000000") -> None:
-    """Every control the cycle reads, none binding (the bench's one organization and owners),
-    but the organization's own LLM cap at `org_rpm` requests/min (binding at a few hundred)
-    and its daily spend cap at `spend_cap` dollars (binding at 0)."""
+    """Every control the cycle reads, none binding (the bench's organizations and owners),
+    but each organization's own LLM cap at `org_rpm` requests/min (binding at a few hundred)
+    and its daily spend cap at `spend_cap` dollars (binding at 0). Each organization has its
+    nudges paused and a mailbox on its own verified domain for every second of its owners."""
     from datetime import date
     from decimal import Decimal
 
@@ -239,24 +279,26 @@ def _controls_on(*, org_rpm: int = 10**8, spend_cap: str = "1000000") -> None:
         "m-small": (Decimal("0.00015"), Decimal("0.0006")),
         "m-large": (Decimal("0.0025"), Decimal("0.01")),
     }
-    org = Organization.objects.get()
-    Organization.objects.filter(pk=org.pk).update(
-        daily_spend_cap=Decimal(spend_cap), llm_rpm=org_rpm, llm_tpm=2 * 10**9
-    )
+    Organization.objects.update(daily_spend_cap=Decimal(spend_cap), llm_rpm=org_rpm, llm_tpm=2 * 10**9)
     owners = list(Owner.objects.order_by("id").values_list("id", flat=True))
     Pause.objects.create(owner_id=owners[0], reason="bench: one owner paused")
-    Pause.objects.create(organization=org, tier=int(Tier.NUDGE), reason="bench: nudges paused")
     Pause.objects.create(sender_domain="paused.example", reason="bench: another domain paused")
-    VerifiedDomain.objects.create(organization=org, domain="boxes.example")
-    box = Mailbox.objects.create(
-        organization=org,
-        address="box@boxes.example",
-        daily_cap=10_000,
-        ramp_from=date(2020, 1, 1),
-        min_spacing_s=0,
-        max_spacing_s=0,
-    )
-    box.owners.add(*owners[1::2])
+    organizations = list(Organization.objects.order_by("id").values_list("id", flat=True))
+    for n, org_id in enumerate(organizations):
+        Pause.objects.create(organization_id=org_id, tier=int(Tier.NUDGE), reason="bench: nudges paused")
+        VerifiedDomain.objects.create(organization_id=org_id, domain="boxes.example")
+        box = Mailbox.objects.create(
+            organization_id=org_id,
+            address=f"box{'' if n == 0 else n + 1}@boxes.example",
+            daily_cap=10_000,
+            ramp_from=date(2020, 1, 1),
+            min_spacing_s=0,
+            max_spacing_s=0,
+        )
+        members = list(
+            Owner.objects.filter(organization_id=org_id).order_by("id").values_list("id", flat=True)
+        )
+        box.owners.add(*members[1::2])
     # Every owner has finished jobs: the sizes it learned are its own (owner_tokens), as in
     # production, where a claim's picks rarely share one.
     for owner_id in owners:
@@ -348,6 +390,7 @@ def _measure(
     spend_cap: str = "1000000",
     events: int = 0,
     in_flight: int = 0,
+    organizations: int = 1,
 ) -> Measured:
     import redis
     from django.conf import settings
@@ -362,7 +405,7 @@ def _measure(
     budget = Budget(redis_client=client, limits=Limits(rpm=10**9, tpm=10**12, burst_ms=60_000))
     # the budget is unlimited: this cap (less the jobs kept in flight) is the slot count
     settings.DISPATCH_MAX_IN_FLIGHT = slots + in_flight
-    _fill(templates=_seed(owners=owners), depth=depth, history=history)
+    _fill(templates=_seed(owners=owners, organizations=organizations), depth=depth, history=history)
     if controls:
         _controls_on(org_rpm=org_rpm, spend_cap=spend_cap)
     if events:
@@ -450,6 +493,12 @@ def main() -> None:
         help="with --controls, the organization's daily spend cap in dollars",
     )
     parser.add_argument(
+        "--organizations",
+        type=int,
+        default=1,
+        help="organizations the owners are dealt round, each with its own controls (see above)",
+    )
+    parser.add_argument(
         "--pairs",
         type=int,
         default=0,
@@ -460,7 +509,7 @@ def main() -> None:
     if args.smoke:
         args.owners, args.slots, args.cycles = 20, 50, 3
         args.depths, args.history = "200,2000", args.history and "0,500"
-        args.controls, args.events, args.in_flight = True, 1000, 5
+        args.controls, args.events, args.in_flight, args.organizations = True, 1000, 5, 2
     if args.pairs < 0:
         parser.error("--pairs: at least 0")
     if args.cycles < 1:
@@ -469,6 +518,10 @@ def main() -> None:
         parser.error("--in-flight: at least 0")
     if args.org_rpm < 1:
         parser.error("--org-rpm: at least 1")
+    if not 1 <= args.organizations <= args.owners:
+        parser.error(f"--organizations: from 1 to --owners ({args.owners:,}), got {args.organizations:,}")
+    if args.organizations > 1 and args.pairs:
+        parser.error("--organizations: not with --pairs (the issue's comparison is of one organization)")
     try:
         if Decimal(args.spend_cap) < 0:
             raise InvalidOperation
@@ -546,6 +599,7 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
     on += f", {args.in_flight:,} owners with a job in flight" if args.in_flight else ""
     on += f", the organization's LLM cap {args.org_rpm:,} requests/min" if args.org_rpm != 10**8 else ""
     on += f", its spend cap ${args.spend_cap}" if args.spend_cap != "1000000" else ""
+    on += f", the owners dealt round {args.organizations:,} organizations" if args.organizations > 1 else ""
     print(
         f"owners={args.owners} slots/cycle={args.slots} cycles={args.cycles} "
         f"(PostgreSQL, shared_buffers {_shared_buffers()}, budget unlimited{on})"
@@ -571,6 +625,7 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
             spend_cap=args.spend_cap,
             events=args.events,
             in_flight=args.in_flight,
+            organizations=args.organizations,
         )
         first = runs[0].p50_ms if runs else run.p50_ms
         runs.append(run)

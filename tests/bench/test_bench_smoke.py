@@ -77,6 +77,9 @@ def test_dispatch_smoke_dispatches_a_full_batch_every_cycle_at_two_depths() -> N
     rows = re.findall(r"^\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\s+([\d,]+)\s", out, re.MULTILINE)
     assert [depth for depth, *_ in rows] == ["200", "2,000"]
     assert all(float(p50) > 0 for _, p50, _, _ in rows)
+    # its owners in two organizations (--organizations), each with its controls, and still a
+    # full batch every cycle (the smoke's verdict)
+    assert "the owners dealt round 2 organizations" in out
     # and the comparison in turn (--pairs): one pair, its ratio, the medians
     (small, large, pair_ratio) = re.findall(
         r"^pair 1: ([\d.]+) ms and ([\d.]+) ms, ([\d.]+)x", out, re.MULTILINE
