@@ -174,14 +174,30 @@ class Reservations(BudgetCore):
 
     def headroom(self, *, scopes: Sequence[str] = (PROVIDER,)) -> Headroom:
         """Budget available now across `scopes` (the tightest), with the current adapted rates."""
-        plan = self.plan(tuple(scopes))
+        return self.headrooms([scopes])[0]
+
+    def headrooms(self, scope_sets: Sequence[Sequence[str]]) -> list[Headroom]:
+        """`headroom` of each set of scopes, in order, in one script call: a dispatch cycle
+        reads the room of every capped organization it judges (hundreds on a platform)."""
+        plans = [self.plan(tuple(scopes)) for scopes in scope_sets]
+        if not plans:
+            return []
+        keys = [key for plan in plans for key in plan.keys[2:]]
+        args = [
+            self.now_arg(),
+            self.adaptive.interval_ms,
+            len(plans),
+            *(len(scopes) for scopes in scope_sets),
+            *(arg for plan in plans for arg in plan.args),
+        ]
         try:
-            r, t, rate_r, rate_t, lim_r, lim_t, blocked, _ = self.run(
-                "HEADROOM", plan.keys[2:], [self.now_arg(), self.adaptive.interval_ms, *plan.args]
-            )
+            rooms = self.run("HEADROOM", keys, args)
         except BudgetUnavailable:
-            return self._headroom_unavailable(tuple(scopes))
-        return Headroom(r / maths.UNITS, t / maths.UNITS, rate_r, rate_t, lim_r, lim_t, blocked_ms=blocked)
+            return [self._headroom_unavailable(tuple(scopes)) for scopes in scope_sets]
+        return [
+            Headroom(r / maths.UNITS, t / maths.UNITS, rate_r, rate_t, lim_r, lim_t, blocked_ms=blocked)
+            for r, t, rate_r, rate_t, lim_r, lim_t, blocked, _ in rooms
+        ]
 
     def _headroom_unavailable(self, scopes: tuple[str, ...]) -> Headroom:
         if self.failure_policy == "closed":

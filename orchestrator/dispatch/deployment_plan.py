@@ -47,7 +47,7 @@ def routing_plan(*, budget: Budget, client: Client, count: int, per_call: int | 
     steps = step_models()
     calls = calls_per_pool(steps)
     health = healths(client=client, deployments=deps)
-    headroom = {d.label: budget.headroom(scopes=(d.scope,)) for d in deps}
+    headroom = dict(zip([d.label for d in deps], budget.headrooms([(d.scope,) for d in deps]), strict=True))
     rooms = [
         _room(d, headroom[d.label], health[d.label], calls=calls.get(d.name, 0), per_call=per_call)
         for d in deps
@@ -86,7 +86,7 @@ def deployments_rate(*, budget: Budget, client: Client, per_call: int | None = N
     dashboards."""
     deps = deployments()
     health = healths(client=client, deployments=deps)
-    headroom = {d.label: budget.headroom(scopes=(d.scope,)) for d in deps}
+    headroom = dict(zip([d.label for d in deps], budget.headrooms([(d.scope,) for d in deps]), strict=True))
     calls = calls_per_pool(step_models())
     return _rate(
         deps=deps,

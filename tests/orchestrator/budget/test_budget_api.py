@@ -62,6 +62,43 @@ def test_reserve_takes_from_every_scope_or_from_none(make_budget):
     )  # 60 * 60 / 64 = 56.25 rpm
 
 
+def test_the_rooms_of_several_scopes_are_read_in_one_round_trip_each_as_if_read_alone(client, clock):
+    """A dispatch cycle reads the room of every capped organization it judges (hundreds on a
+    platform: bench/dispatch.py --organizations): one script call, not one each."""
+
+    class Counting(Budget):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.calls: list[tuple[str, int]] = []
+
+        def run(self, name: str, keys: Any, args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, len(keys) // 2))  # the script, and the scopes it read
+            return super().run(name, keys, args, **kwargs)
+
+    # given two organizations' buckets, one of them partly spent
+    budget = Counting(
+        redis_client=client,
+        prefix=f"test-{uuid.uuid4().hex}",
+        limits=Limits(rpm=300, tpm=300_000, strict=True),
+        scope_limits={"org:*": Limits(rpm=60, tpm=60_000, burst_ms=4_000, strict=True)},
+        clock=clock,
+    )
+    try:
+        granted(budget.reserve(requests=2, tokens=1_000, scopes=("provider", "org:7")))
+        sets = [("provider", "org:7"), ("provider", "org:8"), ("provider",)]
+        budget.calls.clear()
+        # when their rooms are read together
+        together = budget.headrooms(sets)
+        # then in one call of the script, reading the three sets' five scopes
+        assert budget.calls == [("HEADROOM", 5)]
+        # and each room is what reading it alone says
+        assert together == [budget.headroom(scopes=scopes) for scopes in sets]
+        assert together[0].requests < together[1].requests  # the spent one is the smaller
+        assert budget.headrooms([]) == []
+    finally:
+        budget.reset()
+
+
 def test_settle_gives_back_the_unused_estimate_once(make_budget):
     budget = make_budget()
     full = budget.headroom()
@@ -485,6 +522,7 @@ def test_fail_open_grants_unmetered_work_and_never_raises(dead_redis):
     room = budget.headroom()
     assert room.unmetered
     assert room.fits(requests_each=3, tokens_each=1_800) == 3  # paced: one burst per look
+    assert budget.headrooms([("provider",), ("provider",)]) == [room, room]  # read together: the same
     assert budget.acquire_call(tokens=600).wait_ms == 0
     budget.report_429(retry_after_s=1)
     budget.report_provider(remaining_requests=1, remaining_tokens=1)
@@ -499,6 +537,10 @@ def test_fail_closed_denies_with_a_wait_and_never_raises(dead_redis):
     assert denied.wait_ms >= 1_000
     assert budget.reserve_many(count=4, requests_each=3, tokens_each=1_800) == []
     assert budget.headroom().fits(requests_each=3, tokens_each=1_800) == 0
+    assert [r.fits(requests_each=3, tokens_each=1_800) for r in budget.headrooms([("provider",)] * 2)] == [
+        0,
+        0,
+    ]
     assert budget.acquire_call(tokens=600).wait_ms >= 1_000
 
 
