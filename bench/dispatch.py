@@ -155,11 +155,11 @@ def _seed(*, owners: int, organizations: int = 1) -> Templates:
         params=[],
     )
     if organizations > 1:
-        _deal(owners=owners, organizations=organizations, template_id=owner.organization_id)
+        _deal(organizations=organizations, template_id=owner.organization_id)
     return Templates(owner_id=owner.pk, lead_id=lead.pk, outreach_id=outreach.pk)
 
 
-def _deal(*, owners: int, organizations: int, template_id: int) -> None:
+def _deal(*, organizations: int, template_id: int) -> None:
     """`organizations` - 1 copies of organization `template_id`, and the owners (with their
     leads) dealt round all of them by id: owner n's is organization n mod `organizations`."""
     from django.db import connection
