@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from orchestrator.budget import maths
 from orchestrator.budget.core import KINDS, BudgetCore, BudgetUnavailable, Plan, ScriptCall
-from orchestrator.budget.values import PROVIDER, Denied, Headroom, Reservation
+from orchestrator.budget.values import PROVIDER, Denied, Draw, Headroom, Reservation
 
 UNMETERED = "unmetered:"
 
@@ -36,11 +36,8 @@ class Reservations(BudgetCore):
         self, *, requests: int, tokens: int, scopes: Sequence[str] = (PROVIDER,)
     ) -> Reservation | Denied:
         """Reserve budget for one unit of work in every scope, or in none."""
-        granted, denied = self._reserve(requests=requests, tokens=[tokens], scopes=tuple(scopes))
-        if granted:
-            return granted[0]
-        assert denied is not None
-        return denied
+        (outcome,) = self.reserve_jobs([[Draw(tuple(scopes), requests, tokens)]])
+        return outcome[0] if isinstance(outcome, list) else outcome
 
     def reserve_many(
         self, *, count: int, requests_each: int, tokens_each: int, scopes: Sequence[str] = (PROVIDER,)
@@ -57,45 +54,91 @@ class Reservations(BudgetCore):
         """One reservation per job, `tokens[i]` for the i-th, in one round trip: the longest run
         of them, in order, that every scope fits; and what stopped it short (None when all were
         granted). Jobs of different sizes need not be reserved one call each."""
-        return self._reserve(requests=requests_each, tokens=list(tokens), scopes=tuple(scopes))
+        if not tokens:
+            raise ValueError("bad reservation: count=0")
+        granted: list[Reservation] = []
+        for outcome in self.reserve_jobs([[Draw(tuple(scopes), requests_each, each)] for each in tokens]):
+            if isinstance(outcome, Denied):
+                return granted, outcome  # every later job draws from the scope that refused
+            granted += outcome
+        return granted, None
 
-    def _reserve(
-        self, *, requests: int, tokens: list[int], scopes: tuple[str, ...]
-    ) -> tuple[list[Reservation], Denied | None]:
-        plan = self.plan(scopes)
-        count = len(tokens)
-        self._check_size(count=count, requests=requests, tokens=tokens, plan=plan)
+    def reserve_jobs(self, jobs: Sequence[Sequence[Draw]]) -> list[list[Reservation] | Denied]:
+        """Each job's draws, all or none, in order, in one round trip: a job gets a reservation
+        per draw when every scope its draws name fits them all. A scope that cannot fit a job
+        refuses every later job drawing from it (a cheap job must not take the room a costlier
+        one earlier in the schedule waits for); jobs in other scopes go on. Returns, per job,
+        its reservations (one per draw, in order) or what refused it.
+
+        A dispatch cycle's picks are jobs of many organizations interleaved, each drawing from
+        the deployments its route calls and its organization's cap: one call for all of them,
+        not one per run of a deployment and organization (docs/budget.md)."""
+        if not jobs:
+            return []
+        scopes: dict[str, int] = {}  # scope -> its index in KEYS (from 1)
+        sets: dict[tuple[str, ...], tuple[bytes, Plan]] = {}  # set of scopes -> b"<index>:", plan
+        encoded = []
+        for job in jobs:
+            if len(job) != 1 and (not job or len({draw.scopes for draw in job}) != len(job)):
+                raise ValueError(f"a job draws once from each set of scopes, at least once: {job!r}")
+            draws = []
+            for draw in job:
+                known = sets.get(draw.scopes)
+                if known is None:
+                    known = sets[draw.scopes] = (b"%d:" % (len(sets) + 1), self.plan(draw.scopes))
+                    for scope in draw.scopes:
+                        scopes.setdefault(scope, len(scopes) + 1)
+                self._check_size(draw, plan=known[1])
+                draws.append(known[0] + b"%d:%d" % (draw.requests, draw.tokens))
+            encoded.append(draws[0] if len(draws) == 1 else b";".join(draws))
         # Ids carry their scopes, so settle() can name every key its script touches.
-        head, tail, ttl = os.urandom(6).hex() + ".", "@" + ",".join(scopes), self.reservation_ttl_ms
-        args = [
-            self.now_arg(),
-            count,
-            requests,
-            # One figure for every job when they are equal (the usual batch), else one each.
-            tokens[0] if len(set(tokens)) == 1 else ",".join(map(str, tokens)),
-            ttl,
-            head,
-            tail,
-            self.adaptive.interval_ms,
-            *plan.args,
-        ]
+        head, ttl = os.urandom(6).hex() + ".", self.reservation_ttl_ms
+        tails = {named: "@" + ",".join(named) for named in sets}
+        keys, args = [self.key("res").encode(), self.key("res", "exp").encode()], []
+        for scope in scopes:
+            plan = self.plan((scope,))
+            keys += plan.keys[2:]
+            args += plan.args
         try:
-            granted, wait, scope_index, kind, now = self.run("RESERVE", plan.keys, args)
-        except BudgetUnavailable:
-            return self._reserve_unavailable(requests=requests, tokens=tokens)
-        reservations = [
-            Reservation(
-                id=f"{head}{i}{tail}",
-                requests=requests,
-                tokens=tokens[i - 1],
-                ttl_ms=ttl,
-                expires_at_ms=now + ttl,
+            now, stops, refusals = self.run(
+                "RESERVE",
+                keys,
+                [
+                    self.now_arg(),
+                    ttl,
+                    head,
+                    self.adaptive.interval_ms,
+                    len(sets),
+                    *(a for named in sets for a in (".".join(str(scopes[s]) for s in named), tails[named])),
+                    *args,
+                    b",".join(encoded),
+                ],
             )
-            for i in range(1, granted + 1)
-        ]
-        if granted == count:
-            return reservations, None
-        return reservations, Denied(wait_ms=wait, bucket=f"{scopes[scope_index - 1]}:{KINDS[kind]}")
+        except BudgetUnavailable:
+            return self._reserve_unavailable(jobs)
+        names = list(scopes)
+        denials = {
+            i: Denied(wait_ms=refusals[2 * i - 1], bucket=f"{names[i - 1]}:{KINDS[refusals[2 * i - 2]]}")
+            for i in set(stops) - {0}
+        }
+        expires = now + ttl
+        outcomes: list[list[Reservation] | Denied] = []
+        for k, (job, stop) in enumerate(zip(jobs, stops, strict=True), 1):
+            if stop:
+                outcomes.append(denials[stop])
+            elif len(job) == 1:  # the usual job: one deployment
+                (draw,) = job
+                outcomes.append(
+                    [Reservation(f"{head}{k}{tails[draw.scopes]}", draw.requests, draw.tokens, ttl, expires)]
+                )
+            else:
+                outcomes.append(
+                    [
+                        Reservation(f"{head}{k}{tails[d.scopes]}", d.requests, d.tokens, ttl, expires)
+                        for d in job
+                    ]
+                )
+        return outcomes
 
     def largest_tokens(self, *, scopes: Sequence[str] = (PROVIDER,)) -> int:
         """The most tokens one reservation can ever hold in these scopes (their smallest
@@ -108,33 +151,35 @@ class Reservations(BudgetCore):
         return int(self.plan(tuple(scopes)).capacity[0] // maths.UNITS)
 
     @staticmethod
-    def _check_size(*, count: int, requests: int, tokens: list[int], plan: Plan) -> None:
-        least, most = (min(tokens), max(tokens)) if tokens else (0, 0)
-        if count < 1 or requests < 0 or least < 0 or requests + least == 0:
-            raise ValueError(f"bad reservation: count={count} requests={requests} tokens={least}")
+    def _check_size(draw: Draw, *, plan: Plan) -> None:
+        requests, tokens = draw.requests, draw.tokens
+        if requests < 0 or tokens < 0 or requests + tokens == 0:
+            raise ValueError(f"bad reservation: requests={requests} tokens={tokens} in {draw.scopes}")
         cap_r, cap_t = plan.capacity
-        if requests * maths.UNITS > cap_r or most * maths.UNITS > cap_t:
+        if requests * maths.UNITS > cap_r or tokens * maths.UNITS > cap_t:
             raise ValueError(
-                f"{requests} requests / {most} tokens can never fit these scopes (capacity "
+                f"{requests} requests / {tokens} tokens can never fit these scopes (capacity "
                 f"{cap_r / maths.UNITS:g} / {cap_t / maths.UNITS:g}): raise their burst_ms"
             )
 
-    def _reserve_unavailable(
-        self, *, requests: int, tokens: list[int]
-    ) -> tuple[list[Reservation], Denied | None]:
+    def _reserve_unavailable(self, jobs: Sequence[Sequence[Draw]]) -> list[list[Reservation] | Denied]:
         if self.failure_policy == "closed":
-            return [], Denied(wait_ms=self.unavailable_wait_ms(), bucket="redis")
+            denied = Denied(wait_ms=self.unavailable_wait_ms(), bucket="redis")
+            return [denied for _ in jobs]
         return [
-            Reservation(
-                id=UNMETERED + os.urandom(8).hex(),
-                requests=requests,
-                tokens=each,
-                ttl_ms=0,
-                expires_at_ms=0,
-                unmetered=True,
-            )
-            for each in tokens
-        ], None
+            [
+                Reservation(
+                    id=UNMETERED + os.urandom(8).hex(),
+                    requests=draw.requests,
+                    tokens=draw.tokens,
+                    ttl_ms=0,
+                    expires_at_ms=0,
+                    unmetered=True,
+                )
+                for draw in job
+            ]
+            for job in jobs
+        ]
 
     def settle(
         self,

@@ -199,6 +199,16 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Draw:
+    """What one job reserves in one set of scopes (`Budget.reserve_jobs`): one reservation.
+    A job calling two deployments draws from each, both with its organization's cap."""
+
+    scopes: tuple[str, ...]
+    requests: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class Denied:
     """No budget now: retry after `wait_ms`. `bucket` names what said no, e.g.
     "provider:requests", "provider:tokens", "provider:retry_after" or "redis"."""

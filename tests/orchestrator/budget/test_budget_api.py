@@ -20,11 +20,13 @@ from orchestrator.budget import (
     Budget,
     CircuitBreaker,
     Denied,
+    Draw,
     Headroom,
     Limits,
     Reservation,
     budget_from_settings,
     connect,
+    reservation_scopes,
 )
 from orchestrator.budget.core import Client
 from orchestrator.budget.maths import WINDOW_MS
@@ -180,6 +182,63 @@ def test_a_smaller_job_later_in_the_order_does_not_take_the_room_a_larger_one_wa
     reservations, denied = budget.reserve_in_order(requests_each=1, tokens=[4_000, 6_000, 100])
     assert [r.tokens for r in reservations] == [4_000]
     assert denied is not None
+
+
+def test_jobs_of_interleaved_organizations_are_reserved_in_one_call_a_refusing_cap_stopping_only_its_own(
+    make_budget,
+):
+    """A cycle's picks interleave organizations and deployments: one call reserves them all, in
+    order, as the runs of one scope set did one call each."""
+    budget = make_budget(
+        scope_limits={
+            "dep:a": Limits(rpm=6_000, tpm=6_000_000, strict=True),
+            "dep:b": Limits(rpm=300, tpm=300_000, strict=True),  # 9,677 tokens
+            "org:7": Limits(rpm=300, tpm=300_000, strict=True),
+            "org:8": Limits(rpm=6_000, tpm=6_000_000, strict=True),
+        }
+    )
+    a7, a8, b8 = ("dep:a", "org:7"), ("dep:a", "org:8"), ("dep:b", "org:8")
+    jobs = [
+        [Draw(a7, 1, 6_000)],
+        [Draw(a8, 1, 1_000), Draw(b8, 1, 4_000)],  # a job calling both deployments
+        [Draw(a7, 1, 6_000)],  # org:7 has 3,677 left: refused
+        [Draw(a8, 1, 1_000), Draw(b8, 1, 6_000)],  # dep:b has 5,677 left: refused, dep:a untouched
+        [Draw(a7, 1, 100)],  # would fit org:7, but a costlier org:7 job waits first
+        [Draw(a8, 1, 2_000)],  # org:8 fits, dep:a fits: granted though dep:b refused
+        [Draw(a8, 1, 100), Draw(b8, 1, 100)],  # dep:b waits for the earlier job
+    ]
+    before = budget.headroom(scopes=("dep:a",)).tokens
+    # when they are reserved in one call
+    outcomes = budget.reserve_jobs(jobs)
+    # then each job has a reservation per draw, its own size, or what refused it
+    assert [[r.tokens for r in o] if isinstance(o, list) else o.bucket for o in outcomes] == [
+        [6_000],
+        [1_000, 4_000],
+        "org:7:tokens",
+        "dep:b:tokens",
+        "org:7:tokens",
+        [2_000],
+        "dep:b:tokens",
+    ]
+    assert all(o.wait_ms > 0 for o in outcomes if isinstance(o, Denied))
+    # and only the granted drew: 9,000 from dep:a, 4,000 from dep:b, 6,000 from org:7
+    assert budget.headroom(scopes=("dep:a",)).tokens == before - 9_000
+    assert budget.headroom(scopes=("dep:b",)).tokens == pytest.approx(9_677.4 - 4_000, abs=1)
+    assert budget.headroom(scopes=("org:7",)).tokens == pytest.approx(9_677.4 - 6_000, abs=1)
+    # and each reservation names its own scopes, so it settles and refunds on its own
+    second = outcomes[1]
+    assert isinstance(second, list)
+    assert [reservation_scopes(r.id) for r in second] == [a8, b8]
+    assert budget.refund(reservation_id=second[1].id)
+    assert budget.headroom(scopes=("dep:b",)).tokens == pytest.approx(9_677.4, abs=1)
+
+
+def test_a_job_drawing_twice_from_one_set_of_scopes_is_refused_up_front(make_budget):
+    budget = make_budget()
+    with pytest.raises(ValueError, match="once from each set of scopes"):
+        budget.reserve_jobs([[Draw(("provider",), 1, 10), Draw(("provider",), 1, 10)]])
+    with pytest.raises(ValueError, match="at least once"):
+        budget.reserve_jobs([[]])
 
 
 def test_denied_says_exactly_how_long_to_wait(make_budget, clock):

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from orchestrator.budget import Budget, Denied, Limits, Reservation, connect, maths
+from orchestrator.budget import Budget, Denied, Draw, Limits, Reservation, connect, maths
 from orchestrator.budget.maths import UNITS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -347,3 +347,106 @@ TestBudgetMatchesModel.settings = hsettings(
     deadline=None,
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
+
+
+# --- many scopes in one call: the walk --------------------------------------------------------
+
+SETS = (("a",), ("b",), ("a", "c"), ("b", "c"))
+
+
+def model_walk(
+    buckets: dict[str, ModelBucket], jobs: list[list[Draw]], now: int
+) -> list[list[int] | tuple[str, int]]:
+    """`Budget.reserve_jobs` by hand: in order, a job takes every draw or none; a scope that
+    cannot fit one refuses every later job drawing from it; the others go on."""
+    for b in buckets.values():
+        b.refill(now)
+    refused: dict[str, tuple[str, int]] = {}  # scope -> (kind, wait) of its refusal
+    outcomes: list[list[int] | tuple[str, int]] = []
+    for job in jobs:
+        need: dict[str, list[int]] = {}
+        for draw in job:
+            for scope in draw.scopes:
+                n = need.setdefault(scope, [0, 0])
+                n[0] += draw.requests * UNITS
+                n[1] += draw.tokens * UNITS
+        earlier = next((s for d in job for s in d.scopes if s in refused), None)
+        if earlier is not None:
+            outcomes.append((f"{earlier}:{refused[earlier][0]}", refused[earlier][1]))
+            continue
+        short = [s for s, n in need.items() if any(n[i] > buckets[s].level[i] for i in (0, 1) if n[i])]
+        if not short:
+            for s, n in need.items():
+                for i in (0, 1):
+                    buckets[s].level[i] -= n[i]
+            outcomes.append([draw.tokens for draw in job])
+            continue
+        worst: tuple[str, int] | None = None
+        for s in short:
+            b, n = buckets[s], need[s]
+            waits = [maths.wait_ms(deficit=n[i] - b.level[i], rate=b.rate[i]) for i in (0, 1)]
+            kind = "tokens" if waits[1] > waits[0] else "requests"
+            refused[s] = (kind, max(waits))
+            if worst is None or max(waits) > worst[1]:
+                worst = (f"{s}:{kind}", max(waits))
+        assert worst is not None
+        outcomes.append(worst)
+    return outcomes
+
+
+@st.composite
+def jobs_in_sets(draw: st.DrawFn, caps: dict[str, tuple[int, int]]) -> list[list[Draw]]:
+    jobs = []
+    for _ in range(draw(st.integers(1, 12))):
+        sets = draw(st.lists(st.sampled_from(SETS), min_size=1, max_size=2, unique=True))
+        job = []
+        for scopes in sets:
+            most_r = min(caps[s][0] for s in scopes) // UNITS // len(sets)
+            most_t = min(caps[s][1] for s in scopes) // UNITS // len(sets)
+            requests = draw(st.integers(0, min(3, most_r)))
+            job.append(Draw(scopes, requests, draw(st.integers(0 if requests else 1, most_t))))
+        jobs.append(job)
+    return jobs
+
+
+@given(data=st.data(), tpms=st.lists(st.integers(2_000, 60_000), min_size=3, max_size=3))
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_jobs_over_many_scopes_are_reserved_as_the_walk_says(data: st.DataObject, tpms: list[int]) -> None:
+    """Rounds of `reserve_jobs` over three scopes and four sets of them, with time passing
+    between: every outcome, wait and bucket level as the pure walk says."""
+    limits = {
+        s: Limits(rpm=60, tpm=tpm, burst_ms=4_000, strict=True) for s, tpm in zip("abc", tpms, strict=True)
+    }
+    now = 1_700_000_000_000
+    client = connect(settings.REDIS_URL)
+    budget = Budget(
+        redis_client=client,
+        limits=Limits(rpm=60, tpm=60_000),
+        scope_limits=limits,
+        prefix=f"test-walk-{uuid.uuid4().hex}",
+        clock=lambda: now,
+    )
+    buckets = {
+        s: ModelBucket(cap=lim.capacities(), rate=lim.rates(), level=list(lim.capacities()), ts=now)
+        for s, lim in limits.items()
+    }
+    caps = {s: lim.capacities() for s, lim in limits.items()}
+    try:
+        for _ in range(data.draw(st.integers(1, 4), label="rounds")):
+            now += data.draw(st.integers(0, 3_000), label="ms")
+            jobs = data.draw(jobs_in_sets(caps), label="jobs")
+            got = [
+                [r.tokens for r in outcome]
+                if isinstance(outcome, list)
+                else (outcome.bucket, outcome.wait_ms)
+                for outcome in budget.reserve_jobs(jobs)
+            ]
+            expected = model_walk(buckets, jobs, now)
+            event("some refused" if any(isinstance(o, tuple) for o in expected) else "all granted")
+            assert got == expected
+            for s, b in buckets.items():
+                room = budget.headroom(scopes=(s,))
+                assert (room.requests, room.tokens) == (b.level[0] / UNITS, b.level[1] / UNITS)
+    finally:
+        budget.reset()
+        client.close()
