@@ -100,7 +100,7 @@ def deployments_rate(*, budget: Budget, client: Client, per_call: int | None = N
 
 def per_call_tokens(*, budget: Budget, job_tokens: int) -> int | None:
     """Tokens a call is counted in the cycle's slot count: the job's share, a job at most what
-    one reservation can hold (a larger one is reserved at that: reservation._reserve_on). None
+    one reservation can hold (a larger one is reserved at that: reservation._Draws). None
     without owners (the configured estimate)."""
     if not job_tokens:
         return None

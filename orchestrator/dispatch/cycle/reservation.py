@@ -4,15 +4,14 @@ what was not claimed is refunded."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from django.conf import settings
 
 from config import redis_client
-from config.deployments import STEPS, deployments, job_steps
-from orchestrator.budget import Budget, reservation_ids
+from config.deployments import deployments, job_steps
+from orchestrator.budget import Budget, Denied, Draw, reservation_ids
 from orchestrator.deployments.placement import Route
 from orchestrator.dispatch.cycle.enqueue import GENERATE_REPLY_TASK, GENERATE_TASK, tasks_enqueue_on_commit
 from orchestrator.dispatch.deployment_plan import Routing, probes_mark
@@ -49,51 +48,40 @@ def picks_reserve_and_claim(
     scope too; any its cap cannot take after all (its workers' calls came first) stay QUEUED
     and say why.
 
-    In pick order, runs of picks with one route and organization are reserved at once, each
-    pick its own size (`Budget.reserve_in_order`: one round trip a deployment for the run, not
-    one a pick, though every owner's learned size differs). Once a deployment's bucket refuses
-    (or the budget's Redis), the later picks placed on it wait too: a cheap job must not take
-    the room a costly one earlier in the schedule is waiting for. A refusing organization stops
-    only its own picks.
+    All the picks are reserved in one round trip, in pick order, each its own size
+    (`Budget.reserve_jobs`: a pick draws from every deployment its steps call, with its
+    organization's cap, all or nothing). Once a deployment's bucket refuses, the later picks
+    placed on it wait too: a cheap job must not take the room a costly one earlier in the
+    schedule is waiting for. A refusing organization stops only its own picks: on a platform
+    the picks of a hundred capped organizations interleave, and a call per run of one route
+    and organization was 500 calls a cycle (bench/dispatch.py --organizations 100, 2026-12-07).
     """
     if not picks:
         return []
     client = redis_client.shared(timeout_s=2.0)
     _, default_tokens = outreach_cost()
-
-    def run_key(item: tuple[Pick, Route]) -> tuple[tuple[tuple[str, str], ...], str | None, bool]:
-        pick, route = item
+    shapes: dict[tuple[Route, str | None, bool], _Draws] = {}
+    jobs: list[list[Draw]] = []
+    kept: list[str] = []  # each pick's route as its row keeps it
+    for pick, route in zip(picks, routing.placement.routes, strict=False):
         reply = pick.tier == Tier.REPLY  # a reply makes the triage call too (config.deployments.job_steps)
-        return route.steps, groups.get(pick.owner_id), reply
-
-    scope_of = {d.label: d.scope for d in deployments()}
-    placed: dict[int, tuple[str, str]] = {}
-    refused: dict[str, str] = {}  # scope ("redis": the budget itself) -> the bucket that refused
-    for (_, org_scope, reply), run in itertools.groupby(
-        zip(picks, routing.placement.routes, strict=False), key=run_key
-    ):
-        group = list(run)
-        route = group[0][1]
-        if "redis" in refused or any(scope_of[label] in refused for label in route.labels()):
-            continue
-        if org_scope in refused:
-            _say_capped(picks=[pick for pick, _ in group], bucket=refused[org_scope])
-            continue
-        ids, stopped_by = _reserve_on(
-            budget=budget,
-            route=route,
-            org_scope=org_scope,
-            tokens=[tokens(pick) if tokens else default_tokens for pick, _ in group],
-            steps=job_steps(reply=reply),
+        key = (route, groups.get(pick.owner_id), reply)
+        shape = shapes.get(key) or shapes.setdefault(
+            key, _Draws(budget=budget, route=route, org_scope=key[1], steps=job_steps(reply=reply))
         )
-        # Each row keeps the route of the calls it makes (an intro's has no triage step).
-        kept = route.only(job_steps(reply=reply)).encode()
-        placed |= {pick.outreach_id: (rid, kept) for (pick, _), rid in zip(group, ids, strict=False)}
-        for bucket in stopped_by:
-            refused[bucket.rpartition(":")[0] or bucket] = bucket  # "dep:small:0:tokens" -> its scope
-        capped = [bucket for bucket in stopped_by if bucket.startswith("org:")]
-        if capped:
-            _say_capped(picks=[pick for pick, _ in group[len(ids) :]], bucket=capped[0])
+        jobs.append(shape(tokens(pick) if tokens else default_tokens))
+        kept.append(shape.kept)
+    placed: dict[int, tuple[str, str]] = {}
+    capped: dict[str, list[Pick]] = {}  # an organization's bucket -> the picks it refused
+    for pick, route_kept, outcome in zip(picks, kept, budget.reserve_jobs(jobs), strict=False):
+        if isinstance(outcome, Denied):
+            if outcome.bucket.startswith("org:"):
+                capped.setdefault(outcome.bucket, []).append(pick)
+            continue
+        ids = outcome[0].id if len(outcome) == 1 else " ".join(r.id for r in outcome)
+        placed[pick.outreach_id] = (ids, route_kept)
+    for bucket, refused in capped.items():
+        _say_capped(picks=refused, bucket=bucket)
     try:
         # Each claimed row keeps its reservation ids (refunded on recovery, settled by the
         # worker) and its route (the deployments its worker calls), written by the move: one
@@ -133,54 +121,41 @@ def picks_reserve_and_claim(
     return claimed
 
 
-def _reserve_on(
-    *,
-    budget: Budget,
-    route: Route,
-    org_scope: str | None,
-    tokens: list[int],
-    steps: tuple[str, ...] = STEPS,
-) -> tuple[list[str], list[str]]:
-    """Reserve a job per entry of `tokens` (each job's tokens, in order) on each deployment of
-    the route, what its steps draw from it (its calls' share of the job's tokens), all or
-    nothing per job: each deployment is asked for as many as the one before granted, and what a
-    later one refused is refunded on the earlier ones. Returns the joined ids and the buckets
-    that stopped it short (none when all were granted)."""
-    count = len(tokens)
-    by_label = {d.label: d for d in deployments()}
-    job_calls = [(step, used) for step, used in route.steps if step in steps]  # what this job calls
-    # The configured estimate is for a writing job (LLM_CALLS_PER_OUTREACH calls); a reply's
-    # triage call is one more of the same estimate. A learned figure (owner_tokens) already
-    # counts every call the owner's jobs of that step made.
-    calls_per_job = max(1, settings.LLM_CALLS_PER_OUTREACH + len(job_calls) - len(job_steps(reply=False)))
-    granted: list[list[str]] = []
-    stopped_by: list[str] = []
-    for label in dict.fromkeys(used for _, used in job_calls):
-        calls = sum(1 for _, used in job_calls if used == label)
-        scopes = (by_label[label].scope, org_scope) if org_scope else (by_label[label].scope,)
-        # The cycle widened the bursts for its costliest pick (Budget.hold_job); a job beyond
-        # what any burst can hold (strict limits, or more than the limit itself) reserves the
-        # most a bucket can, and the settlement charges the rest.
-        largest = budget.largest_tokens(scopes=scopes)
-        reservations, denied = budget.reserve_in_order(
+class _Draws:
+    """What a job on one route draws from each deployment it calls (its calls' share of the
+    job's tokens), with its organization's cap: worked out once a route, organization and kind
+    of job, applied to each pick's own tokens."""
+
+    def __init__(self, *, budget: Budget, route: Route, org_scope: str | None, steps: tuple[str, ...]):
+        by_label = {d.label: d for d in deployments()}
+        job_calls = [(step, used) for step, used in route.steps if step in steps]  # what this job calls
+        # Each row keeps the route of the calls it makes (an intro's has no triage step).
+        self.kept = route.only(steps).encode()
+        # The configured estimate is for a writing job (LLM_CALLS_PER_OUTREACH calls); a reply's
+        # triage call is one more of the same estimate. A learned figure (owner_tokens) already
+        # counts every call the owner's jobs of that step made.
+        self.calls_per_job = max(
+            1, settings.LLM_CALLS_PER_OUTREACH + len(job_calls) - len(job_steps(reply=False))
+        )
+        self.shapes: list[tuple[tuple[str, ...], int, int, int]] = []  # scopes, requests, calls, most tokens
+        for label in dict.fromkeys(used for _, used in job_calls):
+            calls = sum(1 for _, used in job_calls if used == label)
+            scopes = (by_label[label].scope, org_scope) if org_scope else (by_label[label].scope,)
             # A writing job's calls always fit (the cycle widened the bursts for them); a
             # reply's triage call on top may not under a small cap: the settlement counts it.
-            requests_each=min(
-                calls, max(len(job_steps(reply=False)), budget.largest_requests(scopes=scopes))
-            ),
-            # Exact in ints: one deployment taking every call reserves exactly the estimate.
-            tokens=[min(-(-each * calls // calls_per_job), largest) for each in tokens[:count]],
-            scopes=scopes,
-        )
-        granted.append([r.id for r in reservations])
-        count = len(reservations)
-        stopped_by += [denied.bucket] if denied is not None else []
-        if count == 0:
-            break
-    for ids in granted:
-        for rid in ids[count:]:
-            budget.refund(reservation_id=rid)
-    return [" ".join(ids[i] for ids in granted) for i in range(count)], stopped_by
+            requests = min(calls, max(len(job_steps(reply=False)), budget.largest_requests(scopes=scopes)))
+            # The cycle widened the bursts for its costliest pick (Budget.hold_job); a job beyond
+            # what any burst can hold (strict limits, or more than the limit itself) reserves
+            # the most a bucket can, and the settlement charges the rest.
+            self.shapes.append((scopes, requests, calls, budget.largest_tokens(scopes=scopes)))
+
+    def __call__(self, tokens: int) -> list[Draw]:
+        """A job of `tokens`: exact in ints, one deployment taking every call reserves exactly
+        the estimate."""
+        return [
+            Draw(scopes, requests, min(-(-tokens * calls // self.calls_per_job), largest))
+            for scopes, requests, calls, largest in self.shapes
+        ]
 
 
 def _refund(outreach_ids: Iterable[int], *, placed: Mapping[int, tuple[str, str]], budget: Budget) -> None:

@@ -1,7 +1,8 @@
 """The claim reserves its picks in pick order, each its owner's learned size, in one round trip
-to the budget a deployment: owners' learned sizes all differ once they have finished jobs, and
-a reservation call per pick made the claim of 500 picks three times slower (bench/dispatch.py,
-2026-12-05)."""
+to the budget: owners' learned sizes all differ once they have finished jobs, and a reservation
+call per pick made the claim of 500 picks three times slower (bench/dispatch.py, 2026-12-05);
+the picks of many capped organizations interleave, and a call per run of one organization was
+a call per pick again (bench/dispatch.py --organizations 100, 2026-12-07)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import pytest
 import redis
 
 from config.deployments import deployments
-from orchestrator.budget import PROVIDER, Budget, Headroom, Limits, organization_scope
+from orchestrator.budget import (
+    PROVIDER,
+    Budget,
+    Headroom,
+    Limits,
+    organization_scope,
+    reservation_ids,
+    reservation_scopes,
+)
 from orchestrator.dispatch.cycle import dispatch_cycle
 from orchestrator.dispatch.owner_tokens import owner_tokens_record
 from outreach.models import Outreach
@@ -128,3 +137,29 @@ def test_a_cycle_reads_every_capped_organization_s_room_in_one_call(
     # and the three organizations' rooms were read in one call, each with the provider's
     group_reads = [call for call in budget.room_calls if any(len(scopes) == 2 for scopes in call)]
     assert group_reads == [sorted((PROVIDER, organization_scope(org.pk)) for org in orgs)]
+
+
+def test_the_picks_of_interleaved_capped_organizations_are_reserved_in_one_call(
+    redis_client: redis.Redis, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given three organizations with their own LLM caps, two owners with work in each, the
+    # owners made in turn so that the cursor's order interleaves the organizations
+    budget = _CountingBudget(
+        redis_client=redis_client, limits=Limits(rpm=100_000, tpm=100_000_000, burst_ms=60_000)
+    )
+    orgs = [make_org(llm_rpm=6_000) for _ in range(3)]
+    for _ in range(2):
+        for org in orgs:
+            make_outreach(lead=make_lead(owner=make_owners(1, organization=org)[0]))
+    # when a cycle runs
+    with django_capture_on_commit_callbacks(execute=False):
+        report = dispatch_cycle(budget=budget)
+    # then every pick is claimed, reserved in one call, each from its own organization's cap
+    assert len(report.generation) == 6
+    assert budget.reserves == 1
+    scopes = Counter(
+        reservation_scopes(rid)[1]
+        for row in Outreach.objects.filter(id__in=report.generation)
+        for rid in reservation_ids(row.reservation_id)
+    )
+    assert scopes == {organization_scope(org.pk): 2 for org in orgs}
