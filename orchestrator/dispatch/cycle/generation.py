@@ -34,7 +34,8 @@ from orchestrator.dispatch.selection import (
     Selection,
     StarvationGuard,
     Window,
-    rows_to_load,
+    ran_dry,
+    rows_loaded,
     select_batch,
 )
 from orchestrator.dispatch.selection.admission import Shared
@@ -97,18 +98,6 @@ def generation_dispatch(
         if settings.DISPATCH_FAIRNESS == "tokens"
         else None
     )
-    candidates = _candidates(
-        ready=ready,
-        room=room,
-        slots=slots,
-        weights=weights,
-        groups=groups,
-        group_slots=group_slots,
-        paused_tiers=paused_tiers,
-        costs=costs,
-        now=now,
-        first_rows=first_rows or {},
-    )
     policy: dict[str, Any] = {
         "cursor": cursor,
         "weights": weights,
@@ -117,17 +106,45 @@ def generation_dispatch(
         "group_slots": group_slots,
         "costs": costs,
     }
-    # Admission's row rules: no suppressed lead's row, no pick past a shared room (cycle.admission).
-    candidates = unsendable_drop(candidates, now=now)
-    exact = True
 
-    def select(offered: Candidates) -> Selection:
-        nonlocal exact
-        selection = select_batch(offered, slots=slots, window=window, **policy)
-        exact = exact and selection.exact  # each re-selection too: the refusals follow the picks
-        return selection
+    def attempt(whole: set[int]) -> tuple[Candidates, Selection, bool, set[int]]:
+        """Load (the owners in `whole` whole, the others a guess: `rows_loaded`), select and
+        admit: the candidates the selection was made from, the selection, whether it is exact
+        (`Window`), and the owners a guess cut short whose rows the selection ran dry."""
+        loaded = rows_loaded(
+            ready=ready,
+            room=room,
+            slots=slots,
+            weights=weights,
+            groups=groups,
+            group_slots=group_slots,
+            costs=costs,
+            paused_tiers=paused_tiers,
+            whole=whole,
+            load=lambda tier, k: reads.ready_candidates(
+                tier=tier, k_by_owner=k, now=now, first_rows=(first_rows or {}).get(tier)
+            ),
+        )
+        # Admission's row rules: no suppressed lead's row, no pick past a shared room (cycle.admission).
+        sendable = unsendable_drop(loaded.candidates, now=now)
+        exact, dry = True, set()
 
-    candidates, selection = picks_admit(candidates=candidates, shared=shared, select=select, price=price)
+        def select(offered: Candidates) -> Selection:
+            nonlocal exact
+            selection = select_batch(offered, slots=slots, window=window, **policy)
+            exact = exact and selection.exact  # each re-selection too: the refusals follow the picks
+            dry.update(ran_dry(selection, offered=offered, loaded=sendable, cut=loaded.cut))
+            return selection
+
+        candidates, selection = picks_admit(candidates=sendable, shared=shared, select=select, price=price)
+        return candidates, selection, exact, dry
+
+    whole: set[int] = set()
+    while True:
+        candidates, selection, exact, dry = attempt(whole)
+        if not exact or dry <= whole:
+            break
+        whole |= dry  # loaded whole, selected again: rows a guess left out must not decide
     if not exact:
         return Generation(slots=slots, picks=[], claimed=[], exact=False)
     picks = list(selection.picks)
@@ -205,46 +222,3 @@ def _group_slots(*, groups: Mapping[int, str], budget: Budget, per_call: int | N
         scope: room.fits(requests_each=requests, tokens_each=tokens)
         for scope, room in zip(scopes, rooms, strict=True)
     }
-
-
-def _candidates(
-    *,
-    ready: Mapping[Tier, Collection[int]],
-    room: Mapping[int, int],
-    slots: int,
-    weights: Mapping[int, int],
-    groups: Mapping[int, str],
-    group_slots: Mapping[str, int],
-    paused_tiers: Mapping[int, frozenset[Tier]],
-    costs: Mapping[int, int] | None,
-    now: datetime,
-    first_rows: Mapping[Tier, Mapping[int, Sequence[int]]],
-) -> Candidates:
-    """Each tier queried once: the top-k rows of its owners with ready work (`rows_to_load`:
-    enough that truncation never changes the selection, capped organizations' owners included),
-    less the owners whose first rows the window's probe read already (`first_rows`).
-
-    An owner's room (daily limit left) is spent tier by tier, replies first, so the rows offered
-    never exceed what the owner may still send today. A tier paused for an owner offers none.
-    """
-    left = dict(room)
-    result: dict[Tier, dict[int, list]] = {}
-    for tier in sorted(Tier):
-        owners = [
-            o for o in ready.get(tier, ()) if left.get(o, 0) > 0 and tier not in paused_tiers.get(o, ())
-        ]
-        k = rows_to_load(
-            owners_with_work=owners,
-            slots=slots,
-            weights=weights,
-            groups=groups,
-            group_slots=group_slots,
-            costs=costs,
-        )
-        k = {o: min(left[o], n) for o, n in k.items()}
-        result[tier] = reads.ready_candidates(
-            tier=tier, k_by_owner=k, now=now, first_rows=first_rows.get(tier)
-        )
-        for owner_id, rows in result[tier].items():
-            left[owner_id] -= len(rows)
-    return result

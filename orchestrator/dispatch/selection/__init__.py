@@ -25,7 +25,7 @@ A round costs O(slots * log(owners) + owners): nothing here grows with queue dep
 Modules, one role each: `values` (candidates, picks, selections, the starvation guard), `cursor`
 (where the schedule stopped, and its JSON), `schedule` (the virtual clock and the rounds),
 `batch` (`select_batch`, `select_sends`), `sizing` (`rows_per_owner`, `rows_to_load`: how many
-rows the shell loads), `checks` (input checks). Import from the package.
+rows the shell loads; `rows_loaded`, `ran_dry`: a guess first, loaded whole where it ran dry), `checks` (input checks). Import from the package.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 from orchestrator.dispatch.selection.batch import select_batch, select_sends
 from orchestrator.dispatch.selection.cursor import Cursor, Leads, Position
 from orchestrator.dispatch.selection.schedule import TOKEN_UNIT, RoundOrder, round_order
-from orchestrator.dispatch.selection.sizing import rows_per_owner, rows_to_load
+from orchestrator.dispatch.selection.sizing import Loaded, ran_dry, rows_loaded, rows_per_owner, rows_to_load
 from orchestrator.dispatch.selection.values import (
     TOP_TIER,
     Candidate,
@@ -52,6 +52,7 @@ __all__ = [
     "Candidates",
     "Cursor",
     "Leads",
+    "Loaded",
     "Pick",
     "Position",
     "RoundOrder",
@@ -59,7 +60,9 @@ __all__ = [
     "SendSelection",
     "StarvationGuard",
     "Window",
+    "ran_dry",
     "round_order",
+    "rows_loaded",
     "rows_per_owner",
     "rows_to_load",
     "select_batch",

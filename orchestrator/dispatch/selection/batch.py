@@ -110,6 +110,12 @@ def select_batch(
             window=window,
         )
         exact = exact and strict_exact
+    reached: dict[tuple[Tier, int], int] = {}
+    for run in (chosen, strict) if strict is not chosen else (chosen,):
+        for tier, rows in run.items():
+            for row, nth in rows:
+                key = (tier, row.owner_id)
+                reached[key] = max(reached.get(key, 0), nth)
     picks: list[Pick] = []
     for tier in sorted(Tier):
         # Picks beyond what strict priority would give this tier exist only because of the guard.
@@ -117,7 +123,7 @@ def select_batch(
             _pick(row, nth=nth, weight=weights.get(row.owner_id, 1), guard=i >= len(strict[tier]))
             for i, (row, nth) in enumerate(chosen[tier])
         )
-    return Selection(picks=tuple(picks), cursor=new_cursor, exact=exact)
+    return Selection(picks=tuple(picks), cursor=new_cursor, exact=exact, reached=reached)
 
 
 def select_sends(

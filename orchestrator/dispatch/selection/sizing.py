@@ -3,7 +3,11 @@ bounded by slots and active owners, never by queue depth."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import NamedTuple
+
+from orchestrator.dispatch.selection.values import Candidate, Candidates, Selection
+from outreach.tiers import Tier
 
 
 def rows_per_owner(*, slots: int, owners_with_work: int, weight: int = 1) -> int:
@@ -90,3 +94,92 @@ def rows_to_load(
         )
         for o in owners_with_work
     }
+
+
+class Loaded(NamedTuple):
+    """The rows the shell loaded for a selection (`rows_loaded`), and the owners whose rows a
+    guess may have cut short: tier -> owner -> how many it was given, all it asked for, fewer
+    than `rows_to_load` would have asked."""
+
+    candidates: dict[Tier, dict[int, list[Candidate]]]
+    cut: dict[Tier, dict[int, int]]
+
+
+def rows_loaded(
+    *,
+    ready: Mapping[Tier, Collection[int]],
+    room: Mapping[int, int],
+    slots: int,
+    weights: Mapping[int, int],
+    groups: Mapping[int, str],
+    group_slots: Mapping[str, int],
+    costs: Mapping[int, int] | None,
+    paused_tiers: Mapping[int, frozenset[Tier]],
+    whole: Collection[int],
+    load: Callable[[Tier, dict[int, int]], Mapping[int, list[Candidate]]],
+) -> Loaded:
+    """Each tier's rows, one `load(tier, k by owner)` a tier, replies first: an owner's room
+    (what it may still send today) is spent tier by tier, so the rows offered never exceed it,
+    and a tier paused for an owner offers none.
+
+    `rows_to_load`'s k is what truncation can never change, but for a budget group's owners it
+    is the group's slots less its other owners with work: about 500 rows for each owner of a
+    small capped organization, where it takes one or two (platforms of many capped
+    organizations). So an owner not in `whole` is first given a guess: twice what it would need
+    were every owner outside groups (`rows_to_load` without them), and not beyond its safe k.
+    Where the guess cut an owner short (`Loaded.cut`) and the selection then took every row
+    it had (`ran_dry`), the shell loads that owner whole and selects again; where it never ran
+    dry, the rows it was not given were never looked at, and the selection is the one the safe
+    k gives. An owner with work in a later tier is given its safe k: what it is given here is
+    what its later tiers' room is charged, and a guess would leave them more rows than the safe
+    k does."""
+    tiers = sorted(Tier)
+    left = dict(room)
+    candidates: dict[Tier, dict[int, list[Candidate]]] = {}
+    cut: dict[Tier, dict[int, int]] = {}
+    for i, tier in enumerate(tiers):
+        later = [ready.get(t, ()) for t in tiers[i + 1 :]]  # the shell's are sets
+        owners = [
+            o for o in ready.get(tier, ()) if left.get(o, 0) > 0 and tier not in paused_tiers.get(o, ())
+        ]
+        safe = rows_to_load(
+            owners_with_work=owners,
+            slots=slots,
+            weights=weights,
+            groups=groups,
+            group_slots=group_slots,
+            costs=costs,
+        )
+        # Without groups the safe k is the guess's own formula: nothing to guess.
+        guess = (
+            rows_to_load(owners_with_work=owners, slots=slots, weights=weights, costs=costs) if groups else {}
+        )
+        ask = {}
+        for o, k in safe.items():
+            k = min(left[o], k)
+            exact = not guess or o in whole or any(o in work for work in later)
+            ask[o] = k if exact else min(k, 2 * guess[o])
+        candidates[tier] = found = dict(load(tier, ask))
+        cut[tier] = {o: n for o, n in ask.items() if n < min(left[o], safe[o]) and len(found.get(o, ())) == n}
+        for owner_id, rows in found.items():
+            left[owner_id] -= len(rows)
+    return Loaded(candidates=candidates, cut=cut)
+
+
+def ran_dry(
+    selection: Selection, *, offered: Candidates, loaded: Candidates, cut: Mapping[Tier, Mapping[int, int]]
+) -> set[int]:
+    """Owners a guess cut short (`Loaded.cut`) whose rows in that tier the selection took to the
+    last (`Selection.reached`, in any of its runs): with the rows they were not given the
+    selection might differ. `loaded`: the rows as loaded (less any the shell dropped as
+    unsendable); an owner offered fewer than that was stopped by admission, which keeps only its
+    admitted rows however many were loaded."""
+    reached = selection.reached
+    dry = set()
+    for tier, owners in cut.items():
+        offered_tier, loaded_tier = offered.get(tier, {}), loaded.get(tier, {})
+        for owner in owners:
+            n = len(offered_tier.get(owner, ()))
+            if n == len(loaded_tier.get(owner, ())) and reached.get((tier, owner), 0) >= n:
+                dry.add(owner)
+    return dry

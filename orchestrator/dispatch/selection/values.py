@@ -85,11 +85,15 @@ class Window:
 class Selection:
     """The picks in dispatch order (tier by tier, schedule order within a tier) and the cursor to
     persist. `exact`: False when a `Window` left out an owner the schedule would have reached, so
-    the shell must load more owners and select again (always True without a window)."""
+    the shell must load more owners and select again (always True without a window). `reached`:
+    how many of each owner's rows in each tier the schedule took, in whichever of its runs took
+    the most (with a starvation guard, the run without it that names the guard's picks): what a
+    loading that gave an owner fewer rows than it has must check (`sizing.ran_dry`)."""
 
     picks: tuple[Pick, ...]
     cursor: Cursor
     exact: bool = True
+    reached: Mapping[tuple[Tier, int], int] = field(default_factory=dict, compare=False)
 
     def count(self, tier: Tier) -> int:
         return sum(1 for pick in self.picks if pick.tier == tier)

@@ -131,17 +131,21 @@ weight_maps = st.dictionaries(owner_ids, st.integers(min_value=1, max_value=4))
 slot_counts = st.integers(min_value=0, max_value=24)
 
 
-@st.composite
-def workloads(draw: st.DrawFn) -> dict[Tier, dict[int, list[Candidate]]]:
-    depths = draw(
-        st.dictionaries(st.tuples(st.sampled_from(Tier), owner_ids), st.integers(0, 6), max_size=24)
-    )
+def queue_of(depths: Mapping[tuple[Tier, int], int]) -> dict[Tier, dict[int, list[Candidate]]]:
+    """Each (tier, owner)'s rows, that many deep, ids unique up to 100 deep."""
     candidates: dict[Tier, dict[int, list[Candidate]]] = {}
     for i, ((tier, owner), depth) in enumerate(sorted(depths.items())):
         candidates.setdefault(tier, {})[owner] = [
             Candidate(outreach_id=i * 100 + j, owner_id=owner, tier=tier) for j in range(depth)
         ]
     return candidates
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> dict[Tier, dict[int, list[Candidate]]]:
+    return queue_of(
+        draw(st.dictionaries(st.tuples(st.sampled_from(Tier), owner_ids), st.integers(0, 6), max_size=24))
+    )
 
 
 @st.composite
