@@ -8,7 +8,8 @@ processes reserving as fast as they can (closed loop: throughput at saturation),
 processes offering a fixed 5,000 reservations/s in total (open loop: latency at target load),
 then the batched path (`reserve_many`: the script the dispatcher's one call a cycle runs).
 Limits are set high so every call is granted: the granted path is the expensive one (it writes
-the buckets and a reservation record). Each run uses its own key prefix and deletes its keys afterwards. EVALSHA throughout.
+the buckets and a reservation record). Each run uses its own key prefix and deletes its keys
+afterwards. EVALSHA throughout.
 
 On a small machine the clients compete with Redis for CPU: a Redis that waits behind a client
 for a CPU stalls every client, and the tail latency then measures the scheduler (a woken

@@ -3,7 +3,8 @@
 Two layers, both atomic Lua in Redis, both on Redis's clock:
 - dispatch time, token buckets per scope (requests/min and tokens/min, refilled continuously):
   `reserve` / `reserve_many` / `reserve_in_order` / `reserve_jobs` hold budget for jobs,
-  `settle` returns the unused estimate, `refund` all of it; `headroom` says what a dispatch cycle may take;
+  `settle` returns the unused estimate, `refund` all of it; `headroom` (`headrooms`: many sets
+  of scopes in one call) says what a dispatch cycle may take;
 - call time, a log mirroring the provider's sliding 60 s window: `acquire_call` before each
   provider call; `report_provider` / `report_429` adapt the limits (AIMD) when others share
   the key. `snapshot` shows all of it.

@@ -2,8 +2,8 @@
 which pools fall back, and why work waits when none can take it. The I/O shell around
 orchestrator.deployments.placement.
 
-Per cycle: one headroom read per deployment (its own budget scope) and one round trip for all
-breakers. A pool (deployment name) may fall back when all its deployments' breakers are open
+Per cycle: one round trip for every deployment's headroom (each its own budget scope) and one
+for all breakers. A pool (deployment name) may fall back when all its deployments' breakers are open
 (misconfigured), or when it has had no room at all for LLM_FALLBACK_AFTER_S (a provider that
 holds it with Retry-After, or limits adapted down to nothing); at the limit a pool's room comes
 back every cycle, so running at the limit is not starving.
@@ -47,7 +47,7 @@ def routing_plan(*, budget: Budget, client: Client, count: int, per_call: int | 
     steps = step_models()
     calls = calls_per_pool(steps)
     health = healths(client=client, deployments=deps)
-    headroom = dict(zip([d.label for d in deps], budget.headrooms([(d.scope,) for d in deps]), strict=True))
+    headroom = _rooms(budget=budget, deps=deps)
     rooms = [
         _room(d, headroom[d.label], health[d.label], calls=calls.get(d.name, 0), per_call=per_call)
         for d in deps
@@ -86,7 +86,7 @@ def deployments_rate(*, budget: Budget, client: Client, per_call: int | None = N
     dashboards."""
     deps = deployments()
     health = healths(client=client, deployments=deps)
-    headroom = dict(zip([d.label for d in deps], budget.headrooms([(d.scope,) for d in deps]), strict=True))
+    headroom = _rooms(budget=budget, deps=deps)
     calls = calls_per_pool(step_models())
     return _rate(
         deps=deps,
@@ -96,6 +96,11 @@ def deployments_rate(*, budget: Budget, client: Client, per_call: int | None = N
         fallbacks=settings.LLM_FALLBACKS,
         per_call=per_call or settings.LLM_EST_TOKENS_PER_CALL,
     )
+
+
+def _rooms(*, budget: Budget, deps: Sequence[Deployment]) -> dict[str, Headroom]:
+    """Each deployment's headroom by label, all read in one script call (`Budget.headrooms`)."""
+    return dict(zip([d.label for d in deps], budget.headrooms([(d.scope,) for d in deps]), strict=True))
 
 
 def per_call_tokens(*, budget: Budget, job_tokens: int) -> int | None:
