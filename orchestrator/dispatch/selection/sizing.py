@@ -97,12 +97,12 @@ def rows_to_load(
 
 
 class Loaded(NamedTuple):
-    """The rows the shell loaded for a selection (`rows_loaded`), and the owners whose rows a
-    guess may have cut short: tier -> owner -> how many it was given, all it asked for, fewer
-    than `rows_to_load` would have asked."""
+    """The rows the shell loaded for a selection (`rows_loaded`), and per tier the owners whose
+    rows a guess may have cut short: given all they asked for, fewer than `rows_to_load` would
+    have asked."""
 
     candidates: dict[Tier, dict[int, list[Candidate]]]
-    cut: dict[Tier, dict[int, int]]
+    cut: dict[Tier, set[int]]
 
 
 def rows_loaded(
@@ -136,7 +136,7 @@ def rows_loaded(
     tiers = sorted(Tier)
     left = dict(room)
     candidates: dict[Tier, dict[int, list[Candidate]]] = {}
-    cut: dict[Tier, dict[int, int]] = {}
+    cut: dict[Tier, set[int]] = {}
     for i, tier in enumerate(tiers):
         later = [ready.get(t, ()) for t in tiers[i + 1 :]]  # the shell's are sets
         owners = [
@@ -160,14 +160,14 @@ def rows_loaded(
             exact = not guess or o in whole or any(o in work for work in later)
             ask[o] = k if exact else min(k, 2 * guess[o])
         candidates[tier] = found = dict(load(tier, ask))
-        cut[tier] = {o: n for o, n in ask.items() if n < min(left[o], safe[o]) and len(found.get(o, ())) == n}
+        cut[tier] = {o for o, n in ask.items() if n < min(left[o], safe[o]) and len(found.get(o, ())) == n}
         for owner_id, rows in found.items():
             left[owner_id] -= len(rows)
     return Loaded(candidates=candidates, cut=cut)
 
 
 def ran_dry(
-    selection: Selection, *, offered: Candidates, loaded: Candidates, cut: Mapping[Tier, Mapping[int, int]]
+    selection: Selection, *, offered: Candidates, loaded: Candidates, cut: Mapping[Tier, Collection[int]]
 ) -> set[int]:
     """Owners a guess cut short (`Loaded.cut`) whose rows in that tier the selection took to the
     last (`Selection.reached`, in any of its runs): with the rows they were not given the
