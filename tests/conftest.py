@@ -32,14 +32,14 @@ WEBHOOK_SECRET = "test-webhook-secret"
 def dispatcher_starts_afresh() -> None:
     """Each test's dispatcher is a new process's: nothing learned from another test's cycles
     (cycle.window's last cycle sizes and orders the next window), no cursor it wrote
-    (cycle.cursor_state writes what changed since) and no owners it read (reads.active_owners
-    keeps them while their version holds)."""
+    (cycle.cursor_state writes what changed since) and no owners or organizations' caps it read
+    (reads keeps them while the owners' version holds)."""
     from orchestrator.dispatch import reads
     from orchestrator.dispatch.cycle import cursor_state, window
 
     window._last = window._LastCycle()
     cursor_state._written = cursor_state._Written()
-    reads._kept = None
+    reads._kept.clear()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import connection
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet
@@ -56,6 +56,7 @@ from outreach.tiers import Tier
 from outreach.transitions import IN_FLIGHT, LLM_IN_FLIGHT
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 TABLE = Outreach._meta.db_table
 
 
@@ -168,31 +169,42 @@ ACTIVE_OWNER_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
-    """The active owners as this process last read them, and the owners' version then."""
+    """A read as this process last made it, and the owners' version then."""
 
     version: str
-    owners: ActiveOwners
+    value: Any
 
 
-_kept: _Kept | None = None
+# read's name -> what it answered while the owners' version holds (`_while_version_holds`)
+_kept: dict[str, _Kept] = {}
+
+
+def _while_version_holds(name: str, read: Callable[[], T]) -> T:
+    """What `read()` answers, read again only when a statement wrote owners, organizations,
+    mailboxes or mailboxes' owners since this process last read it: one row says whether any
+    did (`owners_version`, read first, so a change committed between the two reads is read
+    again next time, never missed). Without a version (SQLite, or no write since the table was
+    emptied) it is read every time."""
+    version = owners_version()
+    kept = _kept.get(name)
+    if version is not None and kept is not None and kept.version == version:
+        return kept.value
+    value = read()
+    if version is None:
+        _kept.pop(name, None)
+    else:
+        _kept[name] = _Kept(version=version, value=value)
+    return value
 
 
 def active_owners() -> ActiveOwners:
     """Every active owner (`ActiveOwners`), its mailboxes and its organization's spend cap, read
     whole only when an owner, an organization, a mailbox or a mailbox's owners changed since
-    this process last read them: one row says whether any did (`owners_version`, read before the owners, so a change
-    committed between the two reads is read again next time, never missed). Without a version
-    (SQLite, or no write since the table was emptied) they are read every time. At 10,000
+    this process last read them (`_while_version_holds`). At 10,000
     owners the read took 7 ms a cycle, and the window's rows another 5 (bench/dispatch.py,
     2026-12-06); the window's mailboxes (their links and rows) 3.7 ms of a cycle, 1.7 at 10
     owners (bench/dispatch.py --controls, one owner in two on a mailbox, 2026-12-06)."""
-    global _kept
-    version = owners_version()
-    if version is not None and _kept is not None and _kept.version == version:
-        return _kept.owners
-    owners = _active_owners_read()
-    _kept = None if version is None else _Kept(version=version, owners=owners)
-    return owners
+    return _while_version_holds("active owners", _active_owners_read)
 
 
 def owners_version() -> str | None:
@@ -347,9 +359,16 @@ def committed_work() -> QuerySet[Outreach, tuple[int, str, bool, int]]:
     )
 
 
-def organization_caps() -> dict[str, Limits]:
+def organization_caps() -> Mapping[str, Limits]:
     """Budget scope -> limits of every organization with its own LLM cap (Organization.llm_rpm /
-    llm_tpm, see budget.organization_limits). O(organizations with a cap)."""
+    llm_tpm, see budget.organization_limits), read again only when an organization (or an
+    owner, a mailbox) was written since (`_while_version_holds`): the dispatcher reads them
+    every cycle and a worker for each capped job, and at a thousand capped organizations the
+    read was 12.7 ms (bench/dispatch.py --organizations 1000, 2026-12-07)."""
+    return MappingProxyType(_while_version_holds("organization caps", _organization_caps_read))
+
+
+def _organization_caps_read() -> dict[str, Limits]:
     caps: dict[str, Limits] = {}
     rows = Organization.objects.filter(Q(llm_rpm__isnull=False) | Q(llm_tpm__isnull=False))
     for org_id, rpm, tpm in rows.values_list("id", "llm_rpm", "llm_tpm"):
@@ -360,9 +379,9 @@ def organization_caps() -> dict[str, Limits]:
     return caps
 
 
-def organization_caps_load(*, budget: Budget) -> dict[str, Limits]:
-    """Read the organizations' caps and give them to `budget` with the deployments' limits
-    (one query: O(capped ones))."""
+def organization_caps_load(*, budget: Budget) -> Mapping[str, Limits]:
+    """Read the organizations' caps (`organization_caps`) and give them to `budget` with the
+    deployments' limits."""
     caps = organization_caps()
     budget.set_scope_limits({**deployment_limits(), **caps})
     return caps
