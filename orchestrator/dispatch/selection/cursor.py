@@ -163,6 +163,11 @@ class Cursor:
     positions: tuple[tuple[Tier, Position], ...] = ()
     groups: tuple[tuple[Tier, str, Position], ...] = ()
     leads: Mapping[tuple[Tier, str], Leads] = field(default_factory=dict)
+    # `positions` and `groups` by key, for `position`: a schedule asks for each group's, and a
+    # scan of `groups` for each was 25 ms of a cycle at 1,000 capped organizations
+    # (bench/dispatch.py --organizations 1000, 2026-12-07)
+    _by_tier: dict[Tier, Position] = field(init=False, repr=False, compare=False)
+    _by_group: dict[tuple[Tier, str], Position] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_tier = {Tier(tier): position for tier, position in self.positions}
@@ -171,6 +176,8 @@ class Cursor:
         by_group = {(Tier(tier), group): position for tier, group, position in self.groups}
         if len(by_group) != len(self.groups) or any(tier not in by_tier for tier, _ in by_group):
             raise ValueError("a cursor holds one position per tier and group, in tiers it has served")
+        object.__setattr__(self, "_by_tier", by_tier)
+        object.__setattr__(self, "_by_group", by_group)
         object.__setattr__(self, "positions", tuple(sorted(by_tier.items())))
         object.__setattr__(self, "groups", tuple((t, g, p) for (t, g), p in sorted(by_group.items())))
         leads = {(Tier(t), g): by_owner for (t, g), by_owner in self.leads.items() if by_owner.ticks}
@@ -180,8 +187,8 @@ class Cursor:
 
     def position(self, tier: Tier, group: str | None = None) -> Position | None:
         if group is not None:
-            return next((p for t, g, p in self.groups if (t, g) == (tier, group)), None)
-        return dict(self.positions).get(tier)
+            return self._by_group.get((tier, group))
+        return self._by_tier.get(tier)
 
     def leads_of(self, tier: Tier, group: str = "") -> Leads:
         return self.leads.get((tier, group), _NO_LEADS)
