@@ -163,9 +163,9 @@ class Cursor:
     positions: tuple[tuple[Tier, Position], ...] = ()
     groups: tuple[tuple[Tier, str, Position], ...] = ()
     leads: Mapping[tuple[Tier, str], Leads] = field(default_factory=dict)
-    # `positions` and `groups` by key, for `position`: a schedule asks for each group's, and a
-    # scan of `groups` for each was 25 ms of a cycle at 1,000 capped organizations
-    # (bench/dispatch.py --organizations 1000, 2026-12-07)
+    # `positions` and `groups` by key, for `position`: a schedule asks for each group's, and with
+    # a scan of `groups` for each, `schedule_run` took 23.4 ms a cycle at 1,000 capped
+    # organizations, 12.3 with these (bench/dispatch.py --organizations 1000, 2026-12-07)
     _by_tier: dict[Tier, Position] = field(init=False, repr=False, compare=False)
     _by_group: dict[tuple[Tier, str], Position] = field(init=False, repr=False, compare=False)
 
