@@ -451,8 +451,8 @@ def _settle() -> None:
     owners, 4.8 ms, EXPLAIN ANALYZE); autovacuum's visit of the fresh rows, due by the insert
     threshold, began whenever its launcher next woke, in the fill or in the cycles; and the
     fill's WAL set off checkpoints ("checkpoint starting: wal", 16-17 s apart) that ran through
-    the timed cycles (the server's log, 10^6 rows, 2026-12-07). Without superuser (CHECKPOINT needs it, or
-    pg_checkpoint) the run says so and goes on."""
+    the timed cycles (the server's log, 10^6 rows, 2026-12-07). Without superuser (CHECKPOINT
+    needs it, or pg_checkpoint) the run says so and goes on."""
     from django.db import DatabaseError, connection
 
     with connection.cursor() as cursor:

@@ -185,7 +185,11 @@ def _while_version_holds(name: str, read: Callable[[], T]) -> T:
     did (`owners_version`, read first, so a change committed between the two reads is read
     again next time, never missed). Without a version (SQLite, or no write since the table was
     emptied) it is read every time."""
-    version = owners_version()
+    return _kept_under(owners_version(), name, read)
+
+
+def _kept_under(version: str | None, name: str, read: Callable[[], T]) -> T:
+    """`_while_version_holds` against a version the caller read (first)."""
     kept = _kept.get(name)
     if version is not None and kept is not None and kept.version == version:
         return kept.value
@@ -382,7 +386,19 @@ def _organization_caps_read() -> dict[str, Limits]:
 def organization_caps_load(*, budget: Budget) -> Mapping[str, Limits]:
     """Read the organizations' caps (`organization_caps`) and give them to `budget` with the
     deployments' limits."""
-    caps = organization_caps()
+    return _caps_give(organization_caps(), budget=budget)
+
+
+def owners_and_caps_load(*, budget: Budget) -> tuple[ActiveOwners, Mapping[str, Limits]]:
+    """`active_owners` and `organization_caps_load` against one read of the owners' version:
+    what a dispatch cycle reads first."""
+    version = owners_version()
+    owners = _kept_under(version, "active owners", _active_owners_read)
+    caps = MappingProxyType(_kept_under(version, "organization caps", _organization_caps_read))
+    return owners, _caps_give(caps, budget=budget)
+
+
+def _caps_give(caps: Mapping[str, Limits], *, budget: Budget) -> Mapping[str, Limits]:
     budget.set_scope_limits({**deployment_limits(), **caps})
     return caps
 

@@ -57,7 +57,8 @@ class CycleReport:
     windows: int = 0  # windows judged: 1, more when the first left out an owner the schedule reached
 
 
-# The cycle's phases: the stuck work recovered; the active owners and their learned costs
+# The cycle's phases: the active owners and the caps (kept while their version holds: one read
+# most cycles) and the stuck work recovered; the owners' window and their learned costs
 # loaded; their admission and why-waiting notes; approved drafts to `send`; the LLM jobs
 # selected (slots, candidates, the batch); and those claimed (reserved, moved, published).
 PHASES = ("recover", "owners", "admission", "sends", "select", "claim")
@@ -108,12 +109,13 @@ def dispatch_cycle(*, now: datetime | None = None, budget: Budget | None = None)
 def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> CycleReport:
     report = CycleReport()
     laps = _Laps(report.phases_ms)
-    caps = reads.organization_caps_load(budget=budget)  # first: recovery may refund capped reservations
+    # First, the caps: recovery may refund capped reservations (one read of the owners' version
+    # says whether the owners and the caps kept are still theirs).
+    every, caps = reads.owners_and_caps_load(budget=budget)
     report.recovered = recover_stuck(
         now=now, refund=lambda joined: [budget.refund(reservation_id=r) for r in reservation_ids(joined)]
     )
     laps.lap("recover")
-    every = reads.active_owners()
     weights = every.weights
     report.active = len(weights)
     # The window (cycle.window): the owners each round meets first from the cursor, and those
