@@ -55,11 +55,16 @@ window takes each budget group's places among the rounds' first owners, not its 
 (docs/dispatch.md, "A budget group's window, its places in the tier's"). Not with --pairs.
 
 With --pairs N it runs the issue's comparison instead (issue 30: the cycle at many owners and
-a deep queue within 1.5x of the cycle at 10 owners and 10^3 rows), N times in turn: 10 owners
-at the first depth, then --owners at the last, each filled afresh. Each pair's two medians
-share the machine's speed of the minute (on a shared machine neighbouring runs differ by up
-to half), so it prints each pair's ratio and the median of those, beside the medians of each
-size.
+a deep queue within 1.5x of the cycle at 10 owners and 10^3 rows), N times: 10 owners at the
+first depth and --owners at the last, each filled afresh in a process and on stores of its
+own, then timed in lockstep, one cycle of each in turn, so a pair's two sizes share the
+machine's speed of the second (until 2026-12-07, session 41, they ran one after the other and
+shared that of the minute: on a shared machine neighbouring runs differ by up to half). It
+prints each pair's medians and their ratio, the median of its cycle-by-cycle ratios, and the
+medians of each size and of the pairs' ratios. The small size's stores: a scratch database of
+its own, or with BENCH_DATABASE_URL that database's name with "_small" on the same server
+(created when missing, never dropped); Redis database 14, or with BENCH_REDIS_URL the next
+database after its.
 
     .venv/bin/python bench/dispatch.py --controls --cycles 30 --pairs 5 --owners 10000 --depths 1000,1000000
 
@@ -72,6 +77,9 @@ cycle dispatched a full batch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -89,6 +97,7 @@ from bench.stack import (
     django_env,
     django_start,
     redis_for,
+    scratch_database,
     smoke_stores,
     smoke_verdict,
 )
@@ -393,14 +402,45 @@ def _measure(
     in_flight: int = 0,
     organizations: int = 1,
 ) -> Measured:
+    started = time.perf_counter()
+    stores = _prepare(
+        depth=depth,
+        owners=owners,
+        slots=slots,
+        history=history,
+        controls=controls,
+        org_rpm=org_rpm,
+        spend_cap=spend_cap,
+        events=events,
+        in_flight=in_flight,
+        organizations=organizations,
+    )
+    for _ in range(_warm_up(owners=owners, slots=slots)):
+        _cycle_once(stores)
+    reports = [_cycle_once(stores) for _ in range(cycles)]
+    return _measured(depth=depth, history=history, reports=reports, seconds=time.perf_counter() - started)
+
+
+def _prepare(
+    *,
+    depth: int,
+    owners: int,
+    slots: int,
+    history: int = 0,
+    controls: bool = False,
+    org_rpm: int = 10**8,
+    spend_cap: str = "1000000",
+    events: int = 0,
+    in_flight: int = 0,
+    organizations: int = 1,
+) -> tuple[Any, Any]:
+    """The run's set-up (untimed): the bench's Redis database emptied, the rows filled, the
+    controls on, the database settled; (the unlimited budget, its Redis client)."""
     import redis
     from django.conf import settings
-    from django.db import connection
 
     from orchestrator.budget import Budget, Limits
-    from orchestrator.dispatch.cycle import dispatch_cycle
 
-    started = time.perf_counter()
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.flushdb()
     budget = Budget(redis_client=client, limits=Limits(rpm=10**9, tpm=10**12, burst_ms=60_000))
@@ -414,19 +454,28 @@ def _measure(
     if in_flight:
         _in_flight(jobs=in_flight, owners=owners)
     _settle()
-    times, dispatched, phases, judged, windows = [], 0, [], [], []
-    warm_up = _warm_up(owners=owners, slots=slots)
-    for i in range(cycles + warm_up):
-        report = dispatch_cycle(budget=budget)
-        connection.close_if_unusable_or_obsolete()
-        if i >= warm_up:
-            times.append(report.duration_ms)
-            phases.append(report.phases_ms)
-            judged.append(report.judged)
-            windows.append(report.windows)
-            dispatched += len(report.generation)
-        _requeue(report.generation)
-        _reset_all_but_dispatcher(client)
+    return budget, client
+
+
+def _cycle_once(stores: tuple[Any, Any]) -> Any:
+    """One cycle (its CycleReport), then (untimed) its claimed rows put back and the budget and
+    the broker's queues emptied."""
+    from django.db import connection
+
+    from orchestrator.dispatch.cycle import dispatch_cycle
+
+    budget, client = stores
+    report = dispatch_cycle(budget=budget)
+    connection.close_if_unusable_or_obsolete()
+    _requeue(report.generation)
+    _reset_all_but_dispatcher(client)
+    return report
+
+
+def _measured(*, depth: int, history: int, reports: list[Any], seconds: float) -> Measured:
+    """What the timed cycles' reports add up to."""
+    times = [r.duration_ms for r in reports]
+    dispatched = sum(len(r.generation) for r in reports)
     return Measured(
         depth=depth,
         history=history,
@@ -435,12 +484,13 @@ def _measure(
         p95_ms=percentile(values=times, fraction=0.95) or 0.0,
         dispatched=dispatched,
         per_s=ratio(dispatched, sum(times) / 1000),
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         phases_p50_ms={
-            phase: percentile(values=[p[phase] for p in phases], fraction=0.5) or 0.0 for phase in phases[0]
+            phase: percentile(values=[r.phases_ms[phase] for r in reports], fraction=0.5) or 0.0
+            for phase in reports[0].phases_ms
         },
-        judged=(min(judged), max(judged)),
-        windows=max(windows),
+        judged=(min(r.judged for r in reports), max(r.judged for r in reports)),
+        windows=max(r.windows for r in reports),
     )
 
 
@@ -567,42 +617,85 @@ def _start() -> None:
     if _started:
         return
     _started = True
-    django_start(env=django_env(database_url=database_for(name="outreach_bench"), redis_url=redis_for(db=11)))
-    # The cycle runs in this process: set up as the orchestrator worker's child sets up its own
-    # (Django's DEBUG off as there: bench.stack's set-up).
-    from config.collector import collector_settle
-
-    collector_settle()
+    _process_start(env=django_env(database_url=_stores()[0], redis_url=_stores()[1]))
 
 
 _started = False
 
 
+def _process_start(*, env: dict[str, str]) -> None:
+    """Django set up on `env`'s stores (bench.stack.django_start). The cycle runs in this
+    process: set up as the orchestrator worker's child sets up its own (Django's DEBUG off as
+    there: bench.stack's set-up)."""
+    django_start(env=env)
+    from config.collector import collector_settle
+
+    collector_settle()
+
+
+@functools.cache
+def _stores() -> tuple[str, str]:
+    """The bench's database and Redis URLs (database_for: a scratch database made once a run)."""
+    return database_for(name="outreach_bench"), redis_for(db=11)
+
+
+def _small_stores() -> tuple[str, str]:
+    """The stores of --pairs' small size, beside `_stores` (the large's): its own database and
+    Redis database, since the two run at once. A scratch database; with BENCH_DATABASE_URL,
+    that database's name with "_small" on the same server (created when missing, never
+    dropped), and with BENCH_REDIS_URL the next Redis database after its."""
+    import psycopg
+
+    url, redis_url = os.environ.get("BENCH_DATABASE_URL"), os.environ.get("BENCH_REDIS_URL")
+    if url:
+        server, _, name = url.rpartition("/")
+        name = name.partition("?")[0] + "_small"
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+        database = f"{server}/{name}"
+    else:
+        database = scratch_database(name="outreach_bench_small")
+    if redis_url:
+        base, _, db = redis_url.rpartition("/")
+        if not db.isdigit():
+            sys.exit(
+                f"BENCH_REDIS_URL: end it with its database number (redis://host:port/11), got {redis_url}"
+            )
+        return database, f"{base}/{int(db) + 1}"
+    return database, redis_for(db=14)
+
+
 def _pairs(*, args: argparse.Namespace) -> list[Measured]:
-    """`args.pairs` runs of 10 owners at the first depth, then `args.owners` at the last, in
-    turn: each pair's medians and ratio, then the medians of each size and of the ratios."""
+    """`args.pairs` runs of the issue's comparison: 10 owners at the first depth and
+    `args.owners` at the last, each in a process of its own on its own stores, filled and warmed
+    up at once, then timed in lockstep, one cycle of each in turn (which goes first alternating)
+    with the other idle. Each pair's medians and ratio, the median of its cycle-by-cycle ratios,
+    then the medians of each size and of the ratios.
+
+    In lockstep the two medians share the machine's speed of the second: run one after the
+    other (until 2026-12-07, session 41), a pair's shared that of the minute, and on this
+    shared machine neighbouring runs differ by up to half, its ratios by a quarter (1.29-1.71x
+    within one run of five pairs, docs/benchmarks.md)."""
     _start()
     depths = [int(d) for d in (args.depths or "1000,1000000").split(",")]
-    sizes = [(PAIR_OWNERS, depths[0]), (args.owners, depths[-1])]
+    sizes = [(PAIR_OWNERS, depths[0], _small_stores()), (args.owners, depths[-1], _stores())]
     print(
         f"pairs: {PAIR_OWNERS} owners at {depths[0]:,} queued rows, then {args.owners:,} at {depths[-1]:,}; "
         f"slots/cycle={args.slots} cycles={args.cycles} (PostgreSQL, shared_buffers {_shared_buffers()}"
-        f"{', every control on' if args.controls else ''})"
+        f"{', every control on' if args.controls else ''}), in lockstep"
     )
     runs: list[Measured] = []
     small, large, ratios = [], [], []
     for n in range(1, args.pairs + 1):
-        pair = [
-            _measure(depth=depth, owners=owners, slots=args.slots, cycles=args.cycles, controls=args.controls)
-            for owners, depth in sizes
-        ]
+        pair, by_cycle = _lockstep(sizes=sizes, slots=args.slots, cycles=args.cycles, controls=args.controls)
         runs += pair
         small.append(pair[0].p50_ms)
         large.append(pair[1].p50_ms)
         ratios.append(ratio(pair[1].p50_ms, pair[0].p50_ms) or 0.0)
         print(
-            f"pair {n}: {pair[0].p50_ms:.1f} ms and {pair[1].p50_ms:.1f} ms, {ratios[-1]:.2f}x "
-            f"({pair[1].judged[1]:,} owners judged, {pair[1].windows} window(s))",
+            f"pair {n}: {pair[0].p50_ms:.1f} ms and {pair[1].p50_ms:.1f} ms, {ratios[-1]:.2f}x; "
+            f"cycle by cycle {by_cycle:.2f}x ({pair[1].judged[1]:,} owners judged, {pair[1].windows} window(s))",
             flush=True,
         )
     median = [percentile(values=v, fraction=0.5) or 0.0 for v in (small, large, ratios)]
@@ -611,6 +704,80 @@ def _pairs(*, args: argparse.Namespace) -> list[Measured]:
         f"median of the pairs' ratios {median[2]:.2f}x"
     )
     return runs
+
+
+def _lockstep(
+    *, sizes: list[tuple[int, int, tuple[str, str]]], slots: int, cycles: int, controls: bool
+) -> tuple[list[Measured], float]:
+    """Each of `sizes` (owners, depth, stores) in a process of its own (`_stepper`), set up at
+    once, then `cycles` timed cycles of each in turn; what each measured, and the median of the
+    cycle-by-cycle ratios of the last size's to the first's."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no Django of this one's
+    pipes, processes = [], []
+    for owners, depth, (database, redis_url) in sizes:
+        ours, theirs = spawn.Pipe()
+        env = django_env(database_url=database, redis_url=redis_url)
+        process = spawn.Process(
+            target=_stepper,
+            kwargs={
+                "pipe": theirs,
+                "env": env,
+                "owners": owners,
+                "depth": depth,
+                "slots": slots,
+                "controls": controls,
+            },
+        )
+        process.start()
+        pipes.append(ours)
+        processes.append(process)
+    try:
+        for pipe in pipes:
+            if pipe.recv() != "ready":
+                raise SystemExit("a lockstep process failed in its set-up (its traceback is above)")
+        times: list[list[float]] = [[] for _ in sizes]
+        for cycle in range(cycles):
+            for i in range(len(sizes)) if cycle % 2 == 0 else reversed(range(len(sizes))):
+                pipes[i].send("cycle")
+                times[i].append(pipes[i].recv())
+        measured = []
+        for pipe in pipes:
+            pipe.send("stop")
+            measured.append(Measured(**pipe.recv()))
+    finally:
+        for pipe in pipes:  # a process still waiting for its next word ends at the closed pipe
+            pipe.close()
+        for process in processes:
+            process.join(timeout=60)
+            if process.is_alive():
+                process.kill()
+    by_cycle = percentile(values=[b / a for a, b in zip(times[0], times[-1], strict=True) if a], fraction=0.5)
+    return measured, by_cycle or 0.0
+
+
+def _stepper(*, pipe: Any, env: dict[str, str], owners: int, depth: int, slots: int, controls: bool) -> None:
+    """One size of a lockstep pair, in its own process: set up on `env`'s stores, filled and
+    warmed up, says "ready"; then a cycle for each "cycle" (answering its time), until "stop",
+    answered with what the timed cycles measured (a Measured's fields: a class of the spawned
+    main module does not unpickle in the parent)."""
+    try:
+        started = time.perf_counter()
+        _process_start(env=env)
+        stores = _prepare(depth=depth, owners=owners, slots=slots, controls=controls)
+        for _ in range(_warm_up(owners=owners, slots=slots)):
+            _cycle_once(stores)
+    except BaseException:
+        pipe.send("failed")
+        raise
+    pipe.send("ready")
+    reports = []
+    while pipe.recv() == "cycle":
+        reports.append(_cycle_once(stores))
+        pipe.send(reports[-1].duration_ms)
+    measured = _measured(depth=depth, history=0, reports=reports, seconds=time.perf_counter() - started)
+    pipe.send(dataclasses.asdict(measured))
 
 
 def _run(*, args: argparse.Namespace) -> list[Measured]:

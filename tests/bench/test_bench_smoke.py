@@ -80,11 +80,13 @@ def test_dispatch_smoke_dispatches_a_full_batch_every_cycle_at_two_depths() -> N
     # its owners in two organizations (--organizations), each with its controls, and still a
     # full batch every cycle (the smoke's verdict)
     assert "the owners dealt round 2 organizations" in out
-    # and the issue's comparison in turn (--pairs): one pair, its ratio, the medians
-    (small, large, pair_ratio) = re.findall(
-        r"^pair 1: ([\d.]+) ms and ([\d.]+) ms, ([\d.]+)x", out, re.MULTILINE
+    # and the issue's comparison (--pairs): one pair, its two sizes in two processes in
+    # lockstep, its ratio and its cycle-by-cycle ratios' median, the medians
+    assert "in lockstep" in out
+    (small, large, pair_ratio, by_cycle) = re.findall(
+        r"^pair 1: ([\d.]+) ms and ([\d.]+) ms, ([\d.]+)x; cycle by cycle ([\d.]+)x", out, re.MULTILINE
     )[0]
-    assert min(float(small), float(large)) > 0
+    assert min(float(small), float(large), float(by_cycle)) > 0
     assert f"median of the pairs' ratios {pair_ratio}x" in out
 
 
