@@ -111,23 +111,60 @@ _ACTIVE = Prepared(
 )
 
 
+@dataclass(frozen=True)
+class ActivePauses:
+    """The active pauses as `blocking` judges owners by them (`active_pauses`): oldest first,
+    each one's reason, each under the narrowest part of its scope (`_narrowest`), and the
+    scopes they stop whole (`Blocking.whole`). The dispatcher keeps them while their scopes
+    and the names in their reasons stand (orchestrator.dispatch.reads.active_pauses_load)."""
+
+    pauses: list[Pause] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)  # pause id -> what waiting work says
+    under: dict[tuple[str, object], list[tuple[int, Pause]]] = field(default_factory=dict)
+    whole: dict[tuple[str, object], str] = field(default_factory=dict)
+
+
+def active_pauses() -> ActivePauses:
+    """The active pauses (`active`), indexed for `blocking`: O(pauses)."""
+    pauses = active()
+    reasons = {p.pk: p.blocked_reason() for p in pauses}
+    # Each pause under the narrowest part of its scope, so an owner meets only the pauses that
+    # may cover it (most owners none), not every pause: thousands of owners x every pause was
+    # a tenth of a 10,000-owner cycle (bench/dispatch.py --controls).
+    under: dict[tuple[str, object], list[tuple[int, Pause]]] = {}
+    for n, p in enumerate(pauses):
+        under.setdefault(_narrowest(p), []).append((n, p))
+    whole: dict[tuple[str, object], str] = {}
+    for p in pauses:  # oldest first: the first of a scope names its reason
+        if p.owner_id is not None or p.tier is not None:
+            continue
+        if p.sender_domain:
+            whole.setdefault(("domain", (p.sender_domain, p.organization_id)), reasons[p.pk])
+        elif p.organization_id is not None:
+            whole.setdefault(("organization", p.organization_id), reasons[p.pk])
+    return ActivePauses(pauses=pauses, reasons=reasons, under=under, whole=whole)
+
+
 def blocking(
     *,
     owner_ids: Iterable[int],
     mailbox_owners: Collection[int] = (),
     organizations: Mapping[int, tuple[int, str]] | None = None,
     scopes: list[PauseScope] | None = None,
+    kept: ActivePauses | None = None,
 ) -> Blocking:
     """What the active pauses stop among these owners. One query, plus two for the owners'
     organizations and their sender domains when anything is paused and the caller did not
     pass them (`organizations`: owner id -> its organization's id and sender domain, as the
-    dispatch cycle has them): O(pauses + owners). `mailbox_owners` send from mailboxes of
+    dispatch cycle has them): O(pauses + owners); O(owners) with the pauses `kept` (their
+    `active_pauses` as the caller keeps them). `mailbox_owners` send from mailboxes of
     their own: a sender-domain pause is judged per mailbox for them
     (orchestrator.controls.mailboxes), not by their organization's sender domain. `scopes`:
     the active pauses' scopes when the caller read them (`active_pause_scopes`): with none,
     nothing more is read."""
-    pauses = active() if scopes is None or scopes else []
-    if not pauses:
+    if kept is None:
+        kept = active_pauses() if scopes is None or scopes else ActivePauses()
+    if not kept.pauses:
         return Blocking()
     if organizations is not None:
         owner_org = {owner_id: organizations[owner_id][0] for owner_id in owner_ids}
@@ -139,21 +176,8 @@ def blocking(
             org.pk: org.sender_domain
             for org in Organization.objects.filter(id__any=set(owner_org.values())).only("id", "sender_email")
         }
-    reasons = {p.pk: p.blocked_reason() for p in pauses}
-    # Each pause under the narrowest part of its scope, so an owner meets only the pauses that
-    # may cover it (most owners none), not every pause: thousands of owners x every pause was
-    # a tenth of a 10,000-owner cycle (bench/dispatch.py --controls).
-    under: dict[tuple[str, object], list[tuple[int, Pause]]] = {}
-    for n, p in enumerate(pauses):
-        under.setdefault(_narrowest(p), []).append((n, p))
-    result = Blocking()
-    for p in pauses:  # oldest first: the first of a scope names its reason
-        if p.owner_id is not None or p.tier is not None:
-            continue
-        if p.sender_domain:
-            result.whole.setdefault(("domain", (p.sender_domain, p.organization_id)), reasons[p.pk])
-        elif p.organization_id is not None:
-            result.whole.setdefault(("organization", p.organization_id), reasons[p.pk])
+    under, reasons = kept.under, kept.reasons
+    result = Blocking(whole=dict(kept.whole))
     # An owner without a pause of its own is judged by its organization's pauses, its domain's
     # and the global ones alone: one verdict per (organization, sends from mailboxes), shared.
     shared: dict[tuple[int, bool], tuple[str, dict[Tier, str]]] = {}

@@ -166,7 +166,7 @@ def owners_admit(
     committed = reads.committed_today(owners=[o.rules for o in owners], now=now, work=work)
     ids = [o.rules.owner_id for o in owners]
     # The active pauses, read once for rules 1 and 4 (one plain read; the pauses themselves,
-    # for their reasons, only when there are some).
+    # for their reasons, only when there are some, and kept while they stand).
     scopes = pauses.active_pause_scopes()
     # Rule 4: what the owners' mailboxes may still send today, per domain (None: no mailbox of
     # its own). An owner with mailboxes sends from their domains: a pause of its organization's
@@ -177,6 +177,7 @@ def owners_admit(
         mailbox_owners={o for o, room in mailbox_room.items() if room is not None},
         organizations={o.rules.owner_id: (o.organization_id, o.sender_domain) for o in owners},
         scopes=scopes,
+        kept=reads.active_pauses_load(scopes) if scopes else None,
     )
     facts = [
         OwnerFacts(
