@@ -125,7 +125,7 @@ def _cycle(*, lease: Lease, client: Client, now: datetime, budget: Budget) -> Cy
     cursor = cursor_load(client).keeping_groups(caps)
     capped = every.capped(caps)
     groups = capped.scopes
-    ready = ReadyWork(active=weights.keys(), now=now)  # asked as the windows need (cycle.window)
+    ready = ReadyWork(active=every.ids, now=now)  # asked as the windows need (cycle.window)
     # Read once for every window: what each owner committed (admission counts every owner's;
     # the window judges those with approved drafts) and the LLM jobs in flight (the window's
     # slot bound and the cycle's slots).

@@ -58,7 +58,7 @@ class ReadyWork:
     (reads.ready_owners): `owners` those that have; `asked` those whose answer is known (None:
     every owner's, the tier was read whole)."""
 
-    active: AbstractSet[int]  # the active owners (their weights' keys: not copied)
+    active: AbstractSet[int]  # the active owners (`ActiveOwners.ids`: not copied)
     now: datetime
     owners: dict[Tier, set[int]] = field(default_factory=dict)
     asked: dict[Tier, set[int] | None] = field(default_factory=dict)
@@ -155,7 +155,7 @@ def owners_window(
     tokens: bool,
     size: int,
     also: Collection[int] = (),
-    group_members: Mapping[str, Sequence[int]] | None = None,
+    group_members: Mapping[str, Collection[int]] | None = None,
 ) -> OwnersWindow:
     """The first `size` owners with ready work of each tier's round and, of each budget group's
     own round, as many as the group has places among those (`places`; `groups`: owner -> its
@@ -180,12 +180,12 @@ def owners_window(
                 found[group] += weights.get(owner, 1)
         return found
 
-    every_group: Mapping[str, Sequence[int]] | None = None  # the groups' active owners: once, if needed
+    every_group: Mapping[str, Collection[int]] | None = None  # the groups' active owners: once, if needed
     for tier in Tier:
         if tier in _last.whole and tier not in ready.asked:
             ready.ask(tier, limit=size, owners=extra)
         whole = ready.whole(tier)
-        members: Mapping[str, Sequence[int]]
+        members: Mapping[str, Collection[int]]
         if whole:
             members = _members(ready.owners[tier], groups)
         else:
@@ -382,7 +382,7 @@ def _orders(
     *,
     tier: Tier,
     owners: Collection[int],
-    members: Mapping[str, Sequence[int]],
+    members: Mapping[str, Collection[int]],
     cursor: Cursor,
     weights: Mapping[int, int],
     tokens: bool,

@@ -19,7 +19,7 @@ from operator import itemgetter
 from types import MappingProxyType
 
 from orchestrator.dispatch.selection.cursor import Cursor, Leads, LeadsChange, Move, Position, scaled
-from orchestrator.dispatch.selection.values import Candidate, Candidates, StarvationGuard, Window
+from orchestrator.dispatch.selection.values import Candidate, Candidates, OwnerIds, StarvationGuard, Window
 from outreach.tiers import Tier
 
 TOKEN_UNIT = 1_000  # fairness in tokens: a tag moves by cost / (weight * TOKEN_UNIT) per pick
@@ -111,10 +111,11 @@ class _Clock:
         # A cursor's leads all lie ahead of its position (`leads_after` drops the rest), so the
         # owners not ahead are those without one; a lead at or behind it (a cursor made by
         # hand) counts as none.
+        ordered = _in_id_order(owners)
         not_ahead: Iterator[int] = (
-            itertools.filterfalse(leads.__contains__, sorted(owners))
+            itertools.filterfalse(leads.__contains__, ordered)
             if not behind
-            else (o for o in sorted(owners) if leads.get(o, 0) <= bar)
+            else (o for o in ordered if leads.get(o, 0) <= bar)
         )
         members = owners if isinstance(owners, AbstractSet) else set(owners)
         ahead = (o for _, o in itertools.islice(ranked, behind, None) if o in members)
@@ -493,6 +494,11 @@ class RoundOrder:
         return None
 
 
+def _in_id_order(owners: Collection[int]) -> Sequence[int]:
+    """The owners in id order: kept so when they are an `OwnerIds`, else sorted."""
+    return owners.ordered if isinstance(owners, OwnerIds) else sorted(owners)
+
+
 def round_order(
     *,
     tier: Tier,
@@ -520,6 +526,6 @@ def round_order(
         return RoundOrder(clock.tokens_order(owners), tag=clock.first_tag, scale=clock.scale)
     # Owners in id order, then a stable sort by tag alone: (tag, owner) order without comparing
     # thousands of tuples.
-    keyed = clock.first_tags(sorted(owners))
+    keyed = clock.first_tags(_in_id_order(owners))
     keyed.sort(key=itemgetter(0))
     return RoundOrder([o for _, o in keyed], tag=clock.first_tag, scale=clock.scale)

@@ -22,6 +22,7 @@ from orchestrator.dispatch.selection import (
     Candidates,
     Cursor,
     Leads,
+    OwnerIds,
     Position,
     Selection,
     StarvationGuard,
@@ -330,6 +331,9 @@ def test_a_round_order_is_every_owner_by_first_tag_then_id(
     # then it is every owner once, by (first tag, owner id), as the clock gives the tags
     assert [(order.tag(o), o) for o in order.owners] == expected
     assert order.scale == clock.scale
+    # and over the same owners kept as OwnerIds (their id order held, not sorted each cycle)
+    kept = round_order(tier=INTRO, owners=OwnerIds(owners), cursor=cursor, weights=weights, tokens=tokens)
+    assert kept.owners == order.owners
 
 
 def test_the_distinct_weights_are_remembered_only_for_a_read_only_mapping() -> None:
