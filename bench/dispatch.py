@@ -388,37 +388,25 @@ class Measured:
     windows: int  # the most windows a timed cycle judged (more than 1: it widened)
 
 
-def _measure(
-    *,
-    depth: int,
-    owners: int,
-    slots: int,
-    cycles: int,
-    history: int = 0,
-    controls: bool = False,
-    org_rpm: int = 10**8,
-    spend_cap: str = "1000000",
-    events: int = 0,
-    in_flight: int = 0,
-    organizations: int = 1,
-) -> Measured:
+def _measure(*, cycles: int, **setup: Any) -> Measured:
+    """`cycles` timed cycles on the stores `_set_up` makes of `setup` (`_prepare`'s arguments)."""
     started = time.perf_counter()
-    stores = _prepare(
-        depth=depth,
-        owners=owners,
-        slots=slots,
-        history=history,
-        controls=controls,
-        org_rpm=org_rpm,
-        spend_cap=spend_cap,
-        events=events,
-        in_flight=in_flight,
-        organizations=organizations,
-    )
-    for _ in range(_warm_up(owners=owners, slots=slots)):
-        _cycle_once(stores)
+    stores = _set_up(**setup)
     reports = [_cycle_once(stores) for _ in range(cycles)]
-    return _measured(depth=depth, history=history, reports=reports, seconds=time.perf_counter() - started)
+    return _measured(
+        depth=setup["depth"],
+        history=setup.get("history", 0),
+        reports=reports,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _set_up(**setup: Any) -> tuple[Any, Any]:
+    """`_prepare(**setup)`, then its warm-up cycles (`_warm_up`): the stores, ready to time."""
+    stores = _prepare(**setup)
+    for _ in range(_warm_up(owners=setup["owners"], slots=setup["slots"])):
+        _cycle_once(stores)
+    return stores
 
 
 def _prepare(
@@ -765,9 +753,7 @@ def _stepper(*, pipe: Any, env: dict[str, str], owners: int, depth: int, slots: 
     try:
         started = time.perf_counter()
         _process_start(env=env)
-        stores = _prepare(depth=depth, owners=owners, slots=slots, controls=controls)
-        for _ in range(_warm_up(owners=owners, slots=slots)):
-            _cycle_once(stores)
+        stores = _set_up(depth=depth, owners=owners, slots=slots, controls=controls)
     except BaseException:
         pipe.send("failed")
         raise
