@@ -405,7 +405,8 @@ def transition_many(
         # Counted by (from state, owner), each from state's move worked out once
         # (moves_increments), not a Move per row or per owner.
         alike = Counter((state, owner_id) for _oid, state, _attempts, owner_id in rows)
-        counters_add(moves_increments(alike, to=to, error_class=str(error_class)))
+        increments, owners = moves_increments(alike, to=to, error_class=str(error_class))
+        counters_add(increments, owners=owners)
     log.info(
         "%d outreach: -> %s%s",
         len(ids),

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from outreach.counters import (
     COMPLETION_LATENCY,
+    OWNER_COLUMNS,
     SHARDS,
     Increment,
     Move,
@@ -271,8 +272,14 @@ def test_bulk_moves_add_what_their_moves_one_by_one_add(
             Move(from_state=state, to=to, error_class=str(error_class), owner_id=owner_id)
         )
     ]
-    bulk = moves_increments(moved, to=to, error_class=str(error_class))
-    assert _totals(bulk) == _totals(one_by_one)
+    bulk, owners = moves_increments(moved, to=to, error_class=str(error_class))
+    # an owner's series come as what to add to each of its columns (OWNER_COLUMNS' order)
+    per_owner = [
+        Increment(name, (("owner_id", str(owner_id)),), adds[column])
+        for owner_id, adds in owners.items()
+        for column, name in enumerate(OWNER_COLUMNS)
+    ]
+    assert _totals([*bulk, *per_owner]) == _totals(one_by_one)
 
 
 @pytest.mark.django_db
@@ -358,6 +365,19 @@ def test_an_owners_series_reads_as_one_total_wherever_it_was_stored() -> None:
     stored = counters_read()
     assert stored["outreach_owner_dispatched"] == {(("owner_id", "7"),): 8}
     assert "outreach_owner_sent" not in stored
+
+
+@pytest.mark.django_db
+def test_an_owners_columns_and_its_increments_in_one_call_add_up() -> None:
+    # given an owner's sends as increments and its claims as columns (as a bulk move gives
+    # them: moves_increments), and another owner's columns alone
+    dispatched, sent = OWNER_COLUMNS
+    # when added in one call
+    counters_add([Increment(sent, (("owner_id", "7"),), 2)], owners={7: [1, 0], 8: [0, 3]})
+    # then each owner's series holds both, none lost to the other
+    stored = counters_read()
+    assert stored[dispatched] == {(("owner_id", "7"),): 1}
+    assert stored[sent] == {(("owner_id", "7"),): 2, (("owner_id", "8"),): 3}
 
 
 @pytest.mark.django_db(transaction=True)
