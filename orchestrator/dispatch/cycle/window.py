@@ -357,8 +357,7 @@ def window_learn(window: OwnersWindow, picks: Collection[Pick]) -> None:
         counts = tiers.get(tier)
         if not counts:
             continue
-        place = {owner: n for n, owner in enumerate(firsts, start=1)}
-        picked = [(n, counts[owner]) for owner, n in place.items() if owner in counts]
+        picked = [(n, counts[owner]) for n, owner in enumerate(firsts, start=1) if owner in counts]
         if picked:
             most = max(n for n, _ in picked)
             reached, served = reached + most, served + sum(count for _, count in picked)
