@@ -264,7 +264,7 @@ def counters_add(
     others', each sorted, so two transactions adding to the same series cannot deadlock each
     other."""
     merged: dict[tuple[str, str], int] = defaultdict(int)
-    touched: OwnerAdds = {}  # the owners' series among `increments`
+    per_owner: OwnerAdds = {o: list(adds) for o, adds in (owners or {}).items()}
     for inc in increments:
         if not inc.value:
             continue
@@ -273,14 +273,7 @@ def counters_add(
             merged[(inc.name, _labels_text(inc.labels))] += inc.value
         else:
             ((_, owner_id),) = inc.labels  # owner_id, the one label of an owner's series
-            touched.setdefault(int(owner_id), [0] * len(OWNER_COLUMNS))[column] += inc.value
-    if owners and touched:
-        zero = [0] * len(OWNER_COLUMNS)
-        owners = {
-            o: [a + b for a, b in zip(owners.get(o, zero), touched.get(o, zero), strict=True)]
-            for o in owners.keys() | touched.keys()
-        }
-    owners = owners or touched
+            per_owner.setdefault(int(owner_id), [0] * len(OWNER_COLUMNS))[column] += inc.value
     shard = os.getpid() % SHARDS
     statements = [
         _upsert(
@@ -288,7 +281,7 @@ def counters_add(
             shard,
             keys={"owner_id": "bigint"},
             adds=[*OWNER_COLUMNS.values()],
-            rows=[(owner_id, *owners[owner_id]) for owner_id in sorted(owners)],
+            rows=[(owner_id, *per_owner[owner_id]) for owner_id in sorted(per_owner)],
         ),
         _upsert(
             MetricCounter,

@@ -13,7 +13,6 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from fractions import Fraction
 from operator import itemgetter
 from types import MappingProxyType
@@ -108,7 +107,7 @@ class _Clock:
         ranked = self.leads.ranked()
         bar = self.phase // self.per_lead  # ahead: lead * per_lead > phase, so lead > bar (ints)
         behind = bisect.bisect_right(ranked, (bar, math.inf))
-        members = owners if isinstance(owners, AbstractSet) else set(owners)
+        members = owners if isinstance(owners, set | frozenset) else set(owners)
         # A cursor's leads all lie ahead of its position (`leads_after` drops the rest), so the
         # owners not ahead are those without one; a lead at or behind it (a cursor made by
         # hand) counts as none. Mid-round most owners have one: those without, by a set's
@@ -118,10 +117,7 @@ class _Clock:
             not_ahead = (o for o in _in_id_order(owners) if leads.get(o, 0) <= bar)
         elif 2 * len(leads) > len(members):
             # (a set's difference with a dict looks each of the set up in it, in C)
-            without = (
-                members.difference(leads) if isinstance(members, set | frozenset) else members - leads.keys()
-            )
-            not_ahead = iter(sorted(without))
+            not_ahead = iter(sorted(members.difference(leads)))
         else:
             not_ahead = itertools.filterfalse(leads.__contains__, _in_id_order(owners))
         # Iterators of C's alone: a window takes the first few hundred as one slice (RoundOrder).
@@ -452,13 +448,12 @@ class RoundOrder:
         self._rest, self._met = iter(owners), list[int]()
         self.tag, self.scale = tag, scale
 
-    def _meet(self, n: int) -> bool:
-        """Read the order as far as its first `n` owners, in one slice (its iterators are C's:
-        a generator's step per owner was most of a window's first 512 at 10,000 owners);
-        whether it has that many."""
+    def _meet(self, n: int) -> None:
+        """Read the order as far as its first `n` owners (or its end), in one slice (its
+        iterators are C's: a generator's step per owner was most of a window's first 512 at
+        10,000 owners)."""
         if (short := n - len(self._met)) > 0:
             self._met += itertools.islice(self._rest, short)
-        return len(self._met) >= n
 
     def __iter__(self) -> Iterator[int]:
         n = 0
