@@ -37,47 +37,52 @@ def scaled(value: Fraction, scale: int) -> int:
     return value.numerator * (scale // value.denominator)
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True, eq=False)
 class Leads:
     """One round's leads: per owner, how far its next tag lies ahead, in units of 1 / `scale`.
 
     Exact ints, as the schedule's clock keeps its tags: a round may hold one lead per owner
     (thousands at platform scale), and as Fractions they were made, scaled, compared and
-    written as text again by every clock of every cycle. Always in lowest terms (`scale` and
-    the leads share no factor), so the same leads compare equal whatever clock wrote them.
+    written as text again by every clock of every cycle. Kept over the scale they were made in
+    (the clock's: `schedule._Clock.leads_after`), so the next cycle's clock, over the same
+    scale while the weights stand, takes them as they are; equal leads compare equal whatever
+    their scale.
 
     `since`, when the clock made these leads from others over the same scale and frame: those
     (weakly: no chain of cycles kept alive), the owners whose lead it set and those it dropped.
     Not part of the value; it lets the dispatcher write only what changed (cycle.cursor_state)
-    without comparing every lead, and rank these leads from those (`ranked`). Leads put in
-    lower terms as they are made keep no `since` (every lead changed).
+    without comparing every lead, and rank these leads from those (`ranked`).
     """
 
     scale: int = 1
     ticks: Mapping[int, int] = field(default_factory=dict)
-    since: LeadsChange | None = field(default=None, compare=False, repr=False)
-    _ranked: list[tuple[int, int]] | None = field(default=None, init=False, compare=False, repr=False)
+    since: LeadsChange | None = field(default=None, repr=False)
+    _ranked: list[tuple[int, int]] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Leads made from others (`since`, those alive) are those, checked when they were made,
         # less the dropped, with the changed set: only the changed are new.
-        base = self.since.base() if self.since is not None else None
-        made = self.since is not None and base is not None
-        new = self.since.changed.values() if made else self.ticks.values()  # type: ignore[union-attr]
+        since = self.since
+        base = since.base() if since is not None else None
+        new = since.changed.values() if since is not None and base is not None else self.ticks.values()
         if self.scale <= 0 or (new and min(new) <= 0):
             raise ValueError(
                 "a cursor holds one positive lead per tier, group and owner, over a positive scale"
             )
-        # the new leads' common factor first: where it is 1 (most cycles), so is every lead's
-        common = math.gcd(self.scale, *new)
-        if common > 1 and made:
-            common = math.gcd(common, *self.ticks.values())
-        if common > 1:
-            object.__setattr__(self, "scale", self.scale // common)
-            object.__setattr__(self, "ticks", {o: n // common for o, n in self.ticks.items()})
-            object.__setattr__(self, "since", None)
-        elif base is not None and base._ranked is not None:
-            object.__setattr__(self, "_ranked", _ranked_from(base, self.since))  # type: ignore[arg-type]
+        if since is not None and base is not None and base._ranked is not None:
+            object.__setattr__(self, "_ranked", _ranked_from(base, since))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Leads):
+            return NotImplemented
+        if self.scale == other.scale:
+            return self.ticks == other.ticks
+        theirs = other.ticks
+        return self.ticks.keys() == theirs.keys() and all(
+            n * other.scale == theirs[o] * self.scale for o, n in self.ticks.items()
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
     def ranked(self) -> Sequence[tuple[int, int]]:
         """(lead, owner) of every owner, ascending: the order in which the owners ahead come

@@ -47,7 +47,7 @@ STRAY = "nudge|org:404|1"
 
 def _cursor(leads: dict[int, int], *, group: dict[int, int] | None = None, scale: int = 1000) -> Cursor:
     """An intro round stopped at owner 3, a third of the way round, with `leads`, and a
-    budget group's round with `group`'s (leads in lowest terms, as `Leads` keeps them)."""
+    budget group's round with `group`'s."""
     rounds = {(INTRO, ""): Leads(scale, leads)}
     if group is not None:
         rounds[(INTRO, "org:7")] = Leads(scale, group)
@@ -268,8 +268,8 @@ def _pairs(sets: list[str | int]) -> dict[str | int, str | int]:
 @st.composite
 def one_frame_cursors(draw: st.DrawFn) -> Cursor:
     """An intro round early in its frame (position under half a round, scale 1000), owners ahead
-    by less than what is left of it, and owner 99 (never a candidate) at 999, so the leads stay
-    in lowest terms over 1000: selections of cheap jobs that stay in that frame."""
+    by less than what is left of it, and owner 99 (never a candidate) at 999, whose lead stands:
+    selections of cheap jobs that stay in that frame."""
     at = draw(st.integers(0, 500))
     leads = draw(st.dictionaries(owner_ids, st.integers(at + 1, 998), max_size=10))
     return Cursor(
@@ -340,3 +340,46 @@ def test_a_cycle_in_one_frame_writes_the_leads_it_changed_and_redis_holds_them_a
         # and Redis holds every lead of the new cursor
         cursor_store(lease, after)
         assert cursor_read(redis_client) == after
+
+
+def test_the_cycle_after_a_frames_end_writes_only_the_leads_it_changed() -> None:
+    # given owners who all started at one phase, 1-4 with jobs of half a round, 5-6 of a whole
+    # one, and a cycle whose last pick crossed into the round's next frame: each was picked as
+    # often as its cost allows, so every lead is a multiple of half a round
+    rows = {
+        INTRO: {
+            o: [Candidate(outreach_id=10 * o + k, owner_id=o, tier=INTRO) for k in range(4)]
+            for o in range(1, 7)
+        }
+    }
+    costs = {1: 500, 2: 500, 3: 500, 4: 500, 5: 1000, 6: 1000}
+    first = select_batch(rows, slots=16, cursor=Cursor(), costs=costs).cursor
+    assert first.leads_of(INTRO).fractions() == {
+        1: Fraction(1, 2),
+        2: Fraction(1, 2),
+        3: Fraction(1, 2),
+        4: Fraction(1, 2),
+        5: Fraction(1),
+        6: Fraction(1),
+    }
+    # when the next cycle picks two owners in the new frame
+    after = select_batch(rows, slots=2, cursor=first, costs=costs).cursor
+    # then its clock made the leads from the last cycle's (the same scale) and the write names
+    # the two it picked and the two the round passed: not owners 5 and 6, whose leads stand
+    sets, drops = leads_change(first.leads, after.leads)
+    assert (sorted(_pairs(sets)), sorted(drops)) == (["intro||1", "intro||2"], ["intro||3", "intro||4"])
+    assert after.leads_of(INTRO).since is not None
+
+
+def test_leads_carried_from_other_weights_come_back_to_the_clocks_scale_at_a_frames_end() -> None:
+    # given leads over 3,000ths (a clock when an owner weighed 3), and owners who now weigh 1
+    cursor = Cursor(
+        positions=((INTRO, Position(owner_id=2)),),
+        leads={(INTRO, ""): Leads(3000, {1: 1500, 2: 3000})},
+    )
+    rows = {INTRO: {o: [Candidate(outreach_id=o, owner_id=o, tier=INTRO)] for o in (1, 2)}}
+    # when a selection's last pick crosses into the round's next frame
+    after = select_batch(rows, slots=2, cursor=cursor, costs={1: 1000, 2: 1000}).cursor
+    # then the leads are the clock's own 1,000ths again, not a scale every clock must rescale
+    leads = after.leads_of(INTRO)
+    assert (leads.scale, leads.fractions()) == (1000, {1: Fraction(1, 2), 2: Fraction(1)})

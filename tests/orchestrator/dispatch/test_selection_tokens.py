@@ -240,9 +240,12 @@ def test_leads_round_trip_through_json_and_reject_garbage() -> None:
         )
 
 
-def test_leads_are_kept_in_lowest_terms_so_equal_leads_compare_equal() -> None:
+def test_equal_leads_compare_equal_whatever_their_scale() -> None:
     # given the same leads over two scales (two clocks whose owners' weights differ)
     assert Leads(6_000, {1: 3_000, 2: 9_000}) == Leads(2, {1: 1, 2: 3})
+    assert Leads(6_000, {1: 3_000, 2: 9_000}).scale == 6_000  # kept as made: no clock rescales
+    assert Leads(6_000, {1: 3_000, 2: 9_001}) != Leads(2, {1: 1, 2: 3})
+    assert Leads(6_000, {1: 3_000}) != Leads(2, {1: 1, 2: 3})
     assert Leads.of({1: Fraction(1, 2), 2: Fraction(3, 2)}).fractions() == {
         1: Fraction(1, 2),
         2: Fraction(3, 2),
@@ -270,11 +273,11 @@ def test_leads_made_from_ranked_ones_are_ranked_as_sorting_them_would(
     # when they are made
     made = Leads(1, ticks, since=change)
     # then they are ranked as sorting them would rank them, without sorting them (a ranking made
-    # as they were made); put in lower terms, they keep no change and are ranked when asked
-    assert (made._ranked is not None) == (made.since is not None)
+    # as they were made), and say what changed
+    assert made._ranked is not None
+    assert made.since is change
     expected = sorted((lead, o) for o, lead in made.ticks.items())
     assert made.ranked() == expected
-    assert (made.since is not None) == (made.scale == 1)
     assert before.ranked() == sorted((lead, o) for o, lead in base.items())  # the base's untouched
 
 
