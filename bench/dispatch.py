@@ -388,40 +388,42 @@ class Measured:
     windows: int  # the most windows a timed cycle judged (more than 1: it widened)
 
 
-def _measure(*, cycles: int, **setup: Any) -> Measured:
-    """`cycles` timed cycles on the stores `_set_up` makes of `setup` (`_prepare`'s arguments)."""
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What a run sets up (`_prepare`): the queue, its owners and the cycle's slots, and the
+    options above (history, controls, caps, events, jobs in flight, organizations)."""
+
+    depth: int
+    owners: int
+    slots: int
+    history: int = 0
+    controls: bool = False
+    org_rpm: int = 10**8
+    spend_cap: str = "1000000"
+    events: int = 0
+    in_flight: int = 0
+    organizations: int = 1
+
+
+def _measure(*, cycles: int, setup: Setup) -> Measured:
+    """`cycles` timed cycles on the stores `_set_up` makes of `setup`."""
     started = time.perf_counter()
-    stores = _set_up(**setup)
+    stores = _set_up(setup)
     reports = [_cycle_once(stores) for _ in range(cycles)]
     return _measured(
-        depth=setup["depth"],
-        history=setup.get("history", 0),
-        reports=reports,
-        seconds=time.perf_counter() - started,
+        depth=setup.depth, history=setup.history, reports=reports, seconds=time.perf_counter() - started
     )
 
 
-def _set_up(**setup: Any) -> tuple[Any, Any]:
-    """`_prepare(**setup)`, then its warm-up cycles (`_warm_up`): the stores, ready to time."""
-    stores = _prepare(**setup)
-    for _ in range(_warm_up(owners=setup["owners"], slots=setup["slots"])):
+def _set_up(setup: Setup) -> tuple[Any, Any]:
+    """`_prepare(setup)`, then its warm-up cycles (`_warm_up`): the stores, ready to time."""
+    stores = _prepare(setup)
+    for _ in range(_warm_up(owners=setup.owners, slots=setup.slots)):
         _cycle_once(stores)
     return stores
 
 
-def _prepare(
-    *,
-    depth: int,
-    owners: int,
-    slots: int,
-    history: int = 0,
-    controls: bool = False,
-    org_rpm: int = 10**8,
-    spend_cap: str = "1000000",
-    events: int = 0,
-    in_flight: int = 0,
-    organizations: int = 1,
-) -> tuple[Any, Any]:
+def _prepare(setup: Setup) -> tuple[Any, Any]:
     """The run's set-up (untimed): the bench's Redis database emptied, the rows filled, the
     controls on, the database settled; (the unlimited budget, its Redis client)."""
     import redis
@@ -433,14 +435,15 @@ def _prepare(
     client.flushdb()
     budget = Budget(redis_client=client, limits=Limits(rpm=10**9, tpm=10**12, burst_ms=60_000))
     # the budget is unlimited: this cap (less the jobs kept in flight) is the slot count
-    settings.DISPATCH_MAX_IN_FLIGHT = slots + in_flight
-    _fill(templates=_seed(owners=owners, organizations=organizations), depth=depth, history=history)
-    if controls:
-        _controls_on(org_rpm=org_rpm, spend_cap=spend_cap)
-    if events:
-        _add_events(events=events)
-    if in_flight:
-        _in_flight(jobs=in_flight, owners=owners)
+    settings.DISPATCH_MAX_IN_FLIGHT = setup.slots + setup.in_flight
+    templates = _seed(owners=setup.owners, organizations=setup.organizations)
+    _fill(templates=templates, depth=setup.depth, history=setup.history)
+    if setup.controls:
+        _controls_on(org_rpm=setup.org_rpm, spend_cap=setup.spend_cap)
+    if setup.events:
+        _add_events(events=setup.events)
+    if setup.in_flight:
+        _in_flight(jobs=setup.in_flight, owners=setup.owners)
     _settle()
     return budget, client
 
@@ -753,7 +756,7 @@ def _stepper(*, pipe: Any, env: dict[str, str], owners: int, depth: int, slots: 
     try:
         started = time.perf_counter()
         _process_start(env=env)
-        stores = _set_up(depth=depth, owners=owners, slots=slots, controls=controls)
+        stores = _set_up(Setup(depth=depth, owners=owners, slots=slots, controls=controls))
     except BaseException:
         pipe.send("failed")
         raise
@@ -789,17 +792,19 @@ def _run(*, args: argparse.Namespace) -> list[Measured]:
     runs: list[Measured] = []
     for depth, history in plan:
         run = _measure(
-            depth=depth,
-            owners=args.owners,
-            slots=args.slots,
             cycles=args.cycles,
-            history=history,
-            controls=args.controls,
-            org_rpm=args.org_rpm,
-            spend_cap=args.spend_cap,
-            events=args.events,
-            in_flight=args.in_flight,
-            organizations=args.organizations,
+            setup=Setup(
+                depth=depth,
+                owners=args.owners,
+                slots=args.slots,
+                history=history,
+                controls=args.controls,
+                org_rpm=args.org_rpm,
+                spend_cap=args.spend_cap,
+                events=args.events,
+                in_flight=args.in_flight,
+                organizations=args.organizations,
+            ),
         )
         first = runs[0].p50_ms if runs else run.p50_ms
         runs.append(run)
