@@ -25,7 +25,7 @@ from orchestrator.dispatch.cycle.cursor_state import (
     cursor_store,
     leads_change,
 )
-from orchestrator.dispatch.selection import Candidate, Candidates, Cursor, Position, select_batch
+from orchestrator.dispatch.selection import Candidate, Candidates, Cursor, Position, Selection, select_batch
 from orchestrator.dispatch.selection.cursor import Leads
 from orchestrator.dispatch.singleton import Lease, dispatch_lease
 from outreach.tiers import Tier
@@ -383,3 +383,53 @@ def test_leads_carried_from_other_weights_come_back_to_the_clocks_scale_at_a_fra
     # then the leads are the clock's own 1,000ths again, not a scale every clock must rescale
     leads = after.leads_of(INTRO)
     assert (leads.scale, leads.fractions()) == (1000, {1: Fraction(1, 2), 2: Fraction(1)})
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    candidates=workloads(),
+    slots=slot_counts,
+    cursor=one_frame_cursors() | cursors_with_leads(),
+    weights=weight_maps,
+    groups=budget_groups(),
+    costs=cost_maps,
+    factor=st.sampled_from([2, 3, 7, 1000]),
+)
+def test_the_same_leads_over_any_scale_select_the_same_picks_and_leave_equal_leads(
+    candidates: Candidates,
+    slots: int,
+    cursor: Cursor,
+    weights: dict[int, int],
+    groups: tuple[dict[int, str], dict[str, int]],
+    costs: dict[int, int],
+    factor: int,
+) -> None:
+    # given a cursor with leads, and the same cursor with every round's leads over a larger
+    # scale (as another clock, whose owners' weights differed, would have kept them)
+    rescaled = Cursor(
+        positions=cursor.positions,
+        groups=cursor.groups,
+        leads={
+            name: Leads(leads.scale * factor, {o: n * factor for o, n in leads.ticks.items()})
+            for name, leads in cursor.leads.items()
+        },
+    )
+    assert rescaled == cursor
+    by_group, group_slots = groups
+
+    def select(start: Cursor) -> Selection:
+        return select_batch(
+            candidates,
+            slots=slots,
+            cursor=start,
+            weights=weights,
+            groups=by_group,
+            group_slots=group_slots,
+            costs=costs,
+        )
+
+    # when each selects
+    one, other = select(cursor), select(rescaled)
+    # then the picks are the same, and so are the cursors they leave (by value)
+    assert one.picks == other.picks
+    assert one.cursor == other.cursor
